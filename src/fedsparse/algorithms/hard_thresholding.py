@@ -1,0 +1,132 @@
+"""Federated iterative hard thresholding: Fed-HT, FedIter-HT, Distributed-IHT (paper 000)."""
+
+from __future__ import annotations
+
+import torch
+
+from .._validation import check_choice, check_float, check_int, fail
+from ..sparsity import hard_threshold_blocks
+from .base import (
+    Algorithm,
+    ClientContext,
+    check_sparsity,
+    resolve_step_size,
+    weighted_mean,
+)
+
+
+class FederatedHardThresholding(Algorithm):
+    """Local SGD with hard thresholding at the server (and optionally after each local step).
+
+    Client i, from ``x_{t,0} = x_t``, for k = 0..K-1 on a mini-batch ``I_{t,k}``::
+
+        x_{t,k+1} = x_{t,k} - gamma * grad f_{I_{t,k}}(x_{t,k})            (Fed-HT, Alg. 1)
+        x_{t,k+1} = H_tau(x_{t,k} - gamma * grad f_{I_{t,k}}(x_{t,k}))     (FedIter-HT, Alg. 2)
+
+    Server: ``x_{t+1} = H_tau(sum_i p_i x_{t,K}^(i))`` with p_i renormalised over the
+    uploads that arrived. Distributed-IHT (Alg. A1) is Fed-HT with K = 1.
+    For softmax, H_tau acts on each class row (paper 000, A.2).
+    """
+
+    def __init__(self, name: str, *, sparsity: int, step_size, local_steps: int,
+                 batch_size: int | None, local_threshold: bool):
+        self.name = name
+        self.sparsity = check_int("sparsity", sparsity, minimum=1)
+        if step_size != "auto":
+            check_float("step_size", step_size, positive=True)
+        self.step_size = step_size
+        self.local_steps = check_int("local_steps", local_steps, minimum=1)
+        self.batch_size = check_int("batch_size", batch_size, minimum=1, allow_none=True)
+        self.local_threshold = local_threshold
+        # Thresholded local iterates are tau-sparse, so they travel as (index, value).
+        self.upload_encoding = "sparse" if local_threshold else "dense"
+        self._blocks = 1
+
+    def hyperparameters(self):
+        out = {"sparsity": self.sparsity, "step_size": self.step_size,
+               "local_steps": self.local_steps, "batch_size": self.batch_size}
+        if self.name == "distributed_iht":
+            del out["local_steps"]
+        return out
+
+    def check(self, problem, data):
+        super().check(problem, data)
+        check_sparsity(self.sparsity, problem, data)
+
+    def init(self, problem, data):
+        self.check(problem, data)
+        self._blocks = problem.blocks
+        state = super().init(problem, data)
+        # "auto" is resolved once, on the server, and sent to the clients with the model.
+        state["step_size"] = resolve_step_size(self.step_size, problem, data)
+        return state
+
+    def client_config(self, state):
+        return {"step_size": state["step_size"]}
+
+    def _threshold(self, x: torch.Tensor) -> torch.Tensor:
+        return hard_threshold_blocks(x, self.sparsity, self._blocks)
+
+    def client_update(self, payload: torch.Tensor, ctx: ClientContext):
+        gamma = ctx.config["step_size"]
+        x = payload.expand(ctx.size, -1).clone()
+        for k in range(self.local_steps):
+            X, y, w = ctx.batch(k, self.batch_size)
+            x = x - gamma * ctx.problem.grad(x, X, y, w)
+            if self.local_threshold:
+                x = self._threshold(x)
+        return x, None, {}
+
+    def aggregate(self, state, uploads, weights, delivered):
+        model = self._threshold(weighted_mean(uploads, weights, delivered))
+        return {**state, "model": model}
+
+
+def _build(name, sparsity, step_size, local_steps, batch_size, local_threshold):
+    if step_size != "auto" and isinstance(step_size, str):
+        raise fail("step_size", step_size, 'must be a positive number or "auto"')
+    return FederatedHardThresholding(name, sparsity=sparsity, step_size=step_size,
+                                     local_steps=local_steps, batch_size=batch_size,
+                                     local_threshold=local_threshold)
+
+
+def fed_ht(*, sparsity: int, step_size: float | str = "auto", local_steps: int = 5,
+           batch_size: int | None = None) -> FederatedHardThresholding:
+    """Fed-HT (paper 000, Algorithm 1): K local SGD steps, hard thresholding at the server.
+
+    ``x_{t+1} = H_tau(sum_i p_i x_{t,K}^(i))``, ``x_{t,k+1} = x_{t,k} - gamma g_{t,k}``.
+    Uploads are dense; the broadcast is tau-sparse.
+
+    Parameters
+    ----------
+    sparsity : tau, non-zeros kept (per class row for softmax).
+    step_size : gamma, or "auto" = 1 / max_i L_i.
+    local_steps : K.
+    batch_size : examples per local step and client; None = the full local data.
+    """
+    return _build("fed_ht", sparsity, step_size, local_steps, batch_size, False)
+
+
+def fed_iter_ht(*, sparsity: int, step_size: float | str = "auto", local_steps: int = 5,
+                batch_size: int | None = None) -> FederatedHardThresholding:
+    """FedIter-HT (paper 000, Algorithm 2): hard thresholding after every local step too.
+
+    ``x_{t,k+1} = H_tau(x_{t,k} - gamma g_{t,k})``, ``x_{t+1} = H_tau(sum_i p_i x_{t,K}^(i))``.
+    Uploads and broadcasts are tau-sparse. Parameters as :func:`fed_ht`.
+    """
+    return _build("fed_iter_ht", sparsity, step_size, local_steps, batch_size, True)
+
+
+def distributed_iht(*, sparsity: int, step_size: float | str = "auto",
+                    batch_size: int | None = None, local_steps: int = 1
+                    ) -> FederatedHardThresholding:
+    """Distributed-IHT (paper 000, Algorithm A1): one local step per round.
+
+    ``x_{t+1} = H_tau(sum_i p_i (x_t - gamma v_t^(i)))`` = Fed-HT with K = 1.
+    ``local_steps`` is accepted for a uniform interface and must be 1.
+    """
+    if local_steps != 1:
+        raise fail("local_steps", local_steps, "Distributed-IHT takes exactly one local step "
+                   "per round; use fed_ht for more")
+    check_choice("local_steps", local_steps, (1,))
+    return _build("distributed_iht", sparsity, step_size, 1, batch_size, False)

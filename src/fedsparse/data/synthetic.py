@@ -1,0 +1,148 @@
+"""Seeded synthetic federated data sets, exactly as SPEC.md section 2 pins them."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from .._validation import check_choice, check_float, check_int
+from .federated import FederatedDataset, from_arrays
+
+
+def _split(rng: np.random.Generator, x: np.ndarray, y: np.ndarray, test_fraction: float):
+    """Shuffle one client's examples and cut off a test part (at least one train example)."""
+    if test_fraction <= 0:
+        return x, y, None, None
+    n = x.shape[0]
+    order = rng.permutation(n)
+    n_test = min(int(round(test_fraction * n)), n - 1)
+    test, train = order[:n_test], order[n_test:]
+    return x[train], y[train], x[test], y[test]
+
+
+def _collect(parts, **kwargs) -> FederatedDataset:
+    xs, ys, txs, tys = zip(*parts, strict=True)
+    if txs[0] is None:
+        return from_arrays(list(xs), list(ys), **kwargs)
+    return from_arrays(list(xs), list(ys), test_xs=list(txs), test_ys=list(tys), **kwargs)
+
+
+def fedht_simulation(task: str = "regression", alpha: float = 0.5, beta: float = 0.5, *,
+                     num_clients: int = 100, samples_per_client: int = 100, dim: int = 1000,
+                     support_size: int = 100, mean: float = 0.1, positive_fraction: float = 0.1,
+                     test_fraction: float = 0.0, seed: int = 0,
+                     dtype: torch.dtype = torch.float32) -> FederatedDataset:
+    """Paper 000 (Tong et al. 2022) section 5.1, Simulation I (regression) and II (classification).
+
+    For client i: ``u_i ~ N(mean, alpha)``, ``B_i ~ N(0, beta)`` (alpha, beta standard
+    deviations); the local model ``x_i`` has its first ``support_size`` entries
+    ``~ N(u_i, 1)`` and zeros elsewhere; ``v_i[j] ~ N(B_i, 1)``; features
+    ``z_ij ~ N(v_i, Sigma)`` with ``Sigma_jj = j^-1.2``; noise ``b_ij ~ N(u_i, 1)``;
+    ``y_ij = z_ij . x_i + b_ij``. For classification the label is 1 for the
+    ``positive_fraction`` of the client's examples with the largest
+    ``sigmoid(z_ij . x_i + b_ij)`` and 0 otherwise (SPEC.md: the paper's "top 100 of
+    j in [1000]" with 100 examples per client becomes the top 10 %).
+
+    The local models differ, so there is no common ground truth.
+    """
+    task = check_choice("task", task, ("regression", "classification"))
+    alpha = check_float("alpha", alpha, nonnegative=True)
+    beta = check_float("beta", beta, nonnegative=True)
+    num_clients = check_int("num_clients", num_clients, minimum=1)
+    n = check_int("samples_per_client", samples_per_client, minimum=1)
+    dim = check_int("dim", dim, minimum=1)
+    support_size = check_int("support_size", support_size, minimum=1, maximum=dim)
+    check_float("positive_fraction", positive_fraction, positive=True, maximum=1.0)
+    rng = np.random.default_rng(seed)
+    sigma_sqrt = np.arange(1, dim + 1, dtype=np.float64) ** -0.6  # sqrt(j^-1.2)
+    parts = []
+    for _ in range(num_clients):
+        u = rng.normal(mean, alpha)
+        b_mean = rng.normal(0.0, beta)
+        x_local = np.zeros(dim)
+        x_local[:support_size] = rng.normal(u, 1.0, support_size)
+        v = rng.normal(b_mean, 1.0, dim)
+        z = v + rng.standard_normal((n, dim)) * sigma_sqrt
+        noise = rng.normal(u, 1.0, n)
+        y = z @ x_local + noise
+        if task == "classification":
+            # sigmoid is monotone, so the top scores are the top linear responses.
+            n_pos = max(1, int(round(positive_fraction * n)))
+            labels = np.zeros(n)
+            labels[np.argsort(-y, kind="stable")[:n_pos]] = 1.0
+            y = labels
+        parts.append(_split(rng, z, y, test_fraction))
+    name = f"fedht_simulation({task}, alpha={alpha}, beta={beta})"
+    return _collect(parts, dtype=dtype, name=name)
+
+
+def fedprox_synthetic(alpha: float = 0.5, beta: float = 0.5, *, num_clients: int = 30,
+                      dim: int = 60, num_classes: int = 10, size_scale: int = 1,
+                      test_fraction: float = 0.1, iid: bool = False, seed: int = 0,
+                      dtype: torch.dtype = torch.float32) -> FederatedDataset:
+    """FedProx's Synthetic(alpha, beta) (Li et al. 2020), as SPEC.md section 2 pins it.
+
+    ``u_k ~ N(0, alpha)`` is the mean of the entries of both ``W_k`` (d x C) and ``b_k``;
+    ``B_k ~ N(0, beta)``; ``v_k[j] ~ N(B_k, 1)``; ``x ~ N(v_k, Sigma)``,
+    ``Sigma_jj = j^-1.2``; ``y = argmax(x W_k + b_k)``. Client sizes
+    ``n_k = int(lognormal(4, 2)) + 50`` times ``size_scale`` (pFedMe uses 5).
+    alpha and beta are standard deviations. ``iid=True`` gives every client the same
+    W, b and v (FedProx's Synthetic-IID).
+    """
+    num_clients = check_int("num_clients", num_clients, minimum=1)
+    dim = check_int("dim", dim, minimum=1)
+    num_classes = check_int("num_classes", num_classes, minimum=2)
+    check_int("size_scale", size_scale, minimum=1)
+    alpha = check_float("alpha", alpha, nonnegative=True)
+    beta = check_float("beta", beta, nonnegative=True)
+    rng = np.random.default_rng(seed)
+    sizes = (rng.lognormal(4, 2, num_clients).astype(np.int64) + 50) * size_scale
+    sigma_sqrt = np.arange(1, dim + 1, dtype=np.float64) ** -0.6
+    shared = (rng.standard_normal((dim, num_classes)), rng.standard_normal(num_classes),
+              np.zeros(dim))
+    parts = []
+    for n in sizes:
+        if iid:
+            w, b, v = shared
+        else:
+            u = rng.normal(0.0, alpha)
+            w = rng.normal(u, 1.0, (dim, num_classes))
+            b = rng.normal(u, 1.0, num_classes)
+            v = rng.normal(rng.normal(0.0, beta), 1.0, dim)
+        x = v + rng.standard_normal((int(n), dim)) * sigma_sqrt
+        y = np.argmax(x @ w + b, axis=1).astype(np.float64)
+        parts.append(_split(rng, x, y, test_fraction))
+    return _collect(parts, dtype=dtype, name=f"fedprox_synthetic({alpha}, {beta})")
+
+
+def shifted_gaussian(num_clients: int = 50, samples_per_client: int = 100, dim: int = 1000,
+                     sparsity: int = 10, alpha: float = 1.0, exponent: float = 1.1,
+                     noise_std: float = 0.0, *, test_fraction: float = 0.0, seed: int = 0,
+                     dtype: torch.dtype = torch.float32) -> FederatedDataset:
+    """Paper 002 (Jeong et al. 2024) shifted-mean Gaussian sparse regression.
+
+    Client i (counted from 1) has ``A_i`` (n_i x d) with i.i.d. entries
+    ``N(mu_i, 1 / i^exponent)`` (a variance), ``mu_i ~ N(0, alpha)`` (alpha a variance:
+    std ``sqrt(alpha)``). A common ground truth ``x#`` is ``sparsity``-sparse on a random
+    support with its non-zeros uniform on the unit sphere of R^s; ``y_i = A_i x# + e_i``,
+    ``e_i ~ N(0, noise_std^2)``. The data set carries ``x#`` as ``ground_truth``.
+    """
+    num_clients = check_int("num_clients", num_clients, minimum=1)
+    n = check_int("samples_per_client", samples_per_client, minimum=1)
+    dim = check_int("dim", dim, minimum=1)
+    sparsity = check_int("sparsity", sparsity, minimum=1, maximum=dim)
+    alpha = check_float("alpha", alpha, nonnegative=True)
+    exponent = check_float("exponent", exponent)
+    noise_std = check_float("noise_std", noise_std, nonnegative=True)
+    rng = np.random.default_rng(seed)
+    truth = np.zeros(dim)
+    values = rng.standard_normal(sparsity)
+    truth[rng.choice(dim, sparsity, replace=False)] = values / np.linalg.norm(values)
+    parts = []
+    for i in range(1, num_clients + 1):
+        mu = rng.normal(0.0, np.sqrt(alpha))
+        a = mu + rng.standard_normal((n, dim)) * i ** (-exponent / 2)
+        y = a @ truth + noise_std * rng.standard_normal(n)
+        parts.append(_split(rng, a, y, test_fraction))
+    return _collect(parts, dtype=dtype, ground_truth=truth,
+                    name=f"shifted_gaussian(alpha={alpha}, exponent={exponent})")

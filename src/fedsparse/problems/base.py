@@ -1,0 +1,93 @@
+"""The Problem interface: a loss, its gradient and optional capabilities.
+
+Every method is batched over a leading client axis S and over (padded) examples:
+``X`` is (S, b, d), ``y`` is (S, b) and ``w`` is (S, b) example weights (1/n_i on a
+client's real or sampled examples, 0 on padding), so ``loss`` is each client's
+weighted mean loss. ``params`` is (S, P), one model per client, or (P,), one model
+shared by all.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .._validation import ConfigError
+from .. import rng as rng_mod
+
+
+class Problem:
+    """Base class of the learning problems (least squares, logistic, softmax)."""
+
+    name = "problem"
+    #: Rows the flat parameter vector is cut into for per-block sparsity (softmax: classes).
+    blocks = 1
+    #: What an algorithm may ask of this problem (checked by the builders).
+    capabilities: frozenset[str] = frozenset({"grad", "lipschitz"})
+    #: "regression" or "classification": decides which metrics are recorded.
+    task = "regression"
+
+    def param_dim(self, feature_dim: int) -> int:
+        """Length P of the flat parameter vector for ``feature_dim`` features."""
+        return feature_dim * self.blocks
+
+    def check_data(self, data) -> None:
+        """Raise a clear error if the data set does not fit this problem (e.g. label set)."""
+
+    def loss(self, params, X, y, w) -> torch.Tensor:  # pragma: no cover - interface
+        """(S,) weighted mean loss per client."""
+        raise NotImplementedError
+
+    def grad(self, params, X, y, w) -> torch.Tensor:  # pragma: no cover - interface
+        """(S, P) gradient of each client's loss."""
+        raise NotImplementedError
+
+    def accuracy(self, params, X, y, w) -> torch.Tensor | None:
+        """(S,) weighted accuracy per client, or None for regression."""
+        return None
+
+    def curvature_scale(self) -> float:
+        """Bound on the second derivative of the per-example loss in the linear score."""
+        return 1.0
+
+    def l2(self) -> float:
+        return 0.0
+
+    def lipschitz(self, X, w, iterations: int = 50) -> torch.Tensor:
+        """(S,) smoothness constants L_i of each client's loss, by power iteration.
+
+        ``L_i = curvature_scale * lambda_max(sum_j w_j z_j z_j^T) + l2``.
+        """
+        d = X.shape[-1]
+        start = rng_mod.uniform(rng_mod.INIT, torch.arange(d)).to(X.dtype) + 0.5
+        v = start.expand(X.shape[0], d).clone()
+        lam = torch.zeros(X.shape[0], dtype=X.dtype)
+        for _ in range(iterations):
+            mv = gram_times(X, w, v)
+            lam = torch.linalg.vector_norm(mv, dim=-1)
+            v = mv / lam.clamp(min=torch.finfo(X.dtype).tiny)[:, None]
+        return self.curvature_scale() * lam + self.l2()
+
+
+def scores(params: torch.Tensor, X: torch.Tensor) -> torch.Tensor:
+    """Linear scores ``X x``: (S, b) for params (S, d) or (d,)."""
+    if params.ndim == 1:
+        return X @ params
+    return torch.bmm(X, params.unsqueeze(-1)).squeeze(-1)
+
+
+def weighted_transpose(X: torch.Tensor, coef: torch.Tensor) -> torch.Tensor:
+    """``X^T coef`` per client: (S, d) from X (S, b, d) and coef (S, b)."""
+    return torch.bmm(coef.unsqueeze(1), X).squeeze(1)
+
+
+def gram_times(X: torch.Tensor, w: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """``X^T diag(w) X v`` per client, for v (S, d)."""
+    return weighted_transpose(X, w * scores(v, X))
+
+
+def check_labels(data, allowed: set, problem: str) -> None:
+    found = set(torch.unique(data.labels()).tolist())
+    if not found <= allowed:
+        bad = sorted(found - allowed)[:5]
+        raise ConfigError(f"labels {bad} are invalid for {problem}: labels must be in "
+                          f"{sorted(allowed)}")

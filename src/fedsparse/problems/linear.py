@@ -1,0 +1,140 @@
+"""Least squares, binary logistic and multinomial softmax regression (paper 000, A.2)."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from .._validation import check_float, check_int
+from .base import Problem, check_labels, scores, weighted_transpose
+
+
+def _per_client(params: torch.Tensor, S: int) -> torch.Tensor:
+    return params.expand(S, -1) if params.ndim == 1 else params
+
+
+class LeastSquares(Problem):
+    """``f_i(x) = 1/(2 n_i) ||A_i x - y_i||^2``.
+
+    Paper 000's appendix A.2 writes ``1/B ||Y - Zx||^2`` (no 1/2); the factor only
+    rescales the step size: a step ``gamma`` there is ``2 gamma`` here.
+    """
+
+    name = "least_squares"
+
+    def loss(self, params, X, y, w):
+        r = scores(params, X) - y
+        return 0.5 * (w * r * r).sum(-1)
+
+    def grad(self, params, X, y, w):
+        r = scores(params, X) - y
+        return weighted_transpose(X, w * r)
+
+
+class Logistic(Problem):
+    """``f_i(x) = 1/n_i sum_j [log(1 + exp(z_j.x)) - y01_j z_j.x] + (l2/2)||x||^2``.
+
+    Labels may be {0, 1} or {-1, 1} (``y > 0`` is the positive class).
+    Paper 000, appendix A.2, with the sign of its printed loss corrected.
+    """
+
+    name = "logistic"
+    task = "classification"
+
+    def __init__(self, l2: float = 0.0):
+        self._l2 = check_float("l2", l2, nonnegative=True)
+
+    def l2(self):
+        return self._l2
+
+    def curvature_scale(self):
+        return 0.25
+
+    def check_data(self, data):
+        found = set(torch.unique(data.labels()).tolist())
+        allowed = {-1.0, 1.0} if -1.0 in found else {0.0, 1.0}
+        check_labels(data, allowed, "logistic (labels in {0, 1} or {-1, 1})")
+
+    def loss(self, params, X, y, w):
+        z = scores(params, X)
+        loss = (w * (F.softplus(z) - (y > 0).to(z.dtype) * z)).sum(-1)
+        if self._l2:
+            loss = loss + 0.5 * self._l2 * (params * params).sum(-1)
+        return loss
+
+    def grad(self, params, X, y, w):
+        z = scores(params, X)
+        g = weighted_transpose(X, w * (torch.sigmoid(z) - (y > 0).to(z.dtype)))
+        if self._l2:
+            g = g + self._l2 * params
+        return g
+
+    def accuracy(self, params, X, y, w):
+        return (w * ((scores(params, X) > 0) == (y > 0)).to(X.dtype)).sum(-1)
+
+
+class Softmax(Problem):
+    """Multinomial softmax regression with per-class sparsity (paper 000, A.2).
+
+    ``f_i(x) = 1/n_i sum_j -log softmax(z_j^T x_r)_{y_j} + (l2/2) sum_r ||x_r||^2``.
+    The flat parameter vector holds the C class rows ``x_r`` (each of length d) one
+    after another, and hard thresholding acts on each row (``blocks = C``).
+    """
+
+    name = "softmax"
+    task = "classification"
+
+    def __init__(self, num_classes: int = 10, l2: float = 0.0):
+        self.blocks = check_int("num_classes", num_classes, minimum=2)
+        self._l2 = check_float("l2", l2, nonnegative=True)
+
+    def l2(self):
+        return self._l2
+
+    def curvature_scale(self):
+        # ||diag(p) - p p^T|| <= 1/2 for a probability vector p.
+        return 0.5
+
+    def check_data(self, data):
+        check_labels(data, {float(c) for c in range(self.blocks)},
+                     f"softmax with num_classes={self.blocks}")
+
+    def _logits(self, params, X):
+        W = _per_client(params, X.shape[0]).reshape(X.shape[0], self.blocks, -1)
+        return torch.bmm(X, W.transpose(1, 2))
+
+    def loss(self, params, X, y, w):
+        logits = self._logits(params, X)
+        nll = torch.logsumexp(logits, -1) - logits.gather(-1, y.long().unsqueeze(-1)).squeeze(-1)
+        loss = (w * nll).sum(-1)
+        if self._l2:
+            loss = loss + 0.5 * self._l2 * (params * params).sum(-1)
+        return loss
+
+    def grad(self, params, X, y, w):
+        logits = self._logits(params, X)
+        coef = torch.softmax(logits, -1)
+        coef.scatter_add_(-1, y.long().unsqueeze(-1), -torch.ones_like(y).unsqueeze(-1))
+        g = torch.bmm((coef * w.unsqueeze(-1)).transpose(1, 2), X).reshape(X.shape[0], -1)
+        if self._l2:
+            g = g + self._l2 * params
+        return g
+
+    def accuracy(self, params, X, y, w):
+        pred = self._logits(params, X).argmax(-1)
+        return (w * (pred == y.long()).to(X.dtype)).sum(-1)
+
+
+def least_squares() -> LeastSquares:
+    """Sparse linear regression, ``f_i(x) = 1/(2 n_i)||A_i x - y_i||^2``."""
+    return LeastSquares()
+
+
+def logistic(l2: float = 0.0) -> Logistic:
+    """Sparse binary logistic regression with optional ``(l2/2)||x||^2``."""
+    return Logistic(l2=l2)
+
+
+def softmax(num_classes: int = 10, l2: float = 0.0) -> Softmax:
+    """Sparse multinomial softmax regression, per-class sparsity."""
+    return Softmax(num_classes=num_classes, l2=l2)

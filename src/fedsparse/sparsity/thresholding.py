@@ -1,0 +1,86 @@
+"""Hard thresholding and the other proximal/projection operators (SPEC.md section 1)."""
+
+from __future__ import annotations
+
+import torch
+
+from .._validation import check_int, check_float
+
+
+def top_indices(x: torch.Tensor, k: int) -> torch.Tensor:
+    """Indices of the ``k`` largest ``|x|`` along the last axis, ties to the lower index.
+
+    Parameters
+    ----------
+    x : (..., d) tensor.
+    k : 0 <= k <= d.
+
+    Returns
+    -------
+    (..., k) int64 indices, ordered by decreasing magnitude.
+    """
+    # A stable descending sort keeps equal magnitudes in index order, which is exactly
+    # SPEC.md's tie rule (order on (-|x_j|, j)); torch.topk gives no such guarantee.
+    order = torch.sort(x.abs(), dim=-1, descending=True, stable=True).indices
+    return order[..., :k]
+
+
+def hard_threshold(x: torch.Tensor, k: int) -> torch.Tensor:
+    """H_k: keep exactly the ``k`` largest-magnitude entries along the last axis.
+
+    Ties are broken in favour of the lower index, so exactly ``k`` entries survive
+    (SPEC.md section 1). ``k >= d`` returns ``x`` unchanged. Batched over leading axes.
+
+    Parameters
+    ----------
+    x : (..., d) tensor.
+    k : number of entries kept per vector.
+
+    Returns
+    -------
+    (..., d) tensor with at most ``k`` non-zeros per vector (exactly ``k`` kept positions).
+    """
+    k = check_int("k", k, minimum=0)
+    d = x.shape[-1]
+    if k >= d:
+        return x
+    if k == 0:
+        return torch.zeros_like(x)
+    keep = top_indices(x, k)
+    out = torch.zeros_like(x)
+    return out.scatter_(-1, keep, torch.gather(x, -1, keep))
+
+
+def hard_threshold_blocks(x: torch.Tensor, k: int, blocks: int) -> torch.Tensor:
+    """H_k applied to each of ``blocks`` equal rows of the flat vector (softmax class rows).
+
+    Paper 000 appendix A.2 constrains ``||x_r||_0 <= tau`` for every class row ``r``.
+
+    Parameters
+    ----------
+    x : (..., blocks * m) tensor.
+    """
+    if blocks == 1:
+        return hard_threshold(x, k)
+    shape = x.shape
+    return hard_threshold(x.reshape(*shape[:-1], blocks, -1), k).reshape(shape)
+
+
+def project_l2_ball(u: torch.Tensor, radius: float) -> torch.Tensor:
+    """Pi_R(u) = u if ||u|| <= R else R u / ||u||, batched over leading axes."""
+    radius = check_float("radius", radius, positive=True)
+    norm = torch.linalg.vector_norm(u, dim=-1, keepdim=True)
+    scale = torch.clamp(radius / torch.clamp(norm, min=torch.finfo(u.dtype).tiny), max=1.0)
+    return u * scale
+
+
+def smooth_l1(x: torch.Tensor, rho: float) -> torch.Tensor:
+    """phi_rho(x) = rho * sum_j log cosh(x_j / rho), computed stably, summed over the last axis."""
+    z = (x / rho).abs()
+    return rho * (z + torch.log1p(torch.exp(-2.0 * z)) - torch.log(torch.tensor(2.0, dtype=x.dtype))
+                  ).sum(-1)
+
+
+def smooth_l1_grad(x: torch.Tensor, rho: float) -> torch.Tensor:
+    """Gradient of phi_rho: tanh(x / rho)."""
+    return torch.tanh(x / rho)
