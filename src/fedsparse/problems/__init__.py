@@ -3,5 +3,8 @@
 from .base import Problem
 from .linear import LeastSquares, Logistic, Softmax, least_squares, logistic, softmax
 
-__all__ = ["LeastSquares", "Logistic", "Problem", "Softmax", "least_squares", "logistic",
+#: Builders by name, as used in experiment configs (``problem.kind``).
+REGISTRY = {"least_squares": least_squares, "logistic": logistic, "softmax": softmax}
+
+__all__ = ["REGISTRY", "LeastSquares", "Logistic", "Problem", "Softmax", "least_squares", "logistic",
            "softmax"]
