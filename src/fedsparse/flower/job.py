@@ -1,0 +1,354 @@
+"""A fedsparse job as Flower sees it: the run config, and the data on each node.
+
+A *job* is one fedsparse run, written like a run of an experiment config::
+
+    rounds = 20
+    seed = 0
+    clients_per_round = 10            # optional, default all
+    dtype = "float32"                 # or "float64"
+    [data]                            # kind = a generator + its arguments, or "node"
+    kind = "fedht_simulation"
+    num_clients = 100
+    [problem]
+    kind = "least_squares"
+    [algorithm]
+    kind = "fed_iter_ht"
+    sparsity = 10
+    [flower]                          # optional; Flower-only settings (defaults below)
+    round_timeout = 120.0             # seconds to wait for the replies of a round
+    wait_timeout = 120.0              # seconds to wait for nodes at the start
+    min_nodes = 0                     # nodes to wait for (0 = one per client)
+    evaluate_every = 0                # evaluate on the nodes every k rounds (0 = at the end)
+    out_dir = ""                      # where the ServerApp saves history + model ("" = nowhere)
+
+Flower carries it as the app's run config (nested tables flattened to dotted keys,
+``algorithm.sparsity``), so ``flwr run --run-config 'algorithm.sparsity=5'`` overrides
+single values.
+
+Data on a node comes from its node config: ``partition-id`` (the fedsparse client
+id, 0-based) and ``num-partitions`` select a row of the job's seeded generator (every
+node regenerates the same federated data set and keeps its own row), or
+``data-path`` names an ``.npz`` file on that node with arrays ``X`` (n, d) and ``y``
+(n,) (optionally ``X_test``, ``y_test``); then ``data.kind = "node"`` and
+``data.num_clients`` gives the number of clients.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+import json
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from .._validation import ConfigError, check_choice, check_float, check_int, fail
+from ..data.federated import ClientSplit, FederatedDataset, from_arrays
+
+DTYPES = {"float32": torch.float32, "float64": torch.float64}
+#: ``data.kind`` meaning "each node brings its own file" (node config ``data-path``).
+NODE_DATA = "node"
+FLOWER_DEFAULTS: dict[str, Any] = {"round_timeout": 120.0, "wait_timeout": 120.0,
+                                   "min_nodes": 0, "evaluate_every": 0, "out_dir": ""}
+_TOP_KEYS = {"rounds", "seed", "clients_per_round", "dtype", "data", "problem", "algorithm",
+             "flower", "label", "panel", "channel", "checkpoint_every", "slug"}
+
+
+def generators() -> dict:
+    """Data generators by name (``fedsparse.data.GENERATORS`` when the package has it)."""
+    from .. import data as data_mod
+
+    found = getattr(data_mod, "GENERATORS", None)
+    if found:
+        return dict(found)
+    return {name: getattr(data_mod, name) for name in
+            ("fedht_simulation", "fedprox_synthetic", "shifted_gaussian")}
+
+
+def _registry(module: str) -> dict:
+    if module == "problems":
+        from ..problems import REGISTRY
+    else:
+        from ..algorithms import REGISTRY
+    return REGISTRY
+
+
+@dataclass
+class Job:
+    """A validated fedsparse job (see the module docstring for the fields)."""
+
+    rounds: int
+    seed: int
+    data: dict
+    problem: dict
+    algorithm: dict
+    clients_per_round: int | None = None
+    dtype: str = "float32"
+    flower: dict = field(default_factory=lambda: dict(FLOWER_DEFAULTS))
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        return DTYPES[self.dtype]
+
+    @property
+    def num_clients(self) -> int:
+        """N: ``data.num_clients``, or the generator's default."""
+        if "num_clients" in self.data:
+            return int(self.data["num_clients"])
+        fn = generators()[self.data["kind"]]
+        default = inspect.signature(fn).parameters.get("num_clients")
+        if default is None or default.default is inspect.Parameter.empty:
+            raise ConfigError(f"data.num_clients is needed for data.kind={self.data['kind']!r}")
+        return int(default.default)
+
+    def build_problem(self):
+        kind = self.problem["kind"]
+        return _registry("problems")[kind](**_kwargs(self.problem))
+
+    def build_algorithm(self):
+        kind = self.algorithm["kind"]
+        try:
+            return _registry("algorithms")[kind](**_kwargs(self.algorithm))
+        except TypeError as exc:
+            raise ConfigError(f"algorithm {kind!r}: {exc}") from None
+
+    def build_data(self) -> FederatedDataset:
+        """The whole federated data set of a generator job (what the simulator uses)."""
+        if self.data["kind"] == NODE_DATA:
+            raise ConfigError('data.kind="node": the data lives on the nodes '
+                              "(node config data-path); there is no data set to generate")
+        return _generate(_freeze(self.data), self.dtype)
+
+    def to_dict(self) -> dict:
+        out = {"rounds": self.rounds, "seed": self.seed, "dtype": self.dtype,
+               "data": dict(self.data), "problem": dict(self.problem),
+               "algorithm": dict(self.algorithm), "flower": dict(self.flower)}
+        if self.clients_per_round is not None:
+            out["clients_per_round"] = self.clients_per_round
+        return out
+
+
+def _kwargs(table: dict) -> dict:
+    return {k: v for k, v in table.items() if k != "kind"}
+
+
+def _freeze(spec: dict) -> str:
+    return json.dumps(spec, sort_keys=True)
+
+
+@lru_cache(maxsize=2)
+def _generate(spec_json: str, dtype: str) -> FederatedDataset:
+    # Cached: a node (or a Ray actor hosting many virtual nodes) generates the data once.
+    spec = json.loads(spec_json)
+    return generators()[spec["kind"]](**_kwargs(spec), dtype=DTYPES[dtype])
+
+
+def _unflatten(flat: dict) -> dict:
+    out: dict = {}
+    for key, value in flat.items():
+        node = out
+        parts = key.split(".")
+        for p in parts[:-1]:
+            node = node.setdefault(p, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"run config key {key!r} clashes with the scalar {p!r}")
+        node[parts[-1]] = value
+    return out
+
+
+def _deep_merge(base: dict, override: dict) -> dict:
+    out = copy.deepcopy(base)
+    for k, v in override.items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = _deep_merge(out[k], v)
+        else:
+            out[k] = copy.deepcopy(v)
+    return out
+
+
+def job_from_config(config: dict, run: str | int | None = None) -> Job:
+    """Build a :class:`Job` from a job dict, an experiment config or a Flower run config.
+
+    Parameters
+    ----------
+    config : one of
+        * a job: ``{"rounds": .., "data": {...}, "problem": {...}, "algorithm": {...}}``;
+        * an experiment config with ``[defaults]`` and ``[[runs]]`` (see
+          :mod:`fedsparse.experiments.config`); ``run`` picks the run;
+        * a flat Flower run config with dotted keys (``"algorithm.sparsity": 10``).
+    run : label or 0-based index of the run of an experiment config (default the first).
+    """
+    if not isinstance(config, dict):
+        raise fail("config", type(config).__name__, "must be a dict (a parsed TOML table)")
+    if any("." in k for k in config):
+        config = _deep_merge(config, _unflatten({k: v for k, v in config.items() if "." in k}))
+        config = {k: v for k, v in config.items() if "." not in k}
+    if "runs" in config:
+        runs = config["runs"]
+        if not runs:
+            raise ConfigError("the experiment config has no [[runs]] entry")
+        if run is None:
+            index = 0
+        elif isinstance(run, int):
+            index = check_int("run", run, minimum=0, maximum=len(runs) - 1)
+        else:
+            labels = [r.get("label", r.get("algorithm", {}).get("kind")) for r in runs]
+            index = labels.index(check_choice("run", run, labels))
+        config = _deep_merge(config.get("defaults", {}), runs[index])
+    elif run is not None:
+        raise fail("run", run, "is only allowed for an experiment config with [[runs]]")
+    unknown = set(config) - _TOP_KEYS
+    if unknown:
+        raise ConfigError(f"unknown job keys {sorted(unknown)}; allowed: {sorted(_TOP_KEYS)}")
+    for table in ("data", "problem", "algorithm"):
+        if not isinstance(config.get(table), dict) or "kind" not in config[table]:
+            raise ConfigError(f"the job needs a [{table}] table with a kind")
+    if config.get("channel") and config["channel"].get("kind", "perfect") != "perfect":
+        raise fail("channel.kind", config["channel"]["kind"],
+                   "cannot run on Flower: the network is the channel there; remove it")
+    data_kind = config["data"]["kind"]
+    check_choice("data.kind", data_kind, [*generators(), NODE_DATA])
+    if data_kind == NODE_DATA and "num_clients" not in config["data"]:
+        raise ConfigError('data.kind="node" needs data.num_clients, the number of clients')
+    check_choice("problem.kind", config["problem"]["kind"], _registry("problems"))
+    check_choice("algorithm.kind", config["algorithm"]["kind"], _registry("algorithms"))
+    flower = dict(FLOWER_DEFAULTS)
+    extra = set(config.get("flower", {})) - set(FLOWER_DEFAULTS)
+    if extra:
+        raise ConfigError(f"unknown [flower] keys {sorted(extra)}; allowed: "
+                          f"{sorted(FLOWER_DEFAULTS)}")
+    flower.update(config.get("flower", {}))
+    check_float("flower.round_timeout", flower["round_timeout"], positive=True)
+    check_float("flower.wait_timeout", flower["wait_timeout"], nonnegative=True)
+    check_int("flower.min_nodes", flower["min_nodes"], minimum=0)
+    check_int("flower.evaluate_every", flower["evaluate_every"], minimum=0)
+    cpr = config.get("clients_per_round")
+    cpr = None if cpr in (None, 0) else check_int("clients_per_round", cpr, minimum=1)
+    job = Job(rounds=check_int("rounds", config.get("rounds", 100), minimum=1),
+              seed=check_int("seed", config.get("seed", 0), minimum=0),
+              data=dict(config["data"]), problem=dict(config["problem"]),
+              algorithm=dict(config["algorithm"]), clients_per_round=cpr,
+              dtype=check_choice("dtype", config.get("dtype", "float32"), DTYPES),
+              flower=flower)
+    if cpr is not None and cpr > job.num_clients:
+        raise fail("clients_per_round", cpr, f"must be at most the number of clients "
+                   f"{job.num_clients}")
+    job.build_problem()
+    job.build_algorithm()  # fail here, with the builder's message, not on a node
+    return job
+
+
+def job_to_run_config(job: Job) -> dict:
+    """The nested run config of a job (for ``[tool.flwr.app.config]``)."""
+    out = job.to_dict()
+    for table in ("data", "problem", "algorithm"):
+        nulls = [k for k, v in out[table].items() if v is None]
+        for k in nulls:  # TOML has no null; a missing key means the builder's default
+            del out[table][k]
+    return out
+
+
+def flatten(config: dict, prefix: str = "") -> dict:
+    """Nested dict -> dotted keys, as Flower flattens ``[tool.flwr.app.config]``."""
+    out = {}
+    for k, v in config.items():
+        key = f"{prefix}.{k}" if prefix else k
+        if isinstance(v, dict):
+            out.update(flatten(v, key))
+        else:
+            out[key] = v
+    return out
+
+
+@dataclass
+class NodeData:
+    """What a node trains on: its client id and its local split."""
+
+    partition_id: int
+    num_partitions: int
+    train: ClientSplit
+    test: ClientSplit | None
+    weight: float
+    source: str
+
+
+def _node_int(node_config: dict, key: str) -> int | None:
+    if key not in node_config:
+        return None
+    value = node_config[key]
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise fail(f"node config {key}", value, "must be an integer") from None
+
+
+def load_node_data(job: Job, node_config: dict) -> NodeData:
+    """The local data of one node (see the module docstring).
+
+    Raises
+    ------
+    ConfigError
+        naming the node config key that is missing or inconsistent with the job.
+    """
+    pid = _node_int(node_config, "partition-id")
+    num = _node_int(node_config, "num-partitions")
+    N = job.num_clients
+    if pid is None:
+        raise ConfigError("node config partition-id is missing: every node needs its client "
+                          f"id (0..{N - 1}), e.g. --node-config 'partition-id=0 "
+                          f"num-partitions={N}'")
+    if num is not None and num != N:
+        raise fail("node config num-partitions", num, f"must equal the job's number of "
+                   f"clients {N} (data.num_clients)")
+    if not 0 <= pid < N:
+        raise fail("node config partition-id", pid, f"must be in 0..{N - 1}")
+    path = node_config.get("data-path")
+    if path:
+        train, test = _load_npz(Path(str(path)), job.torch_dtype)
+        return NodeData(pid, N, train, test, float(int(train.counts[0])), f"file {path}")
+    if job.data["kind"] == NODE_DATA:
+        raise ConfigError('data.kind="node" but this node has no data-path in its node '
+                          "config; start it with --node-config 'data-path=\"/path/data.npz\" "
+                          "partition-id=..'")
+    data = job.build_data()
+    if data.num_clients != N:
+        raise fail("data.num_clients", data.num_clients, f"does not match {N}")
+    one = torch.tensor([pid])
+    test = None if data.test is None else data.test.select(one)
+    return NodeData(pid, N, data.train.select(one), test, float(data.weights[pid]),
+                    f"{job.data['kind']} partition {pid}/{N}")
+
+
+def _load_npz(path: Path, dtype: torch.dtype) -> tuple[ClientSplit, ClientSplit | None]:
+    if not path.exists():
+        raise fail("node config data-path", str(path), "does not exist on this node")
+    try:
+        with np.load(path, allow_pickle=False) as f:
+            arrays = {k: f[k] for k in f.files}
+    except Exception as exc:  # noqa: BLE001 - any unreadable file gets the same message
+        raise ConfigError(f"data-path {str(path)!r} is not a readable .npz file: {exc}") from None
+    missing = {"X", "y"} - set(arrays)
+    if missing:
+        raise fail("data-path arrays", sorted(arrays), f"must contain X and y (missing "
+                   f"{sorted(missing)})")
+    test_x, test_y = arrays.get("X_test"), arrays.get("y_test")
+    fd = from_arrays([arrays["X"]], [arrays["y"]],
+                     test_xs=None if test_x is None else [test_x],
+                     test_ys=None if test_y is None else [test_y], dtype=dtype)
+    return fd.train, fd.test
+
+
+def server_view(dim: int, dtype: torch.dtype, weights: torch.Tensor) -> FederatedDataset:
+    """A data-free stand-in for the federated data set, for ``algorithm.init`` on the server.
+
+    It has the right number of clients, feature dimension, dtype and client weights,
+    but one all-zero example per client: the server never sees client data.
+    """
+    N = int(weights.shape[0])
+    split = ClientSplit(torch.zeros(N, 1, dim, dtype=dtype), torch.zeros(N, 1, dtype=dtype),
+                        torch.ones(N, dtype=torch.int64))
+    return FederatedDataset(train=split, weights=weights, name="flower-server-view")

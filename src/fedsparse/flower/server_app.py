@@ -1,0 +1,294 @@
+"""The Flower ServerApp: any fedsparse Algorithm, round by round, over Flower's grid.
+
+One run:
+
+1. wait for the nodes (``flower.min_nodes``, default one per client, at most
+   ``flower.wait_timeout`` seconds), then a ``query`` handshake maps Flower's random
+   node ids to fedsparse client ids (node config ``partition-id``) and collects each
+   client's weight, size, feature dimension and smoothness constant;
+2. ``algorithm.init`` on a data-free stand-in of the data set (right N, dimension,
+   dtype and weights); ``step_size="auto"`` is resolved from the reported L_i;
+3. each round: clients sampled with :func:`fedsparse.simulate.sample_clients` (seeded,
+   the same as the simulator), one ``train`` message per sampled client with the
+   encoded broadcast and ``algorithm.client_config(state)``; replies within
+   ``flower.round_timeout`` seconds and without error are the delivered uploads,
+   the rest (error replies, timeouts, clients with no node) are not delivered;
+   ``algorithm.aggregate`` gets the ``delivered`` mask; a round with no delivered
+   upload warns and keeps the model;
+4. the history (bytes up/down per round, delivered counts, evaluation on the nodes
+   every ``flower.evaluate_every`` rounds and at the end) is saved to
+   ``flower.out_dir`` if set.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+import warnings
+from collections.abc import Callable
+from logging import INFO, WARNING
+from pathlib import Path
+
+import torch
+from flwr.app import ConfigRecord, Context, Message, MessageType, RecordDict
+from flwr.common.logger import log
+from flwr.serverapp import Grid, ServerApp
+
+from .._validation import ConfigError
+from ..history import History
+from ..simulate import sample_clients
+from . import codec
+from .job import Job, job_from_config, server_view
+
+
+class FlowerRunError(RuntimeError):
+    """The run could not start (no nodes, inconsistent nodes); the message says why."""
+
+
+def _now() -> float:
+    return time.monotonic()
+
+
+def _wait_for_nodes(grid: Grid, needed: int, timeout: float) -> list[int]:
+    deadline = _now() + timeout
+    nodes = sorted(grid.get_node_ids())
+    while len(nodes) < needed and _now() < deadline:
+        time.sleep(0.5)
+        nodes = sorted(grid.get_node_ids())
+    return nodes
+
+
+def _handshake(grid: Grid, nodes: list[int], timeout: float, job: Job) -> dict[int, dict]:
+    """Query ``nodes``; return {partition id: node info incl. ``node_id``}."""
+    if not nodes:
+        return {}
+    msgs = [Message(RecordDict({"fedsparse": ConfigRecord({"seed": job.seed})}), node,
+                    MessageType.QUERY, group_id="handshake") for node in nodes]
+    table: dict[int, dict] = {}
+    for reply in grid.send_and_receive(msgs, timeout=timeout):
+        node = reply.metadata.src_node_id
+        if reply.has_error():
+            log(WARNING, "fedsparse: node %s failed the handshake: %s", node,
+                reply.error.reason)
+            continue
+        info = dict(reply.content["node"])
+        info["node_id"] = node
+        pid = int(info["partition_id"])
+        if pid in table and table[pid]["node_id"] != node:
+            raise FlowerRunError(f"nodes {table[pid]['node_id']} and {node} both hold "
+                                 f"partition-id={pid}; give every node its own partition-id")
+        if int(info["num_partitions"]) != job.num_clients:
+            raise FlowerRunError(f"node {node} has num-partitions={info['num_partitions']}, "
+                                 f"but the job has {job.num_clients} clients")
+        table[pid] = info
+    return table
+
+
+def run_on_grid(grid: Grid, job: Job, *, callback: Callable | None = None) -> History:
+    """Run ``job`` over ``grid``; return its :class:`~fedsparse.History`.
+
+    Parameters
+    ----------
+    grid : Flower's grid (deployment or simulation runtime).
+    job : the validated job.
+    callback : called as ``callback(record, state)`` after every round.
+    """
+    fl = job.flower
+    problem = job.build_problem()
+    algorithm = job.build_algorithm()
+    N = job.num_clients
+    needed = int(fl["min_nodes"]) or N
+    nodes = _wait_for_nodes(grid, needed, float(fl["wait_timeout"]))
+    log(INFO, "fedsparse: %d node(s) connected, %d client(s) in the job", len(nodes), N)
+    table = _handshake(grid, nodes, float(fl["round_timeout"]), job)
+    if not table:
+        raise FlowerRunError(f"no node answered the handshake within "
+                             f"{fl['round_timeout']} s ({len(nodes)} connected)")
+    missing = sorted(set(range(N)) - set(table))
+    if missing:
+        log(WARNING, "fedsparse: no node holds clients %s%s; their uploads never arrive",
+            missing[:10], " ..." if len(missing) > 10 else "")
+    dims = {int(i["dim"]) for i in table.values()}
+    if len(dims) != 1:
+        raise FlowerRunError(f"the nodes' data have different feature dimensions {sorted(dims)}")
+    dim, dtype = dims.pop(), job.torch_dtype
+    # Clients without a node get weight 0: they are never delivered, so the renormalised
+    # mean over delivered uploads does not use it.
+    weights = torch.zeros(N, dtype=torch.float64)
+    for pid, info in table.items():
+        weights[pid] = float(info["weight"])
+    if getattr(algorithm, "step_size", None) == "auto":
+        if "lipschitz" not in problem.capabilities:
+            raise ConfigError(f'step_size="auto" needs a Lipschitz estimate, which '
+                              f"{problem.name} does not provide")
+        # The same float arithmetic as resolve_step_size on the full data (1 / max L_i
+        # in the data dtype): only the power iteration's round-off may differ.
+        L = torch.tensor([float(i["lipschitz"]) for i in table.values()], dtype=dtype)
+        algorithm = copy.copy(algorithm)
+        algorithm.step_size = float(1.0 / L.max())
+    view = server_view(dim, dtype, weights)
+    state = algorithm.init(problem, view)
+
+    history = History(config={"algorithm": repr(algorithm), "problem": problem.name,
+                              "data": repr(job.data), "seed": job.seed,
+                              "clients_per_round": job.clients_per_round, "rounds": job.rounds,
+                              "runtime": "flower", "nodes": len(table)})
+    history.initial = {"round": 0, "bytes_up": 0, "bytes_down": 0, "bytes_up_total": 0,
+                       "bytes_down_total": 0, "bytes_total": 0, "clients_sampled": 0,
+                       "delivered": 0, "seconds": 0.0, "elapsed": 0.0}
+    up_total = down_total = 0
+    elapsed = 0.0
+    for t in range(job.rounds):
+        tic = time.perf_counter()
+        nodes_now = set(grid.get_node_ids())
+        known = {info["node_id"] for info in table.values()}
+        if nodes_now - known:  # nodes that joined (or rejoined with a new id) since
+            table.update(_handshake(grid, sorted(nodes_now - known),
+                                    float(fl["round_timeout"]), job))
+        clients = sample_clients(job.seed, t, N, job.clients_per_round)
+        payload = algorithm.broadcast(state)
+        config = algorithm.client_config(state)
+        node_of = {pid: table[pid]["node_id"] for pid in clients.tolist() if pid in table}
+        msgs, bytes_down = [], 0
+        for pid, node in node_of.items():
+            content = RecordDict()
+            bytes_down += codec.put(content, "payload", payload, algorithm.broadcast_encoding)
+            _put_config(content, config)
+            content["fedsparse"] = ConfigRecord({
+                "round": t, "partition_id": pid, "upload_encoding": algorithm.upload_encoding})
+            msgs.append(Message(content, node, MessageType.TRAIN, group_id=str(t + 1)))
+        row_of_node = {node: row for row, pid in enumerate(clients.tolist())
+                       if (node := node_of.get(pid)) is not None}
+        S = int(clients.shape[0])
+        uploads = None
+        delivered = torch.zeros(S, dtype=torch.bool)
+        bytes_up, infos = 0, []
+        replies = grid.send_and_receive(msgs, timeout=float(fl["round_timeout"])) if msgs else []
+        for reply in replies:
+            node = reply.metadata.src_node_id
+            row = row_of_node.get(node)
+            if row is None:
+                continue
+            if reply.has_error():
+                log(WARNING, "fedsparse: round %d: client %d (node %s) failed: %s", t + 1,
+                    int(clients[row]), node, reply.error.reason)
+                continue
+            up, nbytes = codec.get(reply.content, "upload")
+            if uploads is None:
+                uploads = torch.zeros(S, *up.shape, dtype=up.dtype)
+            uploads[row] = up
+            delivered[row] = True
+            bytes_up += nbytes
+            if "metrics" in reply.content:
+                infos.append(dict(reply.content["metrics"]))
+        if delivered.any():
+            state = algorithm.aggregate(state, uploads, weights[clients], delivered)
+        else:
+            message = (f"round {t + 1}: no upload was delivered ({len(msgs)} sent, "
+                       f"{S} sampled); the model is kept")
+            warnings.warn(message, RuntimeWarning, stacklevel=2)
+            log(WARNING, "fedsparse: %s", message)
+        seconds = time.perf_counter() - tic
+        up_total, down_total, elapsed = up_total + bytes_up, down_total + bytes_down, \
+            elapsed + seconds
+        record = {"round": t + 1, "bytes_up": bytes_up, "bytes_down": bytes_down,
+                  "bytes_up_total": up_total, "bytes_down_total": down_total,
+                  "bytes_total": up_total + down_total, "clients_sampled": S,
+                  "delivered": int(delivered.sum()), "seconds": seconds, "elapsed": elapsed}
+        for k in sorted({k for i in infos for k in i} - {"num-examples"}):
+            vals = [float(i[k]) for i in infos if k in i]
+            record[k] = sum(vals) / len(vals)
+        every = int(fl["evaluate_every"])
+        if t + 1 == job.rounds or (every and (t + 1) % every == 0):
+            record.update(_evaluate(grid, table, algorithm.model(state), t))
+        model = algorithm.model(state)
+        record["nnz"] = int((model != 0).sum())
+        record["density"] = record["nnz"] / model.numel()
+        history.records.append(record)
+        log(INFO, "fedsparse: round %d/%d: %d/%d delivered, %d B up, %d B down", t + 1,
+            job.rounds, record["delivered"], S, bytes_up, bytes_down)
+        if callback is not None:
+            callback(record, state)
+    history.model = algorithm.model(state)
+    return history
+
+
+def _put_config(content: RecordDict, config: dict) -> None:
+    scalars, arrays = {}, {}
+    for k, v in config.items():
+        if isinstance(v, torch.Tensor):
+            arrays[k] = v
+        elif isinstance(v, (bool, int, float, str, bytes)):
+            scalars[k] = v
+        else:
+            raise ConfigError(f"client_config[{k!r}] has type {type(v).__name__}; Flower can "
+                              "carry numbers, strings, bytes and tensors")
+    content["config"] = ConfigRecord(scalars)
+    if arrays:
+        from flwr.app import Array, ArrayRecord
+
+        content["config.arrays"] = ArrayRecord(
+            {k: Array(v.detach().cpu().contiguous().numpy()) for k, v in arrays.items()})
+
+
+def _evaluate(grid: Grid, table: dict, model: torch.Tensor, t: int) -> dict:
+    """Objective (and accuracy) of ``model`` over the nodes that reply: sum_i p_i f_i(x)
+    with the weights renormalised over them, like the simulator's evaluation."""
+    content = RecordDict()
+    codec.put(content, "model", model, "auto")
+    msgs = [Message(copy.deepcopy(content) if i else content, info["node_id"],
+                    MessageType.EVALUATE, group_id=f"eval-{t + 1}")
+            for i, info in enumerate(table.values())]
+    rows = [dict(r.content["metrics"]) for r in grid.send_and_receive(msgs, timeout=120.0)
+            if not r.has_error()]
+    out: dict = {"evaluated_clients": len(rows)}
+    if not rows:
+        return out
+    for prefix, weight_key in (("", "weight"), ("test_", "test-examples")):
+        have = [r for r in rows if f"{prefix}objective" in r]
+        if not have:
+            continue
+        w = torch.tensor([float(r[weight_key]) for r in have], dtype=torch.float64)
+        w = w / w.sum()
+        out[f"{prefix}objective"] = float(w @ torch.tensor(
+            [float(r[f"{prefix}objective"]) for r in have], dtype=torch.float64))
+        if all(f"{prefix}accuracy" in r for r in have):
+            out[f"{prefix}accuracy"] = float(w @ torch.tensor(
+                [float(r[f"{prefix}accuracy"]) for r in have], dtype=torch.float64))
+    return out
+
+
+def make_server_app(job: Job | None = None, *, callback: Callable | None = None,
+                    on_finish: Callable[[History], None] | None = None) -> ServerApp:
+    """A ServerApp that runs a fedsparse job.
+
+    Parameters
+    ----------
+    job : the job to run when the run config is empty (the Python simulation API);
+        under ``flwr run`` the job comes from the app's run config.
+    callback : ``callback(record, state)`` after every round.
+    on_finish : called with the final :class:`~fedsparse.History`.
+    """
+    app = ServerApp()
+
+    @app.main()
+    def main(grid: Grid, context: Context) -> None:
+        run_config = dict(context.run_config)
+        the_job = job_from_config(run_config) if run_config else job
+        if the_job is None:
+            raise ConfigError("this ServerApp has no fedsparse job: the run config is empty "
+                              "and make_server_app() was given none")
+        history = run_on_grid(grid, the_job, callback=callback)
+        out_dir = the_job.flower.get("out_dir")
+        if out_dir:
+            history.save(Path(out_dir))
+            log(INFO, "fedsparse: history and model saved to %s", out_dir)
+        if on_finish is not None:
+            on_finish(history)
+
+    return app
+
+
+#: The ServerApp ``flwr run`` loads (``fedsparse.flower.server_app:app``); its job comes
+#: from the run config.
+app = make_server_app()
