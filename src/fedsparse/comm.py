@@ -23,7 +23,8 @@ def index_bytes(length: int) -> int:
     return 8
 
 
-def payload_bytes(x: torch.Tensor, encoding: str, *, value_bytes: int | None = None) -> torch.Tensor:
+def payload_bytes(x: torch.Tensor, encoding: str, *,
+                  value_bytes: int | None = None) -> torch.Tensor:
     """Size in bytes of each vector along the last axis under ``encoding``.
 
     Parameters

@@ -174,7 +174,8 @@ def simulate(algorithm: Algorithm, problem: Problem, data: FederatedDataset, *, 
                 "initial": history.initial, "fingerprint": fingerprint})
 
     last = history.records[-1] if history.records else history.initial
-    up_total, down_total, elapsed = last["bytes_up_total"], last["bytes_down_total"], last["elapsed"]
+    up_total, down_total = last["bytes_up_total"], last["bytes_down_total"]
+    elapsed = last["elapsed"]
     bar = tqdm(total=rounds, initial=start, disable=False if progress else
                (True if progress is False else None), desc=algorithm.name, leave=False)
     for t in range(start, rounds):

@@ -85,7 +85,7 @@ class ClientContext:
         return X, y, w
 
     def random(self, *counters) -> torch.Tensor:
-        """Uniform numbers for algorithm-specific draws, keyed by (seed, round, client, counters)."""
+        """Uniforms for algorithm-specific draws, keyed by (seed, round, client, counters)."""
         return rng.uniform(self.seed, rng.ALGORITHM, self.round, self.clients, *counters)
 
 

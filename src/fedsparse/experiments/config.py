@@ -29,9 +29,9 @@ from __future__ import annotations
 
 import copy
 import re
-import tomllib
 from pathlib import Path
 
+import tomllib
 import torch
 
 from .._validation import ConfigError, check_choice

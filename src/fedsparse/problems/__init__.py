@@ -6,5 +6,6 @@ from .linear import LeastSquares, Logistic, Softmax, least_squares, logistic, so
 #: Builders by name, as used in experiment configs (``problem.kind``).
 REGISTRY = {"least_squares": least_squares, "logistic": logistic, "softmax": softmax}
 
-__all__ = ["REGISTRY", "LeastSquares", "Logistic", "Problem", "Softmax", "least_squares", "logistic",
+__all__ = ["REGISTRY", "LeastSquares", "Logistic", "Problem", "Softmax", "least_squares",
+           "logistic",
            "softmax"]

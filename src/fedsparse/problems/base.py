@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import torch
 
-from .._validation import ConfigError
 from .. import rng as rng_mod
+from .._validation import ConfigError
 
 
 class Problem:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from .._validation import check_int, check_float
+from .._validation import check_float, check_int
 
 
 def top_indices(x: torch.Tensor, k: int) -> torch.Tensor:

@@ -1,0 +1,104 @@
+import pytest
+import torch
+
+import fedsparse as fs
+from fedsparse._validation import ConfigError
+from fedsparse.algorithms import ClientContext
+
+# Two clients, d = 3. Client 0: rows e1, e2 with targets 1, 2; client 1: row e3 with target 3.
+# p = n_i / n = (2/3, 1/3). f_i = 1/(2 n_i) ||A_i x - y_i||^2, gamma = 0.5, x0 = 0.
+XS = [torch.tensor([[1.0, 0, 0], [0, 1.0, 0]]), torch.tensor([[0, 0, 1.0]])]
+YS = [torch.tensor([1.0, 2.0]), torch.tensor([3.0])]
+
+
+def _round(algo):
+    data = fs.data.from_arrays(XS, YS, dtype=torch.float64)
+    problem = fs.problems.least_squares()
+    state = algo.init(problem, data)
+    ctx = ClientContext(problem, data.train, torch.arange(2), 0, 0,
+                        config=algo.client_config(state))
+    uploads, _, _ = algo.client_update(algo.broadcast(state), ctx)
+    new = algo.aggregate(state, uploads, data.weights, torch.tensor([True, True]))
+    return uploads, new["model"]
+
+
+def test_distributed_iht_by_hand():
+    # client 0: grad = 1/2 (-1, -2, 0) -> x = (0.25, 0.5, 0); client 1: x = (0, 0, 1.5)
+    # mean = (1/6, 1/3, 1/2) -> H_1 keeps 0.5
+    up, model = _round(fs.algorithms.distributed_iht(sparsity=1, step_size=0.5))
+    assert torch.allclose(up, torch.tensor([[0.25, 0.5, 0], [0, 0, 1.5]], dtype=torch.float64))
+    assert model.tolist() == [0.0, 0.0, 0.5]
+
+
+def test_fed_ht_by_hand():
+    # second step, client 0: r = (-0.75, -1.5), grad = (-0.375, -0.75, 0) -> (0.4375, 0.875, 0)
+    # client 1: r = -1.5 -> 2.25; mean = (0.291667, 0.583333, 0.75)
+    up, model = _round(fs.algorithms.fed_ht(sparsity=2, step_size=0.5, local_steps=2))
+    assert torch.allclose(up, torch.tensor([[0.4375, 0.875, 0], [0, 0, 2.25]],
+                                           dtype=torch.float64))
+    assert torch.allclose(model, torch.tensor([0, 0.875 * 2 / 3, 0.75], dtype=torch.float64))
+
+
+def test_fed_iter_ht_by_hand():
+    # client 0: step 1 (0.25, 0.5, 0) -> H_1 (0, 0.5, 0); step 2: r = (-1, -1.5),
+    # grad = (-0.5, -0.75, 0) -> (0.25, 0.875, 0) -> H_1 (0, 0.875, 0). client 1: (0, 0, 2.25).
+    up, model = _round(fs.algorithms.fed_iter_ht(sparsity=1, step_size=0.5, local_steps=2))
+    assert torch.allclose(up, torch.tensor([[0, 0.875, 0], [0, 0, 2.25]], dtype=torch.float64))
+    assert model.tolist() == [0.0, 0.0, 0.75]
+
+
+def test_aggregation_renormalises_over_delivered_uploads():
+    algo = fs.algorithms.fed_ht(sparsity=3, step_size=0.5, local_steps=1)
+    uploads = torch.tensor([[1.0, 0, 0], [0, 0, 4.0]])
+    state = {"model": torch.zeros(3), "step_size": 0.5}
+    algo._blocks = 1
+    new = algo.aggregate(state, uploads, torch.tensor([0.25, 0.75], dtype=torch.float64),
+                         torch.tensor([False, True]))
+    assert new["model"].tolist() == [0.0, 0.0, 4.0]
+
+
+def test_fed_iter_ht_recovers_a_sparse_ground_truth():
+    # well-conditioned: standard Gaussian designs, no mean shift, noiseless
+    data = fs.data.shifted_gaussian(num_clients=10, samples_per_client=60, dim=200, sparsity=8,
+                                    alpha=0.0, exponent=0.0, seed=0, dtype=torch.float64)
+    algo = fs.algorithms.fed_iter_ht(sparsity=8, step_size="auto", local_steps=5)
+    h = fs.simulate(algo, fs.problems.least_squares(), data, rounds=150, seed=0)
+    last = h.records[-1]
+    assert last["support_f1"] == 1.0
+    assert last["rel_error"] < 1e-6
+    assert torch.equal(h.model != 0, data.ground_truth != 0)
+
+
+def test_softmax_thresholds_each_class_row():
+    data = fs.data.fedprox_synthetic(0.5, 0.5, num_clients=4, dim=20, num_classes=3, seed=0)
+    algo = fs.algorithms.fed_iter_ht(sparsity=4, step_size=0.5, local_steps=2, batch_size=8)
+    h = fs.simulate(algo, fs.problems.softmax(num_classes=3), data, rounds=5, seed=0)
+    rows = h.model.reshape(3, 20)
+    assert ((rows != 0).sum(1) <= 4).all() and h.records[-1]["accuracy"] is not None
+    assert h.records[-1]["objective"] < h.initial["objective"]
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    ({"sparsity": 0, "step_size": 0.1}, "sparsity=0"),
+    ({"sparsity": 5, "step_size": 0.0}, "step_size=0.0"),
+    ({"sparsity": 5, "step_size": -1}, "step_size=-1"),
+    ({"sparsity": 5, "step_size": "fast"}, "step_size='fast'"),
+    ({"sparsity": 5, "step_size": 0.1, "local_steps": 0}, "local_steps=0"),
+    ({"sparsity": 5, "step_size": 0.1, "batch_size": 0}, "batch_size=0"),
+])
+def test_builder_errors(kwargs, match):
+    with pytest.raises(ConfigError, match=match):
+        fs.algorithms.fed_iter_ht(**kwargs)
+
+
+def test_distributed_iht_takes_one_step():
+    with pytest.raises(ConfigError, match="local_steps=3"):
+        fs.algorithms.distributed_iht(sparsity=2, step_size=0.1, local_steps=3)
+
+
+def test_sparsity_larger_than_dimension_is_a_clear_error():
+    data = fs.data.from_arrays(XS, YS)
+    with pytest.raises(ConfigError, match="sparsity=50 is invalid: must be at most the model "
+                                          "dimension 3"):
+        fs.simulate(fs.algorithms.fed_ht(sparsity=50, step_size=0.1),
+                    fs.problems.least_squares(), data, rounds=1)

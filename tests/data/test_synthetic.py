@@ -1,0 +1,72 @@
+import numpy as np
+import pytest
+import torch
+
+import fedsparse as fs
+from fedsparse._validation import ConfigError
+
+
+def test_fedht_simulation_shapes_seed_and_labels():
+    a = fs.data.fedht_simulation("regression", num_clients=5, samples_per_client=20, dim=50,
+                                 support_size=10, seed=3)
+    b = fs.data.fedht_simulation("regression", num_clients=5, samples_per_client=20, dim=50,
+                                 support_size=10, seed=3)
+    assert a.train.X.shape == (5, 20, 50) and a.ground_truth is None
+    assert torch.equal(a.train.X, b.train.X) and torch.equal(a.train.y, b.train.y)
+    c = fs.data.fedht_simulation("classification", num_clients=5, samples_per_client=20, dim=50,
+                                 support_size=10, seed=3)
+    assert set(c.labels().tolist()) == {0.0, 1.0}
+    # top 10 % of each client's examples are positive
+    assert c.train.y.sum(1).tolist() == [2.0] * 5
+    # within a client the covariance is diagonal j^-1.2: std 1 for j=1, 50^-0.6 = 0.096 for j=50
+    X = a.train.X[0]
+    assert X[:, 0].std() > 5 * X[:, 49].std()
+
+
+def test_shifted_gaussian_truth_and_noiseless_targets():
+    d = fs.data.shifted_gaussian(num_clients=4, samples_per_client=30, dim=40, sparsity=5,
+                                 alpha=0.0, exponent=0.0, seed=1, dtype=torch.float64)
+    x = d.ground_truth
+    assert int((x != 0).sum()) == 5
+    assert torch.allclose(torch.linalg.vector_norm(x), torch.tensor(1.0, dtype=torch.float64))
+    for i in range(4):
+        Xi, yi = d.train.client(i)
+        assert torch.allclose(Xi @ x, yi)
+
+
+def test_shifted_gaussian_scale_per_client():
+    d = fs.data.shifted_gaussian(num_clients=3, samples_per_client=400, dim=50, sparsity=2,
+                                 alpha=0.0, exponent=2.0, seed=0)
+    stds = d.train.X.reshape(3, -1).std(1)
+    # client i has variance 1 / i^2: std 1, 1/2, 1/3
+    assert torch.allclose(stds, torch.tensor([1.0, 0.5, 1 / 3]), rtol=0.05)
+
+
+def test_fedprox_synthetic():
+    d = fs.data.fedprox_synthetic(0.5, 0.5, num_clients=6, seed=0)
+    assert d.dim == 60 and d.test is not None
+    assert set(d.labels().tolist()) <= set(map(float, range(10)))
+    assert (d.train.counts + d.test.counts >= 50).all()
+    assert torch.allclose(d.weights.sum(), torch.tensor(1.0, dtype=torch.float64))
+
+
+def test_from_arrays_validation():
+    good = [np.ones((3, 4)), np.ones((2, 4))]
+    ys = [np.zeros(3), np.zeros(2)]
+    d = fs.data.from_arrays(good, ys)
+    assert d.weights.tolist() == [0.6, 0.4]
+    assert d.train.mask.tolist() == [[True] * 3, [True, True, False]]
+    with pytest.raises(ConfigError, match=r"train_xs\[1\].shape\[1\]=5"):
+        fs.data.from_arrays([np.ones((3, 4)), np.ones((2, 5))], ys)
+    with pytest.raises(ConfigError, match="at least one example"):
+        fs.data.from_arrays([np.ones((3, 4)), np.ones((0, 4))], [np.zeros(3), np.zeros(0)])
+    bad = np.ones((2, 4))
+    bad[0, 1] = np.nan
+    with pytest.raises(ConfigError, match="NaN/inf"):
+        fs.data.from_arrays([np.ones((3, 4)), bad], ys)
+    with pytest.raises(ConfigError, match=r"train_ys\[0\].shape"):
+        fs.data.from_arrays(good, [np.zeros(2), np.zeros(2)])
+    with pytest.raises(ConfigError, match="weights"):
+        fs.data.from_arrays(good, ys, weights=[1.0, -1.0])
+    with pytest.raises(ConfigError, match="xs"):
+        fs.data.from_arrays([], [])

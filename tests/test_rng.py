@@ -1,0 +1,30 @@
+import torch
+
+from fedsparse import rng
+
+
+def test_uniform_is_deterministic_in_range_and_roughly_uniform():
+    u = rng.uniform(7, rng.BATCH, 3, torch.arange(100_000))
+    assert torch.equal(u, rng.uniform(7, rng.BATCH, 3, torch.arange(100_000)))
+    assert (u >= 0).all() and (u < 1).all()
+    assert abs(float(u.mean()) - 0.5) < 0.01
+    assert abs(float((u < 0.1).double().mean()) - 0.1) < 0.01
+    # a different seed or counter gives different numbers
+    assert not torch.equal(u, rng.uniform(8, rng.BATCH, 3, torch.arange(100_000)))
+
+
+def test_a_clients_draw_does_not_depend_on_the_other_clients():
+    all_keys = rng.uniform(0, rng.BATCH, 5, torch.arange(10)[:, None], 0, torch.arange(6))
+    some = rng.uniform(0, rng.BATCH, 5, torch.tensor([3, 7])[:, None], 0, torch.arange(6))
+    assert torch.equal(all_keys[[3, 7]], some)
+
+
+def test_choose_without_replacement():
+    keys = rng.uniform(0, 1, torch.arange(4)[:, None], torch.arange(10))
+    valid = torch.arange(10)[None, :] < torch.tensor([10, 5, 2, 10])[:, None]
+    idx, picked = rng.choose_without_replacement(keys, valid, 4)
+    for row in range(4):
+        chosen = idx[row][picked[row]].tolist()
+        assert len(set(chosen)) == len(chosen)
+        assert all(valid[row, j] for j in chosen)
+    assert picked.sum(1).tolist() == [4, 4, 2, 4]
