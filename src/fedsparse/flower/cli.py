@@ -1,0 +1,110 @@
+"""``fedsparse flower ...``: the command line of the Flower integration.
+
+:func:`add_flower_parser` only sets up argparse and imports nothing from ``flwr``, so
+``fedsparse --help`` works without Flower installed; the command itself imports
+:mod:`fedsparse.flower` when it runs and then names ``pip install 'fedsparse[flower]'``
+if Flower is missing.
+
+Note that importing this module imports the package ``fedsparse.flower``, whose
+``__init__`` needs ``flwr``: a caller that must work without Flower wraps the import
+(see :func:`add_flower_parser`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+try:  # Python >= 3.11
+    import tomllib
+except ImportError:  # pragma: no cover - Python 3.10; flwr depends on tomli
+    import tomli as tomllib
+
+
+def add_flower_parser(subparsers) -> argparse.ArgumentParser:
+    """Add ``flower app CONFIG --out DIR`` to an argparse ``subparsers`` object.
+
+    Returns the ``flower`` parser. Each leaf parser sets ``func`` to the function to
+    call with the parsed arguments (``args.func(args)`` returns an exit code).
+    """
+    flower = subparsers.add_parser(
+        "flower", help="run fedsparse jobs on Flower (needs pip install 'fedsparse[flower]')",
+        description="Run fedsparse algorithms on Flower: write app projects for `flwr run`.")
+    sub = flower.add_subparsers(dest="flower_command", metavar="COMMAND")
+    sub.required = True
+    app = sub.add_parser(
+        "app", help="write a Flower app project for a fedsparse config",
+        description="Write a Flower app project (pyproject.toml with the job as run config, "
+                    "ServerApp/ClientApp modules, SuperLink connections) so that `flwr run` "
+                    "works on it.")
+    app.add_argument("config", help="TOML file: a job (rounds, data, problem, algorithm) or an "
+                     "experiment config with [[runs]]")
+    app.add_argument("--out", required=True, help="directory to write the project to")
+    app.add_argument("--run", default=None,
+                     help="label or index of the run of an experiment config (default first)")
+    app.add_argument("--name", default=None, help="project name")
+    app.add_argument("--address", default="127.0.0.1:9093",
+                     help="SuperLink address host:port for the deployment connections")
+    app.add_argument("--root-certificates", default=None,
+                     help="CA certificate (PEM) for the TLS connection")
+    app.add_argument("--flwr-home", default=None,
+                     help="also merge the connections into FLWR_HOME/config.toml")
+    app.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                     help="override a job value, e.g. --set rounds=5 --set algorithm.sparsity=3")
+    app.add_argument("--force", action="store_true", help="write into a non-empty directory")
+    app.set_defaults(func=flower_app_command)
+    return flower
+
+
+def _parse_value(text: str):
+    try:
+        return tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        return text  # a bare word is a string
+
+
+def flower_app_command(args: argparse.Namespace) -> int:
+    """``fedsparse flower app CONFIG --out DIR``: write the project; return the exit code."""
+    try:
+        from . import write_app_project
+        from .job import flatten
+    except ImportError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    from .._validation import ConfigError
+
+    path = Path(args.config)
+    try:
+        if not path.exists():
+            raise ConfigError(f"config file {str(path)!r} does not exist")
+        try:
+            with open(path, "rb") as fh:
+                config = tomllib.load(fh)
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"config file {str(path)!r} is not valid TOML: {exc}") from None
+        run = args.run
+        if run is not None and run.isdigit():
+            run = int(run)
+        if args.set:
+            overrides = {}
+            for item in args.set:
+                if "=" not in item:
+                    raise ConfigError(f"--set {item!r} is invalid: must be KEY=VALUE")
+                key, value = item.split("=", 1)
+                overrides[key.strip()] = _parse_value(value.strip())
+            if "runs" in config:
+                from .job import job_from_config
+
+                config = flatten(job_from_config(config, run).to_dict())
+                run = None
+            config = {**config, **overrides}
+        out = write_app_project(config, args.out, run=run, name=args.name, address=args.address,
+                                root_certificates=args.root_certificates,
+                                flwr_home=args.flwr_home, overwrite=args.force)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"wrote the Flower app project {out}")
+    print(f"  run it:  flwr run {out} fedsparse-local   (see {out / 'README.md'})")
+    return 0
