@@ -209,6 +209,16 @@ def test_libsvm_regression_targets_match_sklearn(tmp_path):
     np.testing.assert_allclose(Xs.toarray(), X, rtol=1e-15)
 
 
+def test_libsvm_batched_number_parsing():
+    from fedsparse.data.loaders import _parse_numbers
+
+    chunks = [b"1:2 3:4.5", b"", b"7:-1e3", b"8:9"]
+    for budget in (1, 5, 12, 1 << 20):
+        np.testing.assert_array_equal(_parse_numbers(chunks, budget=budget),
+                                      [1, 2, 3, 4.5, 7, -1e3, 8, 9])
+    assert _parse_numbers([]).shape == (0,)
+
+
 def test_libsvm_named_wrappers(tmp_path):
     p = write(tmp_path / "w", b"1 1:1 780:2\n-1 5:1\n")
     X, y = mnist_libsvm(p)
@@ -440,6 +450,34 @@ def test_fashion_mnist_from_root_and_cache(tmp_path, monkeypatch, images):
     (Xtr, ytr), (Xte, yte) = fashion_mnist(tmp_path / "nowhere")
     assert Xtr.shape == (7, 12) and Xte.shape == (3, 12)
     np.testing.assert_array_equal(yte, labels[:3])
+
+
+def test_fashion_mnist_download_checks_md5(tmp_path, monkeypatch, images):
+    import hashlib
+
+    from fedsparse.data import loaders
+
+    imgs, labels = images
+    mirror = tmp_path / "mirror"
+    mirror.mkdir()
+    md5 = {}
+    for img, lab in loaders._IDX_FILES.values():
+        write(mirror / f"{img}.gz", idx_bytes(imgs), "gzip")
+        write(mirror / f"{lab}.gz", idx_bytes(labels.astype(np.uint8)), "gzip")
+    for f in mirror.iterdir():
+        md5[f.name] = hashlib.md5(f.read_bytes()).hexdigest()
+    monkeypatch.setenv("FEDSPARSE_DATA", str(tmp_path / "cache"))
+    monkeypatch.setattr(loaders, "_find_idx_set", _only_under(tmp_path, loaders._find_idx_set))
+    monkeypatch.setattr(loaders, "_FASHION_URLS", [mirror.as_uri() + "/"])
+    bad = dict(md5, **{"t10k-labels-idx1-ubyte.gz": "0" * 32})
+    monkeypatch.setattr(loaders, "_FASHION_MD5", bad)
+    with pytest.raises(OSError, match="t10k-labels-idx1-ubyte.gz.*MD5"):
+        fashion_mnist(download=True)
+    assert not (tmp_path / "cache" / "fashion-mnist" / "t10k-labels-idx1-ubyte.gz").exists()
+    monkeypatch.setattr(loaders, "_FASHION_MD5", md5)
+    (X, y), (Xt, yt) = fashion_mnist(download=True)
+    np.testing.assert_array_equal(yt, labels)
+    assert sorted(p.name for p in (tmp_path / "cache" / "fashion-mnist").iterdir()) == sorted(md5)
 
 
 def _only_under(root, real):

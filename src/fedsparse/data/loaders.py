@@ -38,6 +38,7 @@ import pickle
 import shutil
 import tempfile
 import urllib.request
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -107,7 +108,7 @@ def _read_bytes(path, what: str) -> bytes:
     try:
         with opener(p, "rb") as fh:
             return fh.read()
-    except (OSError, EOFError, lzma.LZMAError, ValueError) as exc:
+    except (OSError, EOFError, lzma.LZMAError, zlib.error, ValueError) as exc:
         raise DataFormatError(f"{what} file {str(p)!r} looks {kind}-compressed but could not "
                               f"be decompressed (truncated or corrupt?): {exc}") from None
 
@@ -264,6 +265,24 @@ def _libsvm_locate_error(path, lines: list[bytes], first_line: list[int]) -> Dat
     return DataFormatError(f"LibSVM file {os.fspath(path)!r} could not be parsed")
 
 
+def _parse_numbers(chunks: list[bytes], budget: int = 1 << 23) -> np.ndarray:
+    """All whitespace- or colon-separated numbers of ``chunks`` as one float64 array.
+
+    Parsed in batches of about ``budget`` bytes so that the temporary token lists stay
+    small next to the result; each batch is one vectorised NumPy conversion.
+    """
+    out: list[np.ndarray] = []
+    start, size = 0, 0
+    for i, c in enumerate(chunks):
+        size += len(c) + 1
+        if size >= budget or i == len(chunks) - 1:
+            tokens = b" ".join(chunks[start:i + 1]).replace(b":", b" ").split()
+            if tokens:
+                out.append(np.array(tokens, dtype=np.float64))
+            start, size = i + 1, 0
+    return np.concatenate(out) if out else np.zeros(0)
+
+
 def load_libsvm(path, n_features: int | None = None, *, zero_based="auto",
                 dtype=np.float64):
     """Read a LibSVM / svmlight text file into a CSR matrix and a target vector.
@@ -315,13 +334,16 @@ def load_libsvm(path, n_features: int | None = None, *, zero_based="auto",
     has_comments = b"#" in raw
     lines: list[bytes] = []
     linenos: list[int] = []
-    for k, line in enumerate(raw.splitlines(), start=1):
+    raw_lines = raw.splitlines()
+    del raw  # keep at most two copies of the text alive
+    for k, line in enumerate(raw_lines, start=1):
         if has_comments:
             line = line.split(b"#", 1)[0]
         line = line.strip()
         if line:
             lines.append(line)
             linenos.append(k)
+    del raw_lines
     labels: list[bytes] = []
     feats: list[bytes] = []
     nnz = np.empty(len(lines), dtype=np.int64)
@@ -336,8 +358,7 @@ def load_libsvm(path, n_features: int | None = None, *, zero_based="auto",
         feats.append(rest)
     try:
         y = np.array(labels, dtype=np.float64) if labels else np.zeros(0)
-        tokens = b" ".join(feats).replace(b":", b" ").split()
-        vals = np.array(tokens, dtype=np.float64) if tokens else np.zeros(0)
+        vals = _parse_numbers(feats)
     except ValueError:
         raise _libsvm_locate_error(path, lines, linenos) from None
     total = int(nnz.sum())
@@ -405,8 +426,10 @@ class _CifarUnpickler(pickle.Unpickler):
                 "numpy array reconstruction (numpy.core.multiarray._reconstruct, "
                 "numpy.ndarray, numpy.dtype)")
         if name == "_reconstruct":
-            from numpy._core.multiarray import _reconstruct  # NumPy >= 2
-
+            try:
+                from numpy._core.multiarray import _reconstruct  # NumPy >= 2
+            except ImportError:  # pragma: no cover - NumPy 1.x
+                from numpy.core.multiarray import _reconstruct
             return _reconstruct
         return np.ndarray if name == "ndarray" else np.dtype
 
