@@ -1,6 +1,34 @@
 """Federated data: the dataset container, synthetic generators, loaders and partitioners."""
 
 from .federated import ClientSplit, FederatedDataset, from_arrays
+from .loaders import (
+    DataFormatError,
+    breast_cancer,
+    data_home,
+    diabetes,
+    digits,
+    e2006,
+    fashion_mnist,
+    load_cifar,
+    load_idx,
+    load_leaf,
+    load_libsvm,
+    mnist,
+    mnist_5k,
+    mnist_libsvm,
+    rcv1,
+    read_idx,
+)
+from .partition import (
+    describe_partition,
+    from_partitions,
+    partition_clusters,
+    partition_dirichlet,
+    partition_groups,
+    partition_iid,
+    partition_label_skew,
+    plot_partition,
+)
 from .synthetic import fedht_simulation, fedprox_synthetic, shifted_gaussian
 
 #: Data set generators by name, as used in experiment configs (``data.kind``).
@@ -11,6 +39,30 @@ GENERATORS = {
 }
 
 __all__ = [
+    "DataFormatError",
+    "breast_cancer",
+    "data_home",
+    "diabetes",
+    "digits",
+    "e2006",
+    "fashion_mnist",
+    "load_cifar",
+    "load_idx",
+    "load_leaf",
+    "load_libsvm",
+    "mnist",
+    "mnist_5k",
+    "mnist_libsvm",
+    "rcv1",
+    "read_idx",
+    "describe_partition",
+    "from_partitions",
+    "partition_clusters",
+    "partition_dirichlet",
+    "partition_groups",
+    "partition_iid",
+    "partition_label_skew",
+    "plot_partition",
     "GENERATORS",
     "ClientSplit",
     "FederatedDataset",
