@@ -18,7 +18,8 @@ A *job* is one fedsparse run, written like a run of an experiment config::
     round_timeout = 120.0             # seconds to wait for the replies of a round
     wait_timeout = 120.0              # seconds to wait for nodes at the start
     min_nodes = 0                     # nodes to wait for (0 = one per client)
-    evaluate_every = 0                # evaluate on the nodes every k rounds (0 = at the end)
+    evaluate_every = 0                # evaluate on the nodes every k rounds (0 = at the end
+                                      # only, -1 = never)
     out_dir = ""                      # where the ServerApp saves history + model ("" = nowhere)
 
 Flower carries it as the app's run config (nested tables flattened to dotted keys,
@@ -225,7 +226,7 @@ def job_from_config(config: dict, run: str | int | None = None) -> Job:
     check_float("flower.round_timeout", flower["round_timeout"], positive=True)
     check_float("flower.wait_timeout", flower["wait_timeout"], nonnegative=True)
     check_int("flower.min_nodes", flower["min_nodes"], minimum=0)
-    check_int("flower.evaluate_every", flower["evaluate_every"], minimum=0)
+    check_int("flower.evaluate_every", flower["evaluate_every"], minimum=-1)
     cpr = config.get("clients_per_round")
     cpr = None if cpr in (None, 0) else check_int("clients_per_round", cpr, minimum=1)
     job = Job(rounds=check_int("rounds", config.get("rounds", 100), minimum=1),

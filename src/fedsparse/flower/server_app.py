@@ -16,7 +16,7 @@ One run:
    ``algorithm.aggregate`` gets the ``delivered`` mask; a round with no delivered
    upload warns and keeps the model;
 4. the history (bytes up/down per round, delivered counts, evaluation on the nodes
-   every ``flower.evaluate_every`` rounds and at the end) is saved to
+   every ``flower.evaluate_every`` rounds and at the end, never if it is -1) is saved to
    ``flower.out_dir`` if set.
 """
 
@@ -148,7 +148,10 @@ def run_on_grid(grid: Grid, job: Job, *, callback: Callable | None = None) -> Hi
         clients = sample_clients(job.seed, t, N, job.clients_per_round)
         payload = algorithm.broadcast(state)
         config = algorithm.client_config(state)
-        node_of = {pid: table[pid]["node_id"] for pid in clients.tolist() if pid in table}
+        # A client whose node has gone offline is not sent anything (and so not delivered):
+        # waiting round_timeout for a node the SuperLink knows is gone would stall the run.
+        node_of = {pid: table[pid]["node_id"] for pid in clients.tolist()
+                   if pid in table and table[pid]["node_id"] in nodes_now}
         msgs, bytes_down = [], 0
         for pid, node in node_of.items():
             content = RecordDict()
@@ -194,12 +197,14 @@ def run_on_grid(grid: Grid, job: Job, *, callback: Callable | None = None) -> Hi
         record = {"round": t + 1, "bytes_up": bytes_up, "bytes_down": bytes_down,
                   "bytes_up_total": up_total, "bytes_down_total": down_total,
                   "bytes_total": up_total + down_total, "clients_sampled": S,
-                  "delivered": int(delivered.sum()), "seconds": seconds, "elapsed": elapsed}
+                  "delivered": int(delivered.sum()),
+                  "delivered_clients": clients[delivered].tolist(), "seconds": seconds,
+                  "elapsed": elapsed}
         for k in sorted({k for i in infos for k in i} - {"num-examples"}):
             vals = [float(i[k]) for i in infos if k in i]
             record[k] = sum(vals) / len(vals)
         every = int(fl["evaluate_every"])
-        if t + 1 == job.rounds or (every and (t + 1) % every == 0):
+        if every >= 0 and (t + 1 == job.rounds or (every and (t + 1) % every == 0)):
             record.update(_evaluate(grid, table, algorithm.model(state), t))
         model = algorithm.model(state)
         record["nnz"] = int((model != 0).sum())

@@ -1,0 +1,147 @@
+"""Codec byte counts, job configs, app projects and the CLI command (no Flower processes)."""
+
+import argparse
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+flwr = pytest.importorskip("flwr")
+
+try:  # Python >= 3.11
+    import tomllib
+except ImportError:  # Python 3.10: flwr depends on tomli
+    import tomli as tomllib
+
+from fedsparse import ConfigError  # noqa: E402
+from fedsparse.comm import payload_bytes  # noqa: E402
+from fedsparse.flower import codec, job_from_config, write_app_project  # noqa: E402
+from fedsparse.flower.cli import add_flower_parser  # noqa: E402
+from fedsparse.flower.job import load_node_data  # noqa: E402
+
+pytestmark = pytest.mark.flower
+
+JOB = {"rounds": 2, "seed": 1,
+       "data": {"kind": "fedht_simulation", "num_clients": 3, "samples_per_client": 10,
+                "dim": 12, "support_size": 3},
+       "problem": {"kind": "least_squares"},
+       "algorithm": {"kind": "fed_iter_ht", "sparsity": 3, "local_steps": 2}}
+
+
+@pytest.mark.parametrize("length", [1, 7, 256, 257, 65536, 65537])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("encoding", ["dense", "sparse", "bitmap", "auto"])
+def test_codec_round_trip_and_exact_bytes(length, dtype, encoding):
+    g = torch.Generator().manual_seed(length)
+    x = torch.randn(length, generator=g, dtype=dtype)
+    x[torch.rand(length, generator=g) < 0.8] = 0.0
+    arrays, meta = codec.encode(x, encoding)
+    assert torch.equal(codec.decode(arrays, meta), x)
+    assert codec.encoded_bytes(arrays) == int(payload_bytes(x, encoding))
+
+
+def test_codec_index_dtype_is_the_smallest_unsigned():
+    for length, dtype in [(256, "uint8"), (257, "uint16"), (65536, "uint16"), (65537, "uint32")]:
+        x = torch.zeros(length)
+        x[-1] = 1.0
+        arrays, _ = codec.encode(x, "sparse")
+        assert arrays["index"].dtype == dtype
+
+
+def test_codec_auto_picks_the_smallest_and_batches_rows():
+    x = torch.zeros(3, 1000)
+    x[:, :5] = 1.0
+    assert codec.choose_encoding(x[0]) == "sparse"
+    assert codec.choose_encoding(torch.ones(1000)) == "dense"
+    y = torch.zeros(1000)
+    y[::4] = 1.0
+    assert codec.choose_encoding(y) == "bitmap"
+    arrays, meta = codec.encode(x, "sparse")
+    assert torch.equal(codec.decode(arrays, meta), x)
+    assert codec.encoded_bytes(arrays) == int(payload_bytes(x, "sparse").sum())
+
+
+def test_codec_rejects_bad_input():
+    with pytest.raises(ConfigError, match="encoding"):
+        codec.encode(torch.zeros(3), "zip")
+    with pytest.raises(ConfigError, match="dtype"):
+        codec.encode(torch.zeros(3, dtype=torch.int64))
+
+
+def test_job_config_forms_and_errors():
+    job = job_from_config(JOB)
+    assert job.num_clients == 3 and job.clients_per_round is None
+    flat = {"rounds": 2, "data.kind": "fedht_simulation", "data.num_clients": 3,
+            "data.dim": 12, "data.support_size": 3, "data.samples_per_client": 10,
+            "problem.kind": "least_squares", "algorithm.kind": "fed_iter_ht",
+            "algorithm.sparsity": 3}
+    assert job_from_config(flat).algorithm == {"kind": "fed_iter_ht", "sparsity": 3}
+    experiment = {"defaults": {k: v for k, v in JOB.items() if k != "algorithm"},
+                  "runs": [{"label": "a", "algorithm": {"kind": "fed_ht", "sparsity": 3}},
+                           {"label": "b", "algorithm": {"kind": "fed_iter_ht", "sparsity": 2}}]}
+    assert job_from_config(experiment, "b").algorithm["sparsity"] == 2
+    with pytest.raises(ConfigError, match="run='c'"):
+        job_from_config(experiment, "c")
+    with pytest.raises(ConfigError, match="sparsity"):
+        job_from_config({**JOB, "algorithm": {"kind": "fed_ht", "sparsity": 0}})
+    with pytest.raises(ConfigError, match="channel.kind"):
+        job_from_config({**JOB, "channel": {"kind": "bernoulli", "probability": 0.5}})
+    with pytest.raises(ConfigError, match="unknown"):
+        job_from_config({**JOB, "flower": {"timeout": 3}})
+
+
+def test_node_data_is_the_simulators_row(tmp_path):
+    job = job_from_config(JOB)
+    data = job.build_data()
+    node = load_node_data(job, {"partition-id": 2, "num-partitions": 3})
+    assert torch.equal(node.train.X, data.train.X[2:3])
+    assert node.weight == float(data.weights[2])
+    with pytest.raises(ConfigError, match="partition-id"):
+        load_node_data(job, {})
+    with pytest.raises(ConfigError, match="num-partitions"):
+        load_node_data(job, {"partition-id": 0, "num-partitions": 4})
+    import numpy as np
+
+    np.savez(tmp_path / "d.npz", X=np.ones((4, 12)), y=np.zeros(4))
+    node = load_node_data(job, {"partition-id": 1, "data-path": str(tmp_path / "d.npz")})
+    assert node.train.counts.tolist() == [4] and node.weight == 4.0
+
+
+def test_app_project_builds_with_flwr(tmp_path):
+    out = write_app_project(JOB, tmp_path / "app", flwr_home=tmp_path / "home")
+    with open(out / "pyproject.toml", "rb") as fh:
+        project = tomllib.load(fh)
+    app = project["tool"]["flwr"]["app"]
+    assert app["components"]["serverapp"].endswith(":app")
+    assert app["config"]["algorithm"]["kind"] == "fed_iter_ht"
+    with open(tmp_path / "home" / "config.toml", "rb") as fh:
+        assert "fedsparse-local" in tomllib.load(fh)["superlink"]
+    flwr_bin = [sys.executable, "-m", "flwr.cli.app"]
+    env_home = {"FLWR_HOME": str(tmp_path / "home"), "FLWR_TELEMETRY_ENABLED": "0"}
+    done = subprocess.run([*flwr_bin, "build"], cwd=out, capture_output=True, text=True,
+                          timeout=120, env={**os.environ, **env_home})
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert list(out.glob("*.fab"))
+    with pytest.raises(ConfigError, match="not empty"):
+        write_app_project(JOB, out)
+
+
+def test_cli_flower_app(tmp_path, capsys):
+    config = tmp_path / "job.toml"
+    config.write_text('rounds = 3\n[data]\nkind = "fedht_simulation"\nnum_clients = 2\n'
+                      '[problem]\nkind = "least_squares"\n'
+                      '[algorithm]\nkind = "fed_ht"\nsparsity = 4\n')
+    parser = argparse.ArgumentParser(prog="fedsparse")
+    add_flower_parser(parser.add_subparsers())
+    args = parser.parse_args(["flower", "app", str(config), "--out", str(tmp_path / "p"),
+                              "--set", "algorithm.sparsity=2", "--set", "flower.out_dir=/x/y"])
+    assert args.func(args) == 0
+    with open(tmp_path / "p" / "pyproject.toml", "rb") as fh:
+        cfg = tomllib.load(fh)["tool"]["flwr"]["app"]["config"]
+    assert cfg["algorithm"]["sparsity"] == 2 and cfg["flower"]["out_dir"] == "/x/y"
+    args = parser.parse_args(["flower", "app", str(tmp_path / "missing.toml"), "--out",
+                              str(tmp_path / "q")])
+    assert args.func(args) == 2
+    assert "does not exist" in capsys.readouterr().err
