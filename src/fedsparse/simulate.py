@@ -128,6 +128,8 @@ def simulate(algorithm: Algorithm, problem: Problem, data: FederatedDataset, *, 
         when the model becomes NaN/inf; it names the round and carries the history with
         the last finite model (also saved to ``checkpoint`` if one was given).
     """
+    if clients_per_round is None:
+        clients_per_round = getattr(algorithm, "clients_per_round", None)
     rounds = check_int("rounds", rounds, minimum=1)
     seed = check_int("seed", seed, minimum=0)
     check_int("clients_per_round", clients_per_round, minimum=1, allow_none=True)

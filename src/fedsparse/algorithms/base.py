@@ -103,6 +103,9 @@ class Algorithm:
     broadcast_encoding = "sparse"
     #: True if the algorithm keeps per-client state between rounds.
     stateful_clients = False
+    #: Cohort size the algorithm asks for (None = all clients); ``simulate`` uses it when
+    #: it is not given its own ``clients_per_round``.
+    clients_per_round: int | None = None
 
     def hyperparameters(self) -> dict[str, Any]:
         """The keyword arguments that rebuild this algorithm (recorded with each run)."""

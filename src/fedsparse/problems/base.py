@@ -52,6 +52,53 @@ class Problem:
     def l2(self) -> float:
         return 0.0
 
+    def restricted_features(self, index: torch.Tensor, X: torch.Tensor
+                            ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Features of the parameters ``index`` (S, k): ``Z`` (S, n, k) and class rows (S, k).
+
+        The flat parameter ``q`` multiplies feature ``q % d`` in the score of class row
+        ``q // d`` (one row unless ``blocks > 1``).
+        """
+        d = X.shape[-1]
+        Z = torch.gather(X, 2, (index % d).unsqueeze(1).expand(-1, X.shape[1], -1))
+        return Z, torch.div(index, d, rounding_mode="floor")
+
+    def restricted_metric(self, index: torch.Tensor, valid: torch.Tensor):
+        """Gram matrix (S, k, k) of the restricted directions for the l2 term; None = identity."""
+        return None
+
+    def restricted_solve(self, index: torch.Tensor, valid: torch.Tensor, X: torch.Tensor,
+                         y: torch.Tensor, w: torch.Tensor, init: torch.Tensor | None = None, *,
+                         method: str = "exact", tol: float = 1e-10, max_iter: int = 100
+                         ) -> tuple[torch.Tensor, dict]:
+        """Minimise each client's loss over the parameters ``index`` (the others held at 0).
+
+        Paper 002 (FedGradMP), Alg. 1: ``b = argmin f_i(x), x in R(A_Gamma_hat)``; Alg. 2
+        solves it to accuracy delta (``tol``). Requires the ``restricted_solve`` capability.
+
+        Parameters
+        ----------
+        index : (S, k) int64 flat parameter positions per client (padded).
+        valid : (S, k) bool, False on padding.
+        X, y, w : (S, n, d), (S, n), (S, n) the client data and example weights.
+        init : (S, k) starting coefficients (warm start for iterative methods) or None.
+        method : "exact" (least squares: SVD-based lstsq; logistic/softmax: Newton to
+            1e-10), "newton" (damped Newton to ``tol``) or "gd" (gradient descent with
+            step 1/L_restricted until the step is at most ``tol``).
+        tol, max_iter : stopping rule of the iterative methods.
+
+        Returns
+        -------
+        coef : (S, k) minimiser's values at ``index`` (0 on padding).
+        info : {"inner_iterations": mean iterations used over the clients}.
+        """
+        if "restricted_solve" not in self.capabilities:
+            raise ConfigError(f"problem {self.name!r} has no restricted_solve capability")
+        from .restricted import solve_restricted
+
+        return solve_restricted(self, index, valid, X, y, w, init, method=method, tol=tol,
+                                max_iter=max_iter)
+
     def lipschitz(self, X, w, iterations: int = 50) -> torch.Tensor:
         """(S,) smoothness constants L_i of each client's loss, by power iteration.
 

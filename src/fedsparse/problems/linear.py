@@ -21,6 +21,7 @@ class LeastSquares(Problem):
     """
 
     name = "least_squares"
+    capabilities = frozenset({"grad", "lipschitz", "restricted_solve"})
 
     def loss(self, params, X, y, w):
         r = scores(params, X) - y
@@ -40,6 +41,7 @@ class Logistic(Problem):
 
     name = "logistic"
     task = "classification"
+    capabilities = frozenset({"grad", "lipschitz", "restricted_solve"})
 
     def __init__(self, l2: float = 0.0):
         self._l2 = check_float("l2", l2, nonnegative=True)
@@ -83,6 +85,7 @@ class Softmax(Problem):
 
     name = "softmax"
     task = "classification"
+    capabilities = frozenset({"grad", "lipschitz", "restricted_solve"})
 
     def __init__(self, num_classes: int = 10, l2: float = 0.0):
         self.blocks = check_int("num_classes", num_classes, minimum=2)

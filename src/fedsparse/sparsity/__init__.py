@@ -1,5 +1,13 @@
 """Sparsity operators: hard thresholding, supports, projections (SPEC.md section 1)."""
 
+from .dictionaries import (
+    Dictionary,
+    approx_projection,
+    as_dictionary,
+    gaussian_dictionary,
+    identity_dictionary,
+)
+from .ksvd import ksvd, omp
 from .supports import density, support, support_scores, support_union
 from .thresholding import (
     hard_threshold,
@@ -11,6 +19,13 @@ from .thresholding import (
 )
 
 __all__ = [
+    "Dictionary",
+    "approx_projection",
+    "as_dictionary",
+    "gaussian_dictionary",
+    "identity_dictionary",
+    "ksvd",
+    "omp",
     "density",
     "hard_threshold",
     "hard_threshold_blocks",

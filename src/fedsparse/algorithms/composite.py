@@ -1,0 +1,158 @@
+"""Federated composite optimisation: FedMid and FedDualAvg (Yuan, Zaheer, Reddi 2021),
+the sparse baselines of paper 002 (Sec. V-B), with an l0 constraint, l0 or l1 penalty."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .._validation import check_choice, check_float, check_int, fail
+from ..sparsity import hard_threshold_blocks
+from .base import Algorithm, ClientContext, check_sparsity, weighted_mean
+
+REGULARIZERS = ("l0_constraint", "l0", "l1")
+
+
+class FederatedComposite(Algorithm):
+    """FedMid (federated mirror descent) and FedDualAvg with a sparsity regulariser psi.
+
+    ``prox_{s psi}`` is: H_tau for the constraint ``||x||_0 <= tau`` (per class row for
+    softmax); hard thresholding at ``sqrt(2 lambda s)`` for ``lambda ||x||_0``; soft
+    thresholding at ``lambda s`` for ``lambda ||x||_1``.
+
+    FedMid (Yuan et al. 2021, Alg. 2 with the squared-norm mirror map), round t::
+
+        client:  x <- prox_{eta_c psi}(x - eta_c g(x)),  K steps from x_t
+        server:  x_{t+1} = prox_{eta_s eta_c psi}(x_t + eta_s mean_i(x_i - x_t))
+
+    With the l0 constraint and eta_s = 1 this is exactly FedIter-HT (paper 000, Alg. 2).
+
+    FedDualAvg (Yuan et al. 2021, Alg. 1), round t, dual state z (model = its prox)::
+
+        client:  z_0 = z_t;  x_k = prox_{eta~_{t,k} psi}(z_k);  z_{k+1} = z_k - eta_c g(x_k)
+        server:  z_{t+1} = z_t + eta_s mean_i(z_i - z_t)
+                 x_{t+1} = prox_{eta~_{t+1,0} psi}(z_{t+1})
+
+    with ``eta~_{t,k} = eta_s eta_c K t + eta_c k``. Uploads and the broadcast of the dual
+    are dense (z is not sparse); FedMid's uploads are sparse under the l0 constraint.
+    The mean is p-weighted over the uploads that arrived (SPEC.md section 3).
+    """
+
+    def __init__(self, name, *, sparsity, client_lr, server_lr, local_steps, batch_size,
+                 regularizer, penalty):
+        self.name = name
+        self.regularizer = check_choice("regularizer", regularizer, REGULARIZERS)
+        if regularizer == "l0_constraint":
+            self.sparsity = check_int("sparsity", sparsity, minimum=1)
+            if penalty:
+                raise fail("penalty", penalty, "must be 0 with regularizer='l0_constraint'")
+        else:
+            if sparsity is not None:
+                raise fail("sparsity", sparsity, f"must be None with regularizer={regularizer!r}"
+                           " (the penalty sets the sparsity)")
+            self.sparsity = None
+        self.penalty = check_float("penalty", penalty, nonnegative=True)
+        if regularizer != "l0_constraint" and self.penalty == 0:
+            raise fail("penalty", penalty, f"must be positive with regularizer={regularizer!r}")
+        self.client_lr = check_float("client_lr", client_lr, positive=True)
+        self.server_lr = check_float("server_lr", server_lr, positive=True)
+        self.local_steps = check_int("local_steps", local_steps, minimum=1)
+        self.batch_size = check_int("batch_size", batch_size, minimum=1, allow_none=True)
+        self.dual = name == "fed_dual_avg"
+        self.upload_encoding = "dense" if self.dual or regularizer != "l0_constraint" else "sparse"
+        self.broadcast_encoding = "dense" if self.dual else "sparse"
+        self._blocks = 1
+
+    def hyperparameters(self):
+        return {"sparsity": self.sparsity, "client_lr": self.client_lr,
+                "server_lr": self.server_lr, "local_steps": self.local_steps,
+                "batch_size": self.batch_size, "regularizer": self.regularizer,
+                "penalty": self.penalty}
+
+    def check(self, problem, data):
+        super().check(problem, data)
+        if self.sparsity is not None:
+            check_sparsity(self.sparsity, problem, data)
+
+    def prox(self, v: torch.Tensor, step: float) -> torch.Tensor:
+        """prox_{step psi}(v), batched over leading axes."""
+        if self.regularizer == "l0_constraint":
+            return hard_threshold_blocks(v, self.sparsity, self._blocks)
+        if self.regularizer == "l0":
+            # argmin_x (1/2)(x - v)^2 + step*lambda*[x != 0]: keep v where v^2/2 > step*lambda.
+            return torch.where(v.abs() > math.sqrt(2 * self.penalty * step), v,
+                               torch.zeros_like(v))
+        return torch.sign(v) * torch.clamp(v.abs() - self.penalty * step, min=0.0)
+
+    def init(self, problem, data):
+        self.check(problem, data)
+        self._blocks = problem.blocks
+        state = super().init(problem, data)
+        state["round"] = 0
+        if self.dual:
+            state["dual"] = state["model"].clone()
+        return state
+
+    def broadcast(self, state):
+        return state["dual"] if self.dual else state["model"]
+
+    def client_config(self, state):
+        return {"round": state["round"]}
+
+    def client_update(self, payload: torch.Tensor, ctx: ClientContext):
+        eta = self.client_lr
+        v = payload.expand(ctx.size, -1).clone()
+        base = self.server_lr * eta * self.local_steps * ctx.config["round"]
+        for k in range(self.local_steps):
+            X, y, w = ctx.batch(k, self.batch_size)
+            if self.dual:
+                x = self.prox(v, base + eta * k)
+                v = v - eta * ctx.problem.grad(x, X, y, w)
+            else:
+                v = self.prox(v - eta * ctx.problem.grad(v, X, y, w), eta)
+        return v, None, {}
+
+    def aggregate(self, state, uploads, weights, delivered):
+        t = state["round"] + 1
+        if self.dual:
+            z = state["dual"] + self.server_lr * (weighted_mean(uploads, weights, delivered)
+                                                  - state["dual"])
+            step = self.server_lr * self.client_lr * self.local_steps * t
+            return {**state, "dual": z, "model": self.prox(z, step), "round": t}
+        mean = weighted_mean(uploads, weights, delivered)
+        # eta_s = 1 is plain averaging; skip x_t + (mean - x_t), which can round differently.
+        x = mean if self.server_lr == 1.0 else \
+            state["model"] + self.server_lr * (mean - state["model"])
+        return {**state, "model": self.prox(x, self.server_lr * self.client_lr), "round": t}
+
+
+def fed_mid(*, sparsity: int | None = None, client_lr: float = 0.01, server_lr: float = 1.0,
+            local_steps: int = 5, batch_size: int | None = None,
+            regularizer: str = "l0_constraint", penalty: float = 0.0) -> FederatedComposite:
+    """FedMid (Yuan, Zaheer, Reddi 2021) with a sparsity regulariser (see
+    :class:`FederatedComposite`); paper 002's baseline uses the l0 constraint.
+
+    Parameters
+    ----------
+    sparsity : tau for ``regularizer="l0_constraint"`` (per class row for softmax).
+    client_lr, server_lr : eta_c and eta_s.
+    local_steps : K.
+    batch_size : examples per local step; None = full local data.
+    regularizer : "l0_constraint", "l0" (penalty lambda ||x||_0) or "l1" (lambda ||x||_1).
+    penalty : lambda for the penalties.
+    """
+    return FederatedComposite("fed_mid", sparsity=sparsity, client_lr=client_lr,
+                              server_lr=server_lr, local_steps=local_steps,
+                              batch_size=batch_size, regularizer=regularizer, penalty=penalty)
+
+
+def fed_dual_avg(*, sparsity: int | None = None, client_lr: float = 0.01,
+                 server_lr: float = 1.0, local_steps: int = 5, batch_size: int | None = None,
+                 regularizer: str = "l0_constraint", penalty: float = 0.0
+                 ) -> FederatedComposite:
+    """FedDualAvg (Yuan, Zaheer, Reddi 2021) with a sparsity regulariser (see
+    :class:`FederatedComposite`). Parameters as :func:`fed_mid`."""
+    return FederatedComposite("fed_dual_avg", sparsity=sparsity, client_lr=client_lr,
+                              server_lr=server_lr, local_steps=local_steps,
+                              batch_size=batch_size, regularizer=regularizer, penalty=penalty)

@@ -1,0 +1,195 @@
+"""Federated gradient matching pursuit: FedGradMP and its inexact, partial-participation
+variant (Jeong, Needell, Qin 2024 -- paper 002, Algorithms 1 and 2)."""
+
+from __future__ import annotations
+
+import torch
+
+from .._validation import check_choice, check_float, check_int, fail
+from ..problems.restricted import _power, mask_to_index, restricted_loss_grad
+from .base import Algorithm, ClientContext, weighted_mean
+from .sparse_models import SparseModel, check_dictionary_arg, dictionary_spec
+
+INNER_SOLVERS = ("exact", "newton", "gd", "sgd")
+
+
+class FedGradMP(Algorithm):
+    """FedGradMP (paper 002, Alg. 1) and inexact FedGradMP with partial participation (Alg. 2).
+
+    Client i, from ``x_{t,1} = x_t`` and ``Lambda = supp(x_t)``, for k = 1..K::
+
+        r      = grad g_{i,j_k}(x_{t,k})                 mini-batch gradient (b examples)
+        Gamma  = approx_{2 tau}(r)                       2 tau atoms best matching r
+        Gamma^ = Gamma u Lambda                          at most 3 tau atoms
+        b      = argmin f_i(x), x in R(A_{Gamma^})       on the client's FULL local data
+        Lambda = approx_tau(b)
+        x_{t,k+1} = P_Lambda(b)                          (then Pi_R if radius is set)
+
+    Server: ``x_{t+1} = P_{Lambda_s}(sum_i p_i x_{t,K+1}^(i))`` with
+    ``Lambda_s = approx_tau(sum_i p_i x_{t,K+1}^(i))`` (then Pi_R), p_i renormalised over
+    the sampled clients whose upload arrived (Alg. 2 with cohort size L).
+
+    approx_tau is hard thresholding in the standard basis and, for a dictionary A, picks
+    the tau atoms with largest ``|A^T w|_j / ||a_j||`` and projects by least squares
+    (SPEC.md section 1). Models are kept and sent as their coefficients; for softmax,
+    sparsity and approx act per class row.
+
+    The restricted minimisation (``inner_solver``): "exact" (least squares: SVD-based
+    lstsq on the <= 3 tau columns; logistic/softmax: Newton to 1e-10), "newton" (to
+    ``inner_tol``), "gd" (gradient descent, step 1/L_restricted, until the step is at
+    most ``inner_tol`` = delta), or "sgd" (``inner_steps`` mini-batch SGD steps of size
+    ``inner_lr``). The mean inner iterations used is recorded as ``inner_iterations``.
+    """
+
+    name = "fed_grad_mp"
+    requires = frozenset({"grad", "restricted_solve"})
+    upload_encoding = "sparse"
+    broadcast_encoding = "sparse"
+
+    def __init__(self, *, sparsity, local_steps, batch_size, dictionary, clients_per_round,
+                 inner_solver, radius, inner_tol, inner_max_iter, inner_steps, inner_lr,
+                 inner_batch_size):
+        self.sparsity = check_int("sparsity", sparsity, minimum=1)
+        self.local_steps = check_int("local_steps", local_steps, minimum=1)
+        self.batch_size = check_int("batch_size", batch_size, minimum=1, allow_none=True)
+        check_dictionary_arg(dictionary)
+        self.dictionary = dictionary
+        self.clients_per_round = check_int("clients_per_round", clients_per_round, minimum=1,
+                                           allow_none=True)
+        self.inner_solver = check_choice("inner_solver", inner_solver, INNER_SOLVERS)
+        self.radius = check_float("radius", radius, positive=True, allow_none=True)
+        self.inner_tol = check_float("inner_tol", inner_tol, positive=True)
+        self.inner_max_iter = check_int("inner_max_iter", inner_max_iter, minimum=1)
+        self.inner_steps = check_int("inner_steps", inner_steps, minimum=1)
+        if inner_lr != "auto":
+            check_float("inner_lr", inner_lr, positive=True)
+        self.inner_lr = inner_lr
+        self.inner_batch_size = check_int("inner_batch_size", inner_batch_size, minimum=1,
+                                          allow_none=True)
+        self._geometry: dict = {}
+
+    def hyperparameters(self):
+        return {"sparsity": self.sparsity, "local_steps": self.local_steps,
+                "batch_size": self.batch_size, "dictionary": dictionary_spec(self.dictionary),
+                "clients_per_round": self.clients_per_round, "inner_solver": self.inner_solver,
+                "radius": self.radius, "inner_tol": self.inner_tol,
+                "inner_max_iter": self.inner_max_iter, "inner_steps": self.inner_steps,
+                "inner_lr": self.inner_lr, "inner_batch_size": self.inner_batch_size}
+
+    # -- geometry (dictionary, blocks) is a pure function of (problem, d, dtype) -----------
+    def _model(self, problem, dim: int, dtype: torch.dtype) -> SparseModel:
+        key = (id(problem), dim, dtype)
+        if key not in self._geometry:
+            self._geometry = {key: SparseModel.build(self.sparsity, self.dictionary, problem,
+                                                     dim, dtype, self.name)}
+        return self._geometry[key]
+
+    def check(self, problem, data):
+        super().check(problem, data)
+        self._model(problem, data.dim, data.dtype)
+
+    def init(self, problem, data):
+        self.check(problem, data)
+        model = self._model(problem, data.dim, data.dtype)
+        P = model.wrap(problem).param_dim(data.dim)
+        return {"model": torch.zeros(P, dtype=data.dtype)}
+
+    def model(self, state):
+        # With dictionary=, the record evaluates the feature-space model x = A a (so the
+        # objective, accuracy and the data set's ground truth all live in R^d).
+        geo = next(iter(self._geometry.values()), None)
+        if geo is None or geo.dictionary is None:
+            return state["model"]
+        return geo.signal(state["model"])
+
+    def _inner_sgd(self, prob, ctx, k, index, valid, c, full):
+        Z_full, _ = prob.restricted_features(index, full[0])
+        Z_full = Z_full * valid.unsqueeze(1).to(Z_full.dtype)
+        if self.inner_lr == "auto":
+            L = 1.05 * prob.curvature_scale() * _power(Z_full, full[2], valid) + prob.l2()
+            lr = (1.0 / L.clamp(min=1e-300)).unsqueeze(-1)
+        else:
+            lr = float(self.inner_lr)
+        metric = prob.restricted_metric(index, valid)
+        vmask = valid.to(c.dtype)
+        bs = self.inner_batch_size or self.batch_size
+        for j in range(self.inner_steps):
+            # Batches of the inner solver use their own step counters, after the K outer ones.
+            X, y, w = ctx.batch(self.local_steps + k * self.inner_steps + j, bs)
+            Z, cls = prob.restricted_features(index, X)
+            _, g = restricted_loss_grad(prob, c, Z * valid.unsqueeze(1).to(Z.dtype), cls, y, w,
+                                        metric)
+            c = c - lr * g * vmask
+        return c * vmask
+
+    def client_update(self, payload: torch.Tensor, ctx: ClientContext):
+        X_full, y_full, w_full = ctx.full()
+        geo = self._model(ctx.problem, X_full.shape[-1], X_full.dtype)
+        prob = geo.wrap(ctx.problem)
+        S, P = ctx.size, payload.shape[-1]
+        a = payload.expand(S, -1).clone()
+        lam = a != 0                        # Lambda = supp(x_t) at k = 1
+        width = min(P, geo.blocks * 3 * self.sparsity)
+        method = "exact" if self.inner_solver == "exact" else self.inner_solver
+        iters = []
+        for k in range(self.local_steps):
+            X, y, w = ctx.batch(k, self.batch_size)
+            gamma = geo.select(prob.grad(a, X, y, w), 2 * self.sparsity)
+            index, valid = mask_to_index(gamma | lam, width)
+            init = torch.gather(a, 1, index) * valid
+            if self.inner_solver == "sgd":
+                coef = self._inner_sgd(prob, ctx, k, index, valid, init,
+                                       (X_full, y_full, w_full))
+                iters.append(float(self.inner_steps))
+            else:
+                coef, info = prob.restricted_solve(index, valid, X_full, y_full, w_full, init,
+                                                   method=method, tol=self.inner_tol,
+                                                   max_iter=self.inner_max_iter)
+                iters.append(info["inner_iterations"])
+            # index rows are distinct positions, so padding only writes zeros.
+            b = torch.zeros_like(a).scatter_(1, index, coef * valid)
+            a, lam = geo.approx(b)
+            a = geo.project_ball(a, self.radius)
+        return a, None, {"inner_iterations": sum(iters) / len(iters)}
+
+    def aggregate(self, state, uploads, weights, delivered):
+        geo = next(iter(self._geometry.values()))
+        mean = weighted_mean(uploads, weights, delivered)
+        model, _ = geo.approx(mean)
+        return {**state, "model": geo.project_ball(model, self.radius)}
+
+
+def fed_grad_mp(*, sparsity: int, local_steps: int = 3, batch_size: int | None = None,
+                dictionary=None, clients_per_round: int | None = None,
+                inner_solver: str = "exact", radius: float | None = None,
+                inner_tol: float = 1e-6, inner_max_iter: int = 100, inner_steps: int = 2,
+                inner_lr: float | str = "auto", inner_batch_size: int | None = None
+                ) -> FedGradMP:
+    """FedGradMP (paper 002, Algorithm 1; Algorithm 2 with the inexact/partial options).
+
+    Parameters
+    ----------
+    sparsity : tau, atoms kept (per class row for softmax).
+    local_steps : K local GradMP iterations per round.
+    batch_size : b, mini-batch size of the gradient proxy; None = full local data.
+    dictionary : None (standard basis), a (d, m) tensor (atoms as columns), or a spec
+        dict ``{kind="gaussian", atoms=200, seed=0}`` / ``{kind="file", path=...}``.
+        The model is kept and sent as its m coefficients; records evaluate ``A a``.
+    clients_per_round : cohort size L sampled uniformly without replacement each round
+        (None = all clients); the simulator honours it unless it is given its own.
+    inner_solver : "exact", "newton", "gd" or "sgd" (see :class:`FedGradMP`).
+    radius : R of the optional l2-ball projection Pi_R (after each local iterate and after
+        aggregation); None = no projection.
+    inner_tol : delta, accuracy of the "gd"/"newton" inner solvers.
+    inner_max_iter : cap on inner iterations ("gd"/"newton").
+    inner_steps : number of SGD steps of the "sgd" inner solver.
+    inner_lr : SGD step size of the "sgd" inner solver, or "auto" = 1/L_restricted.
+    inner_batch_size : SGD mini-batch of the "sgd" inner solver (default ``batch_size``).
+    """
+    if inner_lr != "auto" and isinstance(inner_lr, str):
+        raise fail("inner_lr", inner_lr, 'must be a positive number or "auto"')
+    return FedGradMP(sparsity=sparsity, local_steps=local_steps, batch_size=batch_size,
+                     dictionary=dictionary, clients_per_round=clients_per_round,
+                     inner_solver=inner_solver, radius=radius, inner_tol=inner_tol,
+                     inner_max_iter=inner_max_iter, inner_steps=inner_steps, inner_lr=inner_lr,
+                     inner_batch_size=inner_batch_size)

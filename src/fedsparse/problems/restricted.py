@@ -1,0 +1,267 @@
+"""Minimising a client's loss over a few coordinates: the ``restricted_solve`` capability.
+
+FedGradMP (paper 002, Alg. 1, step ``b = argmin f_i(x), x in R(A_Gamma_hat)``) solves, on
+every client at once, a small problem over at most ``3 tau`` coordinates (or atoms). A
+restricted problem is described by
+
+* ``index`` (S, k) int64 positions in the flat parameter vector (padded),
+* ``valid`` (S, k) bool, False on padding (clients whose support is smaller than k),
+
+and, after :meth:`Problem.restricted_features`, by restricted features ``Z`` (S, n, k)
+(column q of client s is the feature that multiplies parameter ``index[s, q]``) and the
+class row ``cls`` (S, k) each parameter belongs to (always 0 for a single linear score).
+Padding columns of ``Z`` are zero, so they never touch the loss; the solvers keep their
+coefficients at exactly 0.
+
+Solvers (all batched over the S clients, no Python loop over clients):
+
+* ``exact`` — least squares: weighted linear least squares, Cholesky on the normal
+  equations plus one refinement step, falling back per client to LAPACK ``gelsd`` (SVD,
+  minimum-norm) when the Gram matrix is singular or ill-conditioned; logistic /
+  softmax: damped Newton to 1e-10.
+* ``newton`` — damped Newton with a backtracking (Armijo) line search.
+* ``gd`` — gradient descent with step ``1 / L_restricted`` (L by power iteration on the
+  restricted Hessian bound) until the step is at most ``tol`` (paper 002, Sec. IV-A).
+
+Stochastic inner steps (Alg. 2's "fixed number of SGD steps") need mini-batches, so the
+algorithm drives them with :func:`restricted_loss_grad` on its own batches.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from .._validation import ConfigError, check_choice
+
+METHODS = ("exact", "newton", "gd")
+
+
+def mask_to_index(mask: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Positions of the True entries of each row, padded to ``k`` columns.
+
+    Parameters
+    ----------
+    mask : (S, P) bool, at most ``k`` True entries per row.
+    k : number of columns of the result.
+
+    Returns
+    -------
+    index : (S, k) int64, the True positions in ascending order, then padding positions.
+    valid : (S, k) bool, False on padding.
+    """
+    # A stable sort on "not selected" puts the selected positions first, in index order.
+    order = torch.sort((~mask).to(torch.int8), dim=-1, stable=True).indices[..., :k]
+    return order, torch.gather(mask, -1, order)
+
+
+def _kind(problem) -> str:
+    # A DictionaryProblem reports the loss it wraps.
+    return getattr(problem, "base_name", problem.name)
+
+
+def _scores(problem, c: torch.Tensor, Z: torch.Tensor, cls: torch.Tensor) -> torch.Tensor:
+    """Linear scores: (S, n) for one class row, (S, n, C) logits for softmax."""
+    if problem.blocks == 1:
+        return torch.bmm(Z, c.unsqueeze(-1)).squeeze(-1)
+    onehot = F.one_hot(cls, problem.blocks).to(Z.dtype)          # (S, k, C)
+    return torch.bmm(Z * c.unsqueeze(1), onehot)                   # (S, n, C)
+
+
+def _penalty(problem, c, metric):
+    l2 = problem.l2()
+    if not l2:
+        return 0.0, 0.0
+    Mc = c if metric is None else torch.bmm(metric, c.unsqueeze(-1)).squeeze(-1)
+    return 0.5 * l2 * (c * Mc).sum(-1), l2 * Mc
+
+
+def restricted_loss_grad(problem, c: torch.Tensor, Z: torch.Tensor, cls: torch.Tensor,
+                         y: torch.Tensor, w: torch.Tensor, metric: torch.Tensor | None = None
+                         ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Loss (S,) and gradient (S, k) of the restricted problem at coefficients ``c`` (S, k).
+
+    ``metric`` (S, k, k) is the Gram matrix of the restricted directions for the l2 term
+    ``(l2/2) ||x||^2 = (l2/2) c^T M c`` (None = identity: plain coordinates).
+    """
+    kind = _kind(problem)
+    s = _scores(problem, c, Z, cls)
+    if kind == "least_squares":
+        r = s - y
+        loss = 0.5 * (w * r * r).sum(-1)
+        coef = w * r
+        grad = torch.bmm(coef.unsqueeze(1), Z).squeeze(1)
+    elif kind == "logistic":
+        pos = (y > 0).to(s.dtype)
+        loss = (w * (F.softplus(s) - pos * s)).sum(-1)
+        grad = torch.bmm((w * (torch.sigmoid(s) - pos)).unsqueeze(1), Z).squeeze(1)
+    else:  # softmax
+        logp = torch.log_softmax(s, -1)
+        loss = -(w * logp.gather(-1, y.long().unsqueeze(-1)).squeeze(-1)).sum(-1)
+        resid = torch.softmax(s, -1) - F.one_hot(y.long(), problem.blocks).to(s.dtype)
+        # d loss / d c_q = sum_n w_n resid[n, cls_q] Z[n, q]
+        per_param = torch.gather(resid, -1, cls.unsqueeze(1).expand(-1, Z.shape[1], -1))
+        grad = (w.unsqueeze(-1) * per_param * Z).sum(1)
+    pen, pen_grad = _penalty(problem, c, metric)
+    return loss + pen, grad + pen_grad
+
+
+def restricted_hessian(problem, c, Z, cls, y, w, metric=None) -> torch.Tensor:
+    """(S, k, k) Hessian of the restricted problem at ``c`` (see :func:`restricted_loss_grad`)."""
+    kind = _kind(problem)
+    s = _scores(problem, c, Z, cls)
+    if kind == "least_squares":
+        H = torch.bmm(Z.transpose(1, 2) * w.unsqueeze(1), Z)
+    elif kind == "logistic":
+        p = torch.sigmoid(s)
+        H = torch.bmm(Z.transpose(1, 2) * (w * p * (1 - p)).unsqueeze(1), Z)
+    else:
+        # H_qq' = sum_n w_n Z_nq Z_nq' (p_n,r [r = r'] - p_n,r p_n,r'), r = cls_q, r' = cls_q'.
+        prob = torch.softmax(s, -1)
+        P = torch.gather(prob, -1, cls.unsqueeze(1).expand(-1, Z.shape[1], -1))  # (S, n, k)
+        ZP = Z * P
+        same = (cls.unsqueeze(-1) == cls.unsqueeze(-2)).to(Z.dtype)
+        H = torch.bmm(ZP.transpose(1, 2) * w.unsqueeze(1), Z) * same \
+            - torch.bmm(ZP.transpose(1, 2) * w.unsqueeze(1), ZP)
+    l2 = problem.l2()
+    if l2:
+        if metric is None:
+            H = H + l2 * torch.eye(H.shape[-1], dtype=H.dtype)
+        else:
+            H = H + l2 * metric
+    return H
+
+
+def _lstsq_exact(Z, y, w, valid):
+    """Weighted least squares on the restricted columns, every client at once.
+
+    Fast path: Cholesky on the normal equations (padding columns get a unit diagonal, so
+    their coefficient is 0) followed by one step of iterative refinement with the
+    residual computed from ``Z`` itself, which recovers the accuracy the normal
+    equations lose to squaring the condition number. Clients whose Gram matrix is
+    singular or too ill-conditioned for that (e.g. fewer examples than columns) fall back
+    to LAPACK ``gelsd`` (SVD based, minimum-norm solution): no ridge is ever added.
+    """
+    vm = valid.to(Z.dtype)
+    sw = w.clamp(min=0).sqrt()
+    Zw = Z * sw.unsqueeze(-1) * vm.unsqueeze(1)
+    yw = (sw * y).unsqueeze(-1)
+    G = Zw.transpose(1, 2) @ Zw + torch.diag_embed(1 - vm)
+    L, info = torch.linalg.cholesky_ex(G)
+    diag = L.diagonal(dim1=-2, dim2=-1)
+    ratio = (diag.amin(-1) / diag.amax(-1).clamp(min=1e-300)) ** 2
+    # cond(G) ~ 1/ratio; beyond ~1e10 one refinement step no longer reaches full accuracy.
+    ok = (info == 0) & (ratio > 1e-10)
+    sol = torch.zeros(Z.shape[0], Z.shape[-1], dtype=Z.dtype)
+    if ok.any():
+        Lk, Zk, yk = L[ok], Zw[ok], yw[ok]
+        x = torch.cholesky_solve(Zk.transpose(1, 2) @ yk, Lk)
+        x = x + torch.cholesky_solve(Zk.transpose(1, 2) @ (yk - Zk @ x), Lk)
+        sol[ok] = x.squeeze(-1)
+    bad = ~ok
+    if bad.any():
+        sol[bad] = torch.linalg.lstsq(Zw[bad], yw[bad], driver="gelsd").solution.squeeze(-1)
+    return sol * vm
+
+
+def _newton(problem, c, Z, cls, y, w, valid, metric, tol, max_iter):
+    vmask = valid.to(Z.dtype)
+    eye = torch.eye(c.shape[-1], dtype=Z.dtype)
+    iters = torch.zeros(c.shape[0], dtype=torch.int64)
+    active = torch.ones(c.shape[0], dtype=torch.bool)
+    loss, grad = restricted_loss_grad(problem, c, Z, cls, y, w, metric)
+    for _ in range(max_iter):
+        grad = grad * vmask
+        H = restricted_hessian(problem, c, Z, cls, y, w, metric)
+        H = H * (vmask.unsqueeze(-1) * vmask.unsqueeze(-2))
+        # Padding gets a unit diagonal (so its step is 0); a tiny relative ridge keeps
+        # the softmax Hessian (singular along "add the same vector to every class")
+        # invertible without changing the well-posed directions measurably.
+        scale = H.diagonal(dim1=-2, dim2=-1).abs().amax(-1).clamp(min=1.0)
+        H = H + torch.diag_embed(1 - vmask) + (1e-12 * scale)[:, None, None] * eye
+        step = -torch.linalg.solve(H, grad.unsqueeze(-1)).squeeze(-1)
+        decrement = -(grad * step).sum(-1)          # Newton decrement squared
+        t = torch.ones_like(loss)
+        new_c = c + step
+        new_loss, new_grad = restricted_loss_grad(problem, new_c, Z, cls, y, w, metric)
+        for _ls in range(40):
+            bad = active & ~(new_loss <= loss - 0.25 * t * decrement + 1e-15 * loss.abs())
+            if not bad.any():
+                break
+            t = torch.where(bad, 0.5 * t, t)
+            new_c = c + t.unsqueeze(-1) * step
+            new_loss, new_grad = restricted_loss_grad(problem, new_c, Z, cls, y, w, metric)
+        keep = active.unsqueeze(-1)
+        c = torch.where(keep, new_c, c)
+        loss = torch.where(active, new_loss, loss)
+        grad = torch.where(keep, new_grad, grad)
+        iters = iters + active.to(torch.int64)
+        step_norm = t * torch.linalg.vector_norm(step, dim=-1)
+        active = active & (step_norm > tol * (1 + torch.linalg.vector_norm(c, dim=-1))) \
+            & (decrement > 0)
+        if not active.any():
+            break
+    return c * vmask, iters
+
+
+def _power(Z, w, valid, iterations=30):
+    v = valid.to(Z.dtype) + 0.0
+    v = v / torch.linalg.vector_norm(v, dim=-1, keepdim=True).clamp(min=1e-300)
+    lam = torch.zeros(Z.shape[0], dtype=Z.dtype)
+    for _ in range(iterations):
+        zv = torch.bmm(Z, v.unsqueeze(-1)).squeeze(-1) * w
+        mv = torch.bmm(zv.unsqueeze(1), Z).squeeze(1)
+        lam = torch.linalg.vector_norm(mv, dim=-1)
+        v = mv / lam.clamp(min=1e-300).unsqueeze(-1)
+    return lam
+
+
+def _gd(problem, c, Z, cls, y, w, valid, metric, tol, max_iter):
+    vmask = valid.to(Z.dtype)
+    # 1.05: power iteration approaches lambda_max from below.
+    L = 1.05 * problem.curvature_scale() * _power(Z, w, valid)
+    if problem.l2():
+        mnorm = 1.0 if metric is None else torch.linalg.matrix_norm(metric, ord=2)
+        L = L + problem.l2() * mnorm
+    step = 1.0 / L.clamp(min=1e-300)
+    iters = torch.zeros(c.shape[0], dtype=torch.int64)
+    active = torch.ones(c.shape[0], dtype=torch.bool)
+    for _ in range(max_iter):
+        _, grad = restricted_loss_grad(problem, c, Z, cls, y, w, metric)
+        delta = -step.unsqueeze(-1) * grad * vmask
+        delta = torch.where(active.unsqueeze(-1), delta, torch.zeros_like(delta))
+        c = c + delta
+        iters = iters + active.to(torch.int64)
+        active = active & (torch.linalg.vector_norm(delta, dim=-1) > tol)
+        if not active.any():
+            break
+    return c * vmask, iters
+
+
+def solve_restricted(problem, index: torch.Tensor, valid: torch.Tensor, X: torch.Tensor,
+                     y: torch.Tensor, w: torch.Tensor, init: torch.Tensor | None = None, *,
+                     method: str = "exact", tol: float = 1e-10, max_iter: int = 100
+                     ) -> tuple[torch.Tensor, dict]:
+    """Shared implementation of :meth:`Problem.restricted_solve` (see that method)."""
+    check_choice("method", method, METHODS)
+    Z, cls = problem.restricted_features(index, X)
+    Z = Z * valid.unsqueeze(1).to(Z.dtype)
+    metric = problem.restricted_metric(index, valid)
+    S, k = index.shape
+    c0 = torch.zeros(S, k, dtype=X.dtype) if init is None else init.to(X.dtype) * valid
+    kind = _kind(problem)
+    if method == "exact" and kind == "least_squares" and not problem.l2():
+        coef = _lstsq_exact(Z, y, w, valid)
+        return coef, {"inner_iterations": 1.0}
+    if method in ("exact", "newton"):
+        coef, iters = _newton(problem, c0, Z, cls, y, w, valid, metric,
+                              tol if method == "newton" else min(tol, 1e-10), max_iter)
+    else:
+        coef, iters = _gd(problem, c0, Z, cls, y, w, valid, metric, tol, max_iter)
+    return coef, {"inner_iterations": float(iters.to(torch.float64).mean())}
+
+
+def require_restricted(problem) -> None:
+    if "restricted_solve" not in problem.capabilities:
+        raise ConfigError(f"problem {problem.name!r} has no restricted_solve capability; "
+                          "FedGradMP needs one (least_squares, logistic, softmax have it)")
