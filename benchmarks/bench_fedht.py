@@ -19,6 +19,7 @@ import time
 import torch
 
 import fedsparse as fs
+from fedsparse._threads import single_threaded_blas
 from fedsparse.algorithms import ClientContext
 from fedsparse.sparsity import hard_threshold
 
@@ -46,8 +47,9 @@ def one_round(algo, problem, data):
     payload = algo.broadcast(state)
 
     def run():
-        uploads, _, _ = algo.client_update(payload, ctx)
-        algo.aggregate(state, uploads, data.weights, torch.ones(data.num_clients, dtype=bool))
+        with single_threaded_blas():  # as fs.simulate runs a round
+            uploads, _, _ = algo.client_update(payload, ctx)
+            algo.aggregate(state, uploads, data.weights, torch.ones(data.num_clients, dtype=bool))
 
     return run
 

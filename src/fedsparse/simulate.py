@@ -11,6 +11,7 @@ import torch
 from tqdm.auto import tqdm
 
 from . import rng
+from ._threads import single_threaded_blas
 from ._validation import ConfigError, check_int, fail
 from .algorithms.base import Algorithm, ClientContext
 from .channels import PerfectChannel
@@ -180,46 +181,48 @@ def simulate(algorithm: Algorithm, problem: Problem, data: FederatedDataset, *, 
     elapsed = last["elapsed"]
     bar = tqdm(total=rounds, initial=start, disable=False if progress else
                (True if progress is False else None), desc=algorithm.name, leave=False)
-    for t in range(start, rounds):
-        tic = time.perf_counter()
-        clients = sample_clients(seed, t, data.num_clients, clients_per_round)
-        payload = algorithm.broadcast(state)
-        uploads, new_client_state, info = _run_clients(
-            algorithm, problem, data, payload, clients, t, seed,
-            algorithm.client_config(state), client_state, client_batch)
-        delivered = channel.delivered(seed, t, clients)
-        if delivered.any():
-            new_state = algorithm.aggregate(state, uploads, data.weights[clients], delivered)
-        else:
-            warnings.warn(f"round {t + 1}: no upload was delivered; the model is kept",
-                          RuntimeWarning, stacklevel=2)
-            new_state = state
-        seconds = time.perf_counter() - tic
-        model = algorithm.model(new_state)
-        if not torch.isfinite(model).all():
-            bar.close()
-            history.model = algorithm.model(state)
-            save(t)
-            raise DivergenceError(
-                f"round {t + 1}: the model became non-finite (NaN or inf); stopped, keeping "
-                f"the last finite model (round {t}) in error.history.model. A smaller "
-                "step size usually helps.", history, t + 1)
-        state, client_state = new_state, new_client_state
-        bytes_up = int(payload_bytes(uploads, algorithm.upload_encoding).sum())
-        bytes_down = int(payload_bytes(payload, algorithm.broadcast_encoding)) * clients.shape[0]
-        up_total, down_total, elapsed = up_total + bytes_up, down_total + bytes_down, \
-            elapsed + seconds
-        record = {"round": t + 1, **evaluate(problem, data, model), "bytes_up": bytes_up,
-                  "bytes_down": bytes_down, "bytes_up_total": up_total,
-                  "bytes_down_total": down_total, "bytes_total": up_total + down_total,
-                  "clients_sampled": int(clients.shape[0]), "delivered": int(delivered.sum()),
-                  "seconds": seconds, "elapsed": elapsed, **info}
-        history.records.append(record)
-        if callback is not None:
-            callback(record, state)
-        bar.update(1)
-        if (t + 1) % checkpoint_every == 0 or t + 1 == rounds:
-            save(t + 1)
+    with single_threaded_blas():
+        for t in range(start, rounds):
+            tic = time.perf_counter()
+            clients = sample_clients(seed, t, data.num_clients, clients_per_round)
+            payload = algorithm.broadcast(state)
+            uploads, new_client_state, info = _run_clients(
+                algorithm, problem, data, payload, clients, t, seed,
+                algorithm.client_config(state), client_state, client_batch)
+            delivered = channel.delivered(seed, t, clients)
+            if delivered.any():
+                new_state = algorithm.aggregate(state, uploads, data.weights[clients], delivered)
+            else:
+                warnings.warn(f"round {t + 1}: no upload was delivered; the model is kept",
+                              RuntimeWarning, stacklevel=2)
+                new_state = state
+            seconds = time.perf_counter() - tic
+            model = algorithm.model(new_state)
+            if not torch.isfinite(model).all():
+                bar.close()
+                history.model = algorithm.model(state)
+                save(t)
+                raise DivergenceError(
+                    f"round {t + 1}: the model became non-finite (NaN or inf); stopped, keeping "
+                    f"the last finite model (round {t}) in error.history.model. A smaller "
+                    "step size usually helps.", history, t + 1)
+            state, client_state = new_state, new_client_state
+            bytes_up = int(payload_bytes(uploads, algorithm.upload_encoding).sum())
+            per_client_down = int(payload_bytes(payload, algorithm.broadcast_encoding))
+            bytes_down = per_client_down * clients.shape[0]
+            up_total, down_total = up_total + bytes_up, down_total + bytes_down
+            elapsed += seconds
+            record = {"round": t + 1, **evaluate(problem, data, model), "bytes_up": bytes_up,
+                      "bytes_down": bytes_down, "bytes_up_total": up_total,
+                      "bytes_down_total": down_total, "bytes_total": up_total + down_total,
+                      "clients_sampled": int(clients.shape[0]), "delivered": int(delivered.sum()),
+                      "seconds": seconds, "elapsed": elapsed, **info}
+            history.records.append(record)
+            if callback is not None:
+                callback(record, state)
+            bar.update(1)
+            if (t + 1) % checkpoint_every == 0 or t + 1 == rounds:
+                save(t + 1)
     bar.close()
     history.model = algorithm.model(state)
     return history

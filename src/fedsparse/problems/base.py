@@ -9,10 +9,12 @@ shared by all.
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from .. import rng as rng_mod
 from .._validation import ConfigError
+from ..data.sparse_rows import SparseRows
 
 
 class Problem:
@@ -115,21 +117,52 @@ class Problem:
         return self.curvature_scale() * lam + self.l2()
 
 
+def _use_numpy(*tensors: torch.Tensor) -> bool:
+    # torch's CPU bmm is 5-10x slower than numpy's matmul (OpenBLAS gemv per client) for
+    # these batched matrix-vector products (benchmarks/bench_fedht.py); the numpy path
+    # shares memory with the tensors and is taken only where autograd is not needed.
+    return all(t.device.type == "cpu" and not t.requires_grad for t in tensors)
+
+
 def scores(params: torch.Tensor, X: torch.Tensor) -> torch.Tensor:
     """Linear scores ``X x``: (S, b) for params (S, d) or (d,)."""
+    if isinstance(X, SparseRows):  # CSR client data: a segment sum over the non-zeros
+        return X.scores(params)
     if params.ndim == 1:
         return X @ params
+    if _use_numpy(params, X):
+        with np.errstate(over="ignore", invalid="ignore"):  # divergence is caught by simulate
+            return torch.from_numpy(np.matmul(X.numpy(), params.numpy()[..., None])[..., 0])
     return torch.bmm(X, params.unsqueeze(-1)).squeeze(-1)
 
 
 def weighted_transpose(X: torch.Tensor, coef: torch.Tensor) -> torch.Tensor:
     """``X^T coef`` per client: (S, d) from X (S, b, d) and coef (S, b)."""
+    if isinstance(X, SparseRows):
+        return X.weighted_transpose(coef)
+    if _use_numpy(X, coef):
+        with np.errstate(over="ignore", invalid="ignore"):
+            return torch.from_numpy(np.matmul(coef.numpy()[:, None, :], X.numpy())[:, 0])
     return torch.bmm(coef.unsqueeze(1), X).squeeze(1)
 
 
 def gram_times(X: torch.Tensor, w: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     """``X^T diag(w) X v`` per client, for v (S, d)."""
     return weighted_transpose(X, w * scores(v, X))
+
+
+def class_scores(W: torch.Tensor, X: torch.Tensor) -> torch.Tensor:
+    """Scores of C classes per example: (S, b, C) from class rows W (S, C, d)."""
+    if isinstance(X, SparseRows):
+        return X.class_scores(W)
+    return torch.bmm(X, W.transpose(1, 2))
+
+
+def class_weighted_transpose(X: torch.Tensor, coef: torch.Tensor) -> torch.Tensor:
+    """``coef^T X`` per client: (S, C, d) from X (S, b, d) and coef (S, b, C)."""
+    if isinstance(X, SparseRows):
+        return X.class_weighted_transpose(coef)
+    return torch.bmm(coef.transpose(1, 2), X)
 
 
 def check_labels(data, allowed: set, problem: str) -> None:
