@@ -119,7 +119,8 @@ def run_experiment(config: dict, out: str | Path, *, resume: bool = False,
         log(_format_row(row))
     plot = config.get("plot", {})
     plots = []
-    for y in plot.get("y", ["objective"]):
+    # rel. error is plotted wherever a ground truth makes it defined
+    for y in dict.fromkeys([*plot.get("y", ["objective"]), "rel_error"]):
         for x in plot.get("x", ["round", "bytes_total"]):
             path = out / f"{y}_vs_{x}.png"
             if plot_panels(panels, y=y, x=x, path=path, logy=plot.get("logy", False),
