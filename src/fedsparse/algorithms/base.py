@@ -22,6 +22,7 @@ import torch
 from .. import rng
 from .._validation import ConfigError, check_int, fail
 from ..data.federated import ClientSplit, FederatedDataset
+from ..data.sparse_rows import SparseRows
 from ..problems.base import Problem
 
 ServerState = dict[str, Any]
@@ -78,7 +79,11 @@ class ClientContext:
                            torch.arange(n_max)[None, :])
         valid = torch.arange(n_max)[None, :] < counts[:, None]
         index, picked = rng.choose_without_replacement(keys, valid, batch_size)
-        X = torch.gather(self.data.X, 1, index.unsqueeze(-1).expand(-1, -1, self.data.X.shape[-1]))
+        if isinstance(self.data.X, SparseRows):  # CSR data: copy only the rows' non-zeros
+            X = self.data.X.gather_rows(index)
+        else:
+            X = torch.gather(self.data.X, 1,
+                             index.unsqueeze(-1).expand(-1, -1, self.data.X.shape[-1]))
         y = torch.gather(self.data.y, 1, index)
         w = picked.to(X.dtype)
         w = w / w.sum(-1, keepdim=True)

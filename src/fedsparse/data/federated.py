@@ -9,6 +9,7 @@ import numpy as np
 import torch
 
 from .._validation import ConfigError, fail
+from .sparse_rows import SparseRows, is_sparse_matrix
 
 
 @dataclass(frozen=True)
@@ -17,7 +18,9 @@ class ClientSplit:
 
     Attributes
     ----------
-    X : (N, n_max, d) features; rows past ``counts[i]`` are zero padding.
+    X : (N, n_max, d) features; rows past ``counts[i]`` are zero padding. For sparse
+        (CSR) client data a :class:`~fedsparse.data.sparse_rows.SparseRows` of that
+        shape, which keeps only the non-zeros.
     y : (N, n_max) targets (class labels stored as floats holding integers).
     counts : (N,) int64 number of real examples per client.
     """
@@ -45,7 +48,8 @@ class ClientSplit:
         return ClientSplit(self.X[clients], self.y[clients], self.counts[clients])
 
     def client(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Client ``i``'s real examples: ``(X_i (n_i, d), y_i (n_i,))``."""
+        """Client ``i``'s real examples: ``(X_i (n_i, d), y_i (n_i,))``; ``X_i`` is a torch
+        sparse COO tensor when the data are sparse."""
         n = int(self.counts[i])
         return self.X[i, :n], self.y[i, :n]
 
@@ -122,6 +126,14 @@ def _stack_split(kind: str, xs: Sequence, ys: Sequence, dtype: torch.dtype,
     if len(xs) != len(ys):
         raise ConfigError(f"{kind}: got {len(xs)} feature arrays but {len(ys)} target arrays; "
                           "need one of each per client")
+    sparse = [is_sparse_matrix(x) for x in xs]
+    if any(sparse):
+        if not all(sparse):
+            i = sparse.index(not sparse[0])
+            raise fail(f"{kind}_xs[{i}]", type(xs[i]).__name__,
+                       f"must be {'sparse' if sparse[0] else 'dense'} like {kind}_xs[0]: the "
+                       "clients' features must be all SciPy sparse matrices or all dense arrays")
+        return _stack_sparse_split(kind, xs, ys, dtype, dim)
     tx, ty = [], []
     for i, (x, y) in enumerate(zip(xs, ys, strict=True)):
         x = _as_tensor(f"{kind}_xs[{i}]", x, dtype)
@@ -151,6 +163,34 @@ def _stack_split(kind: str, xs: Sequence, ys: Sequence, dtype: torch.dtype,
     return ClientSplit(X, Y, counts)
 
 
+def _stack_sparse_split(kind: str, xs: Sequence, ys: Sequence, dtype: torch.dtype,
+                        dim: int | None) -> ClientSplit:
+    """Per-client SciPy sparse matrices -> a ClientSplit whose X is :class:`SparseRows`."""
+    ty = []
+    for i, (x, y) in enumerate(zip(xs, ys, strict=True)):
+        y = _as_tensor(f"{kind}_ys[{i}]", y, dtype)
+        if len(x.shape) != 2:
+            raise fail(f"{kind}_xs[{i}].shape", tuple(x.shape), "must be 2-D (examples, features)")
+        if y.ndim != 1 or y.shape[0] != x.shape[0]:
+            raise fail(f"{kind}_ys[{i}].shape", tuple(y.shape),
+                       f"must be 1-D with {x.shape[0]} entries, one per row of {kind}_xs[{i}]")
+        if x.shape[0] == 0:
+            raise fail(f"{kind}_xs[{i}]", "(empty)", "every client needs at least one example")
+        dim = x.shape[1] if dim is None else dim
+        if x.shape[1] != dim:
+            raise fail(f"{kind}_xs[{i}].shape[1]", x.shape[1],
+                       f"must equal the feature dimension {dim} of client 0")
+        if not torch.isfinite(y).all():
+            raise fail(f"{kind} targets of client {i}", "NaN/inf", "must be finite")
+        ty.append(y)
+    X = SparseRows.from_scipy(xs, dtype=dtype, name=f"{kind}_xs")
+    counts = torch.tensor([x.shape[0] for x in xs], dtype=torch.int64)
+    Y = torch.zeros(len(ty), X.shape[1], dtype=dtype)
+    for i, y in enumerate(ty):
+        Y[i, : y.shape[0]] = y
+    return ClientSplit(X, Y, counts)
+
+
 def from_arrays(xs: Sequence, ys: Sequence, *, test_xs: Sequence | None = None,
                 test_ys: Sequence | None = None, ground_truth=None, weights=None,
                 dtype: torch.dtype = torch.float32, name: str = "custom") -> FederatedDataset:
@@ -158,7 +198,10 @@ def from_arrays(xs: Sequence, ys: Sequence, *, test_xs: Sequence | None = None,
 
     Parameters
     ----------
-    xs, ys : sequences of length N; ``xs[i]`` is (n_i, d), ``ys[i]`` is (n_i,).
+    xs, ys : sequences of length N; ``xs[i]`` is (n_i, d), ``ys[i]`` is (n_i,). The
+        ``xs`` are all dense (arrays or tensors) or all SciPy sparse matrices; sparse
+        features stay sparse (a :class:`~fedsparse.data.sparse_rows.SparseRows`, memory
+        proportional to the non-zeros).
     test_xs, test_ys : optional per-client test arrays of the same layout.
     ground_truth : optional (P,) model that generated the data.
     weights : optional (N,) non-negative client weights; normalised to sum to 1.

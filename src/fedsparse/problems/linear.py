@@ -6,7 +6,14 @@ import torch
 import torch.nn.functional as F
 
 from .._validation import check_float, check_int
-from .base import Problem, check_labels, scores, weighted_transpose
+from .base import (
+    Problem,
+    check_labels,
+    class_scores,
+    class_weighted_transpose,
+    scores,
+    weighted_transpose,
+)
 
 
 def _per_client(params: torch.Tensor, S: int) -> torch.Tensor:
@@ -104,7 +111,7 @@ class Softmax(Problem):
 
     def _logits(self, params, X):
         W = _per_client(params, X.shape[0]).reshape(X.shape[0], self.blocks, -1)
-        return torch.bmm(X, W.transpose(1, 2))
+        return class_scores(W, X)
 
     def loss(self, params, X, y, w):
         logits = self._logits(params, X)
@@ -118,7 +125,7 @@ class Softmax(Problem):
         logits = self._logits(params, X)
         coef = torch.softmax(logits, -1)
         coef.scatter_add_(-1, y.long().unsqueeze(-1), -torch.ones_like(y).unsqueeze(-1))
-        g = torch.bmm((coef * w.unsqueeze(-1)).transpose(1, 2), X).reshape(X.shape[0], -1)
+        g = class_weighted_transpose(X, coef * w.unsqueeze(-1)).reshape(X.shape[0], -1)
         if self._l2:
             g = g + self._l2 * params
         return g
