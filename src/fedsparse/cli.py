@@ -173,6 +173,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _add_optional_parsers(sub) -> None:
     """Sub-commands that live with optional parts of the package."""
+    from .data.cli import add_data_parser
+
+    add_data_parser(sub)
     try:
         from .flower.cli import add_flower_parser
     except ImportError:

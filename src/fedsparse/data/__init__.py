@@ -29,6 +29,8 @@ from .partition import (
     partition_label_skew,
     plot_partition,
 )
+from .real import federated_real, libsvm_file
+from .sparse_rows import SparseRows
 from .synthetic import fedht_simulation, fedprox_synthetic, shifted_gaussian
 
 #: Data set generators by name, as used in experiment configs (``data.kind``).
@@ -36,6 +38,8 @@ GENERATORS = {
     "fedht_simulation": fedht_simulation,
     "fedprox_synthetic": fedprox_synthetic,
     "shifted_gaussian": shifted_gaussian,
+    "federated_real": federated_real,
+    "libsvm_file": libsvm_file,
 }
 
 __all__ = [
@@ -70,4 +74,7 @@ __all__ = [
     "fedprox_synthetic",
     "from_arrays",
     "shifted_gaussian",
+    "federated_real",
+    "libsvm_file",
+    "SparseRows",
 ]

@@ -1,0 +1,107 @@
+"""``fedsparse data ...``: look at a federated split before training on it.
+
+``fedsparse data describe digits --partition label_skew --clients 20
+--labels-per-client 2 --seed 0 --plot out.png`` prints every client's size and label
+histogram (:func:`~fedsparse.data.partition.describe_partition`) and optionally saves
+the client x label heat map (:func:`~fedsparse.data.partition.plot_partition`).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+
+from .._validation import ConfigError
+from .real import DATASETS, PARTITIONS
+
+__all__ = ["add_data_parser", "cmd_describe"]
+
+
+def _partition_kwargs(args) -> dict:
+    """Only the options the chosen partitioner takes, so defaults never leak across."""
+    kw: dict = {}
+    if args.partition == "label_skew":
+        kw["labels_per_client"] = args.labels_per_client
+        if args.sizes is not None:
+            kw["sizes"] = args.sizes
+    elif args.partition == "groups":
+        kw["num_groups"] = args.groups
+        kw["labels_per_group"] = args.labels_per_client
+    elif args.partition == "dirichlet":
+        kw["alpha"] = args.alpha
+    elif args.partition == "clusters":
+        kw.update(num_clusters=args.clusters, parts_per_cluster=args.parts_per_cluster,
+                  clusters_per_client=args.clusters_per_client, by_labels=args.by_labels)
+    return kw
+
+
+def cmd_describe(args) -> int:
+    """Load, partition, print the description; returns the exit status."""
+    from .partition import describe_partition, plot_partition
+    from .real import _scale, load_named, make_partition
+
+    try:
+        X, y = load_named(args.dataset, path=args.path, seed=args.seed,
+                          max_examples=args.max_examples)
+    except (ImportError, OSError, ValueError) as exc:
+        if isinstance(exc, ConfigError):
+            raise
+        # a missing file or extra is a user error: one clean line, not a traceback
+        raise ConfigError(f"data set {args.dataset!r} could not be loaded: {exc}") from None
+    if args.partition == "clusters" and not args.by_labels:
+        X = _scale(X, "maxabs")  # K-means on comparable feature ranges
+    parts = make_partition(args.partition, X, y, num_clients=args.clients, seed=args.seed,
+                           **_partition_kwargs(args))
+    regression = args.dataset in ("diabetes", "e2006") or (
+        y.dtype.kind == "f" and len(set(y[: 1000].tolist())) > 50)
+    desc = describe_partition(parts, None if regression else y)
+    sizes = desc["sizes"]
+    kind = "sparse" if hasattr(X, "nnz") else "dense"
+    print(f"{args.dataset}: {X.shape[0]} examples x {X.shape[1]} features ({kind}); "
+          f"partition {args.partition} (seed {args.seed})")
+    print(f"client sizes: min {sizes.min()}, median {np.median(sizes):g}, max {sizes.max()}, "
+          f"total {desc['total']}, duplicates {desc['duplicates']}")
+    if not regression:
+        lpc = desc["labels_per_client"]
+        print(f"labels per client: min {lpc.min()}, max {lpc.max()}; "
+              f"unassigned examples: {desc['unassigned']}")
+    print(desc["table"])
+    if args.plot:
+        if regression:
+            print("no plot: the targets are continuous (no labels to histogram)")
+        else:
+            out = plot_partition(parts, y, args.plot, title=f"{args.dataset}, {args.partition}, "
+                                 f"{args.clients} clients")
+            print(f"wrote {out}")
+    return 0
+
+
+def add_data_parser(subparsers) -> argparse.ArgumentParser:
+    """Add ``data`` (with its ``describe`` sub-command) to the ``fedsparse`` parser."""
+    data = subparsers.add_parser("data", help="inspect real data sets and federated splits")
+    sub = data.add_subparsers(dest="data_command", required=True)
+    names = ", ".join(f"{k}{' (needs --path)' if v[0] else ''}" for k, v in DATASETS.items())
+    d = sub.add_parser("describe", help="per-client sizes and label histograms of a split",
+                       description=f"Data sets: {names}.")
+    d.add_argument("dataset", choices=sorted(DATASETS), metavar="DATASET",
+                   help="a named data set: " + ", ".join(sorted(DATASETS)))
+    d.add_argument("--path", help="file or directory for data sets read from disk")
+    d.add_argument("--partition", choices=PARTITIONS, default="iid")
+    d.add_argument("--clients", type=int, default=20, help="number of clients (default 20)")
+    d.add_argument("--seed", type=int, default=0)
+    d.add_argument("--labels-per-client", type=int, default=2,
+                   help="label_skew: labels per client; groups: labels per group")
+    d.add_argument("--sizes", choices=("balanced", "power_law"), default=None,
+                   help="label_skew client sizes")
+    d.add_argument("--groups", type=int, default=5, help="groups: number of groups")
+    d.add_argument("--alpha", type=float, default=0.5, help="dirichlet concentration")
+    d.add_argument("--clusters", type=int, default=10, help="clusters: number of clusters")
+    d.add_argument("--parts-per-cluster", type=int, default=20)
+    d.add_argument("--clusters-per-client", type=int, default=2)
+    d.add_argument("--by-labels", action="store_true",
+                   help="clusters: use the labels as clusters (paper 000 on MNIST)")
+    d.add_argument("--max-examples", type=int, help="subsample first (seeded)")
+    d.add_argument("--plot", metavar="PNG", help="save the client x label heat map here")
+    d.set_defaults(func=cmd_describe)
+    return data
