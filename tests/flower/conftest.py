@@ -154,6 +154,10 @@ class Cluster:
             parts.append(f"\n----- {p.name} (alive={p.alive()}) -----\n{tail}")
         return "".join(parts)
 
+    @staticmethod
+    def wait_for(predicate, timeout: float, what: str, proc: Proc | None = None) -> None:
+        wait_for(predicate, timeout, what, proc)
+
     def stop_all(self) -> None:
         for p in reversed(self.procs):
             p.stop()
@@ -248,3 +252,9 @@ def make_tls_files(directory: Path, node_keys: tuple[str, ...] = ("node0", "node
                                                          serialization.PublicFormat.OpenSSH))
         files[name] = (private, public)
     return files
+
+
+@pytest.fixture
+def tls_files(tmp_path):
+    """``tls_files(names)``: CA, server certificate and SuperNode keys in ``tmp_path/tls``."""
+    return lambda names: make_tls_files(tmp_path / "tls", tuple(names))
