@@ -13,6 +13,7 @@ from .base import (
     resolve_step_size,
     weighted_mean,
 )
+from .sparse_models import SparseModel, check_dictionary_arg, dictionary_spec
 
 
 class FederatedHardThresholding(Algorithm):
@@ -26,11 +27,23 @@ class FederatedHardThresholding(Algorithm):
     Server: ``x_{t+1} = H_tau(sum_i p_i x_{t,K}^(i))`` with p_i renormalised over the
     uploads that arrived. Distributed-IHT (Alg. A1) is Fed-HT with K = 1.
     For softmax, H_tau acts on each class row (paper 000, A.2).
+
+    FedIter-HT also takes a dictionary A (paper 002 compares it so): the model is kept
+    and sent as tau-sparse coefficients a, the local step is taken on the model
+    coefficients and H_tau becomes approx_tau (SPEC.md section 1; support chosen by the
+    coefficients): ``a <- approx_tau(a - gamma A^T grad f(A a))``, server
+    ``approx_tau(sum_i p_i a_i)``; "auto" steps use the smoothness of ``a -> f(A a)``.
     """
 
     def __init__(self, name: str, *, sparsity: int, step_size, local_steps: int,
-                 batch_size: int | None, local_threshold: bool):
+                 batch_size: int | None, local_threshold: bool, dictionary=None):
         self.name = name
+        check_dictionary_arg(dictionary)
+        if dictionary is not None and not local_threshold:
+            raise fail("dictionary", dictionary_spec(dictionary),
+                       f"{name} does not take a dictionary (FedIter-HT and FedGradMP do)")
+        self.dictionary = dictionary
+        self._geo = None
         self.sparsity = check_int("sparsity", sparsity, minimum=1)
         if step_size != "auto":
             check_float("step_size", step_size, positive=True)
@@ -47,18 +60,28 @@ class FederatedHardThresholding(Algorithm):
                "local_steps": self.local_steps, "batch_size": self.batch_size}
         if self.name == "distributed_iht":
             del out["local_steps"]
+        if self.dictionary is not None:
+            out["dictionary"] = dictionary_spec(self.dictionary)
         return out
 
     def check(self, problem, data):
         super().check(problem, data)
         check_sparsity(self.sparsity, problem, data)
+        if self.dictionary is not None:
+            self._geo = SparseModel.build(self.sparsity, self.dictionary, problem, data.dim,
+                                          data.dtype, self.name)
 
     def init(self, problem, data):
         self.check(problem, data)
         self._blocks = problem.blocks
         state = super().init(problem, data)
-        # "auto" is resolved once, on the server, and sent to the clients with the model.
-        state["step_size"] = resolve_step_size(self.step_size, problem, data)
+        if self._geo is not None:  # the model is held as its dictionary coefficients
+            state["model"] = torch.zeros(self._geo.blocks * self._geo.dictionary.atoms,
+                                         dtype=data.dtype)
+        # "auto" is resolved once, on the server, and sent to the clients with the model;
+        # with a dictionary the step is taken on the coefficients, so L is f(A .)'s.
+        state["step_size"] = resolve_step_size(
+            self.step_size, problem if self._geo is None else self._geo.wrap(problem), data)
         return state
 
     def client_config(self, state):
@@ -67,7 +90,23 @@ class FederatedHardThresholding(Algorithm):
     def _threshold(self, x: torch.Tensor) -> torch.Tensor:
         return hard_threshold_blocks(x, self.sparsity, self._blocks)
 
+    def model(self, state):
+        if self._geo is None:
+            return state["model"]
+        return self._geo.signal(state["model"])  # records evaluate x = A a
+
+    def _dictionary_update(self, payload, ctx):
+        gamma = ctx.config["step_size"]
+        a = payload.expand(ctx.size, -1).clone()
+        prob = self._geo.wrap(ctx.problem)
+        for k in range(self.local_steps):
+            X, y, w = ctx.batch(k, self.batch_size)
+            a = self._geo.approx(a - gamma * prob.grad(a, X, y, w))[0]
+        return a, None, {}
+
     def client_update(self, payload: torch.Tensor, ctx: ClientContext):
+        if self._geo is not None:
+            return self._dictionary_update(payload, ctx)
         gamma = ctx.config["step_size"]
         x = payload.expand(ctx.size, -1).clone()
         for k in range(self.local_steps):
@@ -78,16 +117,18 @@ class FederatedHardThresholding(Algorithm):
         return x, None, {}
 
     def aggregate(self, state, uploads, weights, delivered):
-        model = self._threshold(weighted_mean(uploads, weights, delivered))
+        mean = weighted_mean(uploads, weights, delivered)
+        model = self._threshold(mean) if self._geo is None else self._geo.approx(mean)[0]
         return {**state, "model": model}
 
 
-def _build(name, sparsity, step_size, local_steps, batch_size, local_threshold):
+def _build(name, sparsity, step_size, local_steps, batch_size, local_threshold,
+           dictionary=None):
     if step_size != "auto" and isinstance(step_size, str):
         raise fail("step_size", step_size, 'must be a positive number or "auto"')
     return FederatedHardThresholding(name, sparsity=sparsity, step_size=step_size,
                                      local_steps=local_steps, batch_size=batch_size,
-                                     local_threshold=local_threshold)
+                                     local_threshold=local_threshold, dictionary=dictionary)
 
 
 def fed_ht(*, sparsity: int, step_size: float | str = "auto", local_steps: int = 5,
@@ -108,13 +149,17 @@ def fed_ht(*, sparsity: int, step_size: float | str = "auto", local_steps: int =
 
 
 def fed_iter_ht(*, sparsity: int, step_size: float | str = "auto", local_steps: int = 5,
-                batch_size: int | None = None) -> FederatedHardThresholding:
+                batch_size: int | None = None, dictionary=None) -> FederatedHardThresholding:
     """FedIter-HT (paper 000, Algorithm 2): hard thresholding after every local step too.
 
     ``x_{t,k+1} = H_tau(x_{t,k} - gamma g_{t,k})``, ``x_{t+1} = H_tau(sum_i p_i x_{t,K}^(i))``.
-    Uploads and broadcasts are tau-sparse. Parameters as :func:`fed_ht`.
+    Uploads and broadcasts are tau-sparse. Parameters as :func:`fed_ht`, plus
+    ``dictionary``: None (standard basis), a (d, m) tensor or a spec dict such as
+    ``{kind="gaussian", atoms=200, seed=0}``; with a dictionary, H_tau is approx_tau and
+    the model travels as its m coefficients (see :class:`FederatedHardThresholding`).
     """
-    return _build("fed_iter_ht", sparsity, step_size, local_steps, batch_size, True)
+    return _build("fed_iter_ht", sparsity, step_size, local_steps, batch_size, True,
+                  dictionary)
 
 
 def distributed_iht(*, sparsity: int, step_size: float | str = "auto",

@@ -108,14 +108,18 @@ class SparseModel:
         return rows.reshape(*coef.shape[:-1], -1)
 
     def approx(self, coef: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """approx_tau of the model ``A coef``: (tau-sparse coefficients, support mask)."""
+        """approx_tau of the model ``A coef``: (tau-sparse coefficients, support mask).
+
+        With a dictionary the support is chosen by the coefficients
+        (:meth:`Dictionary.approx_coefficients`), then ``A coef`` is projected on it.
+        """
         rows = self._rows(coef)
         if self.dictionary is None:
             k = min(self.sparsity, rows.shape[-1])
             idx = top_indices(rows, k)
             out = hard_threshold(rows, self.sparsity)
         else:
-            out, idx = self.dictionary.approx(rows @ self.dictionary.matrix.T, self.sparsity)
+            out, idx = self.dictionary.approx_coefficients(rows, self.sparsity)
         mask = torch.zeros_like(rows, dtype=torch.bool).scatter_(-1, idx, True)
         return out.reshape(coef.shape), mask.reshape(coef.shape)
 

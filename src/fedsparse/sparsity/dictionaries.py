@@ -9,6 +9,11 @@ projection ``P_Gamma w`` of ``w`` on ``span(A_Gamma)``. Here, as SPEC.md pins it
 holds the tau atoms with the largest ``|A^T w|`` after dividing by the column norms
 (the correlation of ``w`` with each unit atom), and ``P_Gamma w`` is the least-squares
 projection. For the identity (standard basis) this is exactly hard thresholding H_tau.
+When the vector is a model known by its coefficients (every local iterate and server
+average in FedGradMP / FedIter-HT), the support is chosen by the coefficients instead
+(:meth:`Dictionary.approx_coefficients`): the correlation rule does not keep a
+tau-sparse model fixed when atoms are coherent, so the ground truth would not even be a
+fixed point of the algorithm.
 The approximation constant eta of the paper is not assumed: the residual
 ``||P_Gamma w - w||`` is returned so it can be reported.
 
@@ -110,6 +115,19 @@ class Dictionary:
         index = self.select(self.analysis(w), k)
         return self.project(w, index), index
 
+    def approx_coefficients(self, a: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """approx_k of the model ``A a`` known by its coefficients a (..., m).
+
+        Gamma = the k largest ``|a_j| ||a_j||`` (each atom's contribution to the model),
+        then the least-squares projection of ``A a`` on ``span(A_Gamma)``. Used for every
+        model vector (local iterates, the server average): unlike the correlation rule,
+        it maps every k-sparse model to itself (eta = 1 there), so the ground truth is a
+        fixed point even for coherent dictionaries, where ``|A^T A a|`` can rank a wrong
+        atom first.
+        """
+        index = top_indices(a * self.norms.to(a.dtype), min(k, self.atoms))
+        return self.project(self.synthesis(a), index), index
+
     def __repr__(self) -> str:
         return f"Dictionary({self.spec})"
 
@@ -152,15 +170,19 @@ def as_dictionary(spec, *, dim: int, dtype: torch.dtype = torch.float64) -> Dict
     return Dictionary(matrix, spec if isinstance(spec, Mapping) else None)
 
 
-def approx_projection(w: torch.Tensor, sparsity: int, dictionary=None
+def approx_projection(w: torch.Tensor | None, sparsity: int, dictionary=None, *,
+                      coefficients: torch.Tensor | None = None
                       ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """approx_tau(w) with respect to a dictionary (SPEC.md section 1; paper 002, Sec. II).
 
     Parameters
     ----------
-    w : (..., d) signals.
+    w : (..., d) signals (may be None when ``coefficients`` is given).
     sparsity : tau.
     dictionary : None (standard basis), a (d, m) tensor or a :class:`Dictionary`.
+    coefficients : (..., m) optional coefficients with ``w = A a``: the support is then
+        chosen by ``|a_j| ||a_j||`` (:meth:`Dictionary.approx_coefficients`) instead of
+        the correlations ``|A^T w|_j / ||a_j||``.
 
     Returns
     -------
@@ -171,11 +193,17 @@ def approx_projection(w: torch.Tensor, sparsity: int, dictionary=None
     """
     sparsity = check_int("sparsity", sparsity, minimum=1)
     if dictionary is None:
+        w = coefficients if w is None else w
         coef = hard_threshold(w, sparsity)
         index = top_indices(w, min(sparsity, w.shape[-1]))
         return coef, index, torch.linalg.vector_norm(w - coef, dim=-1)
     D = dictionary if isinstance(dictionary, Dictionary) else Dictionary(
-        torch.as_tensor(dictionary).to(w.dtype))
-    D = D.to(w.dtype)
-    coef, index = D.approx(w, sparsity)
+        torch.as_tensor(dictionary))
+    if coefficients is not None:
+        D = D.to(coefficients.dtype)
+        w = D.synthesis(coefficients) if w is None else w
+        coef, index = D.approx_coefficients(coefficients, sparsity)
+    else:
+        D = D.to(w.dtype)
+        coef, index = D.approx(w, sparsity)
     return coef, index, torch.linalg.vector_norm(D.synthesis(coef) - w, dim=-1)

@@ -1,0 +1,161 @@
+"""restricted_solve: exact and iterative restricted minimisation vs dense references."""
+
+import numpy as np
+import pytest
+import torch
+
+import fedsparse as fs
+from fedsparse._validation import ConfigError
+from fedsparse.problems.base import Problem
+from fedsparse.problems.restricted import mask_to_index
+
+DT = torch.float64
+
+
+def _data(S=4, n=30, d=12, classes=None, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    X = torch.randn(S, n, d, generator=g, dtype=DT)
+    if classes is None:
+        y = torch.randn(S, n, generator=g, dtype=DT)
+    else:
+        y = torch.randint(0, classes, (S, n), generator=g).to(DT)
+    counts = torch.tensor([n - 3 * s for s in range(S)])     # uneven padding
+    w = (torch.arange(n)[None] < counts[:, None]).to(DT) / counts[:, None]
+    return X, y, w, counts
+
+
+def _support(S, P, sizes, k, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    mask = torch.zeros(S, P, dtype=torch.bool)
+    for s, m in enumerate(sizes):
+        mask[s, torch.randperm(P, generator=g)[:m]] = True
+    return mask_to_index(mask, k)
+
+
+def test_mask_to_index_pads_and_keeps_order():
+    mask = torch.tensor([[False, True, False, True], [True, False, False, False]])
+    index, valid = mask_to_index(mask, 3)
+    assert index[0, :2].tolist() == [1, 3] and valid[0].tolist() == [True, True, False]
+    assert index[1, 0].item() == 0 and valid[1].tolist() == [True, False, False]
+    assert all(len(set(r.tolist())) == 3 for r in index)     # distinct positions
+
+
+def test_least_squares_exact_matches_numpy_lstsq_per_client():
+    X, y, w, counts = _data()
+    index, valid = _support(4, 12, [6, 4, 5, 2], 6)
+    coef, info = fs.problems.least_squares().restricted_solve(index, valid, X, y, w)
+    for s in range(4):
+        n = int(counts[s])
+        cols = index[s][valid[s]]
+        ref, *_ = np.linalg.lstsq(X[s, :n][:, cols].numpy(), y[s, :n].numpy(), rcond=None)
+        np.testing.assert_allclose(coef[s][valid[s]].numpy(), ref, rtol=1e-10, atol=1e-12)
+        assert torch.all(coef[s][~valid[s]] == 0)
+    assert info["inner_iterations"] == 1.0
+
+
+def test_least_squares_exact_rank_deficient_falls_back_to_min_norm():
+    X, y, w, _ = _data(S=2, n=4, d=10)
+    w = torch.full_like(w, 0.25)
+    index, valid = _support(2, 10, [8, 3], 8)
+    coef, _ = fs.problems.least_squares().restricted_solve(index, valid, X, y, w)
+    for s in range(2):
+        cols = index[s][valid[s]]
+        ref, *_ = np.linalg.lstsq(X[s][:, cols].numpy(), y[s].numpy(), rcond=None)
+        np.testing.assert_allclose(coef[s][valid[s]].numpy(), ref, rtol=1e-8, atol=1e-10)
+
+
+def test_least_squares_gradient_descent_reaches_tolerance():
+    X, y, w, _ = _data()
+    index, valid = _support(4, 12, [5, 5, 3, 4], 5)
+    prob = fs.problems.least_squares()
+    exact, _ = prob.restricted_solve(index, valid, X, y, w)
+    gd, info = prob.restricted_solve(index, valid, X, y, w, method="gd", tol=1e-12,
+                                     max_iter=5000)
+    assert torch.allclose(gd, exact, atol=1e-8)
+    assert info["inner_iterations"] > 1
+
+
+def _restricted_grad(problem, coef, index, valid, X, y, w):
+    full = torch.zeros(X.shape[0], problem.param_dim(X.shape[-1]), dtype=DT)
+    full.scatter_(1, index, coef * valid)
+    g = problem.grad(full, X, y, w)
+    return torch.gather(g, 1, index) * valid
+
+
+@pytest.mark.parametrize("problem,classes", [
+    (fs.problems.logistic(), 2),
+    (fs.problems.logistic(l2=0.1), 2),
+    (fs.problems.softmax(num_classes=3, l2=0.05), 3),
+])
+@pytest.mark.parametrize("method", ["exact", "newton"])
+def test_newton_reaches_restricted_optimum(problem, classes, method):
+    X, y, w, _ = _data(classes=classes)
+    P = problem.param_dim(X.shape[-1])
+    index, valid = _support(4, P, [6, 3, 5, 4], 6)
+    coef, info = problem.restricted_solve(index, valid, X, y, w, method=method, tol=1e-12)
+    g = _restricted_grad(problem, coef, index, valid, X, y, w)
+    assert g.abs().max() < 1e-8
+    assert torch.all(coef[~valid] == 0)
+    assert info["inner_iterations"] >= 1
+
+
+def test_logistic_matches_scipy_reference():
+    scipy_opt = pytest.importorskip("scipy.optimize")
+    X, y, w, counts = _data(S=2, classes=2)
+    prob = fs.problems.logistic(l2=0.01)
+    index, valid = _support(2, 12, [4, 4], 4)
+    coef, _ = prob.restricted_solve(index, valid, X, y, w)
+    for s in range(2):
+        n = int(counts[s])
+        Z = X[s, :n][:, index[s]].numpy()
+        t = y[s, :n].numpy()
+
+        def f(c, Z=Z, t=t, n=n):
+            z = Z @ c
+            return (np.logaddexp(0, z) - t * z).sum() / n + 0.005 * c @ c
+
+        ref = scipy_opt.minimize(f, np.zeros(4), method="BFGS", options={"gtol": 1e-12}).x
+        np.testing.assert_allclose(coef[s].numpy(), ref, atol=1e-6)
+
+
+def test_dictionary_problem_restricted_solve_matches_dense_reference():
+    X, y, w, counts = _data(d=15)
+    D = fs.sparsity.gaussian_dictionary(dim=15, atoms=20, seed=3)
+    prob = fs.problems.DictionaryProblem(fs.problems.least_squares(), D)
+    index, valid = _support(4, 20, [5, 6, 2, 4], 6)
+    coef, _ = prob.restricted_solve(index, valid, X, y, w)
+    for s in range(4):
+        n = int(counts[s])
+        cols = index[s][valid[s]]
+        ref, *_ = np.linalg.lstsq((X[s, :n] @ D[:, cols]).numpy(), y[s, :n].numpy(), rcond=None)
+        np.testing.assert_allclose(coef[s][valid[s]].numpy(), ref, rtol=1e-9, atol=1e-11)
+
+
+def test_dictionary_problem_grad_is_chain_rule():
+    X, y, w, _ = _data(d=6, classes=3)
+    D = fs.sparsity.gaussian_dictionary(dim=6, atoms=4, seed=0)
+    prob = fs.problems.DictionaryProblem(fs.problems.softmax(num_classes=3, l2=0.1), D)
+    a = torch.randn(4, 12, dtype=DT, requires_grad=True)
+    prob.loss(a, X, y, w).sum().backward()
+    assert torch.allclose(prob.grad(a.detach(), X, y, w), a.grad, atol=1e-12)
+
+
+class _NoRestricted(Problem):
+    name = "plain"
+
+    def loss(self, params, X, y, w):
+        return fs.problems.least_squares().loss(params, X, y, w)
+
+    def grad(self, params, X, y, w):
+        return fs.problems.least_squares().grad(params, X, y, w)
+
+
+def test_capability_error_is_clear():
+    data = fs.data.shifted_gaussian(num_clients=3, samples_per_client=10, dim=8, sparsity=2)
+    with pytest.raises(ConfigError, match="restricted_solve"):
+        fs.simulate(fs.algorithms.fed_grad_mp(sparsity=2), _NoRestricted(), data, rounds=1,
+                    progress=False)
+    X, y, w, _ = _data()
+    index, valid = _support(4, 12, [2, 2, 2, 2], 2)
+    with pytest.raises(ConfigError, match="restricted_solve"):
+        _NoRestricted().restricted_solve(index, valid, X, y, w)

@@ -1,0 +1,119 @@
+"""Dictionaries, approx_tau and K-SVD."""
+
+import numpy as np
+import pytest
+import torch
+
+import fedsparse as fs
+from fedsparse._validation import ConfigError
+from fedsparse.sparsity import Dictionary, approx_projection, as_dictionary
+
+DT = torch.float64
+
+
+def test_gaussian_dictionary_is_seeded_and_roughly_unit_norm():
+    D = fs.sparsity.gaussian_dictionary(dim=784, atoms=200, seed=0)
+    assert D.shape == (784, 200)
+    assert torch.equal(D, fs.sparsity.gaussian_dictionary(dim=784, atoms=200, seed=0))
+    assert not torch.equal(D, fs.sparsity.gaussian_dictionary(dim=784, atoms=200, seed=1))
+    norms = torch.linalg.vector_norm(D, dim=0)
+    assert (norms - 1).abs().max() < 0.2
+
+
+def test_approx_identity_is_hard_threshold():
+    w = torch.tensor([[0.5, -3.0, 2.0, 2.0]], dtype=DT)
+    coef, index, res = approx_projection(w, 2)
+    assert torch.equal(coef, fs.sparsity.hard_threshold(w, 2))
+    assert index.tolist() == [[1, 2]]                        # tie 2.0/2.0 -> lower index
+    assert torch.allclose(res, torch.tensor([np.hypot(0.5, 2.0)], dtype=DT))
+    eye = fs.sparsity.identity_dictionary(4)
+    coef2, _, _ = approx_projection(w, 2, eye)
+    assert torch.allclose(coef2, coef)
+
+
+def test_approx_orthonormal_dictionary_is_thresholding_in_that_basis():
+    Q, _ = torch.linalg.qr(torch.randn(6, 6, generator=torch.Generator().manual_seed(0),
+                                       dtype=DT))
+    w = torch.randn(3, 6, dtype=DT)
+    coef, _, res = approx_projection(w, 2, Q)
+    assert torch.allclose(coef, fs.sparsity.hard_threshold(w @ Q, 2), atol=1e-12)
+    assert torch.allclose(res, torch.linalg.vector_norm(w - coef @ Q.T, dim=-1), atol=1e-12)
+
+
+def test_projection_is_least_squares_on_chosen_atoms():
+    D = fs.sparsity.gaussian_dictionary(dim=10, atoms=15, seed=2)
+    w = torch.randn(10, dtype=DT)
+    coef, index, res = approx_projection(w, 3, D)
+    cols = D[:, index]
+    ref = torch.linalg.lstsq(cols, w.unsqueeze(-1)).solution.squeeze(-1)
+    assert torch.allclose(coef[index], ref, atol=1e-10)
+    assert (coef != 0).sum() <= 3
+    # chosen atoms have the largest normalised correlations
+    score = (D.T @ w).abs() / torch.linalg.vector_norm(D, dim=0)
+    assert set(index.tolist()) == set(torch.topk(score, 3).indices.tolist())
+
+
+def test_coefficient_rule_keeps_sparse_models_fixed():
+    D = Dictionary(fs.sparsity.gaussian_dictionary(dim=30, atoms=60, seed=0))
+    a = torch.zeros(60, dtype=DT)
+    a[[3, 17, 40]] = torch.tensor([1.0, -0.2, 0.05], dtype=DT)
+    coef, index = D.approx_coefficients(a, 3)
+    assert torch.allclose(coef, a, atol=1e-12)
+    coef2, _, res = approx_projection(None, 3, D, coefficients=a)
+    assert torch.allclose(coef2, a, atol=1e-12) and res.item() < 1e-12
+
+
+def test_as_dictionary_specs_and_errors(tmp_path):
+    assert as_dictionary(None, dim=5) is None
+    assert as_dictionary({"kind": "identity"}, dim=5) is None
+    g = as_dictionary({"kind": "gaussian", "atoms": 7, "seed": 1}, dim=5)
+    assert g.matrix.shape == (5, 7)
+    np.save(tmp_path / "D.npy", np.ones((5, 2)))
+    assert as_dictionary({"kind": "file", "path": str(tmp_path / "D.npy")}, dim=5).atoms == 2
+    with pytest.raises(ConfigError, match="dictionary shape"):
+        as_dictionary(torch.ones(4, 2), dim=5)
+    with pytest.raises(ConfigError, match="unknown keys"):
+        as_dictionary({"kind": "gaussian", "atoms": 3, "sd": 1}, dim=5)
+    with pytest.raises(ConfigError, match="zero atom"):
+        as_dictionary(torch.zeros(5, 2), dim=5)
+
+
+def test_omp_recovers_exactly_sparse_codes():
+    D = fs.sparsity.gaussian_dictionary(dim=40, atoms=60, seed=0)
+    D = D / torch.linalg.vector_norm(D, dim=0)
+    codes = torch.zeros(5, 60, dtype=DT)
+    g = torch.Generator().manual_seed(1)
+    for i in range(5):
+        codes[i, torch.randperm(60, generator=g)[:3]] = torch.randn(3, generator=g, dtype=DT) + 2
+    est = fs.sparsity.omp(D, codes @ D.T, 3)
+    assert torch.allclose(est, codes, atol=1e-9)
+
+
+def _signals(n=120, d=20, atoms=12, s=3, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    D = torch.randn(d, atoms, generator=g, dtype=DT)
+    D = D / torch.linalg.vector_norm(D, dim=0)
+    X = torch.zeros(n, atoms, dtype=DT)
+    for i in range(n):
+        X[i, torch.randperm(atoms, generator=g)[:s]] = torch.randn(s, generator=g, dtype=DT)
+    return X @ D.T + 0.01 * torch.randn(n, d, generator=g, dtype=DT)
+
+
+def test_ksvd_error_is_monotone_and_decreases():
+    Y = _signals()
+    D, info = fs.sparsity.ksvd(Y, atoms=12, sparsity=3, iterations=15, seed=0, return_info=True)
+    errs = info["errors"]
+    assert D.shape == (20, 12)
+    assert torch.allclose(torch.linalg.vector_norm(D, dim=0), torch.ones(12, dtype=DT))
+    assert all(b <= a * (1 + 1e-12) for a, b in zip(errs, errs[1:], strict=False))
+    assert errs[-1] < 0.5 * errs[0]
+    assert ((info["codes"] != 0).sum(-1) <= 3).all()
+
+
+def test_ksvd_replaces_unused_atoms_and_accepts_numpy():
+    # more atoms than distinct directions: some atoms go unused and must be replaced
+    Y = np.repeat(np.eye(4), 3, axis=0) * np.arange(1, 13)[:, None]
+    D = fs.sparsity.ksvd(Y, atoms=8, sparsity=1, iterations=3, seed=0)
+    assert D.shape == (4, 8) and torch.isfinite(D).all()
+    with pytest.raises(ConfigError, match="sparsity"):
+        fs.sparsity.ksvd(Y, atoms=3, sparsity=4)
