@@ -77,7 +77,9 @@ class Cluster:
         self.logs = root / "logs"
         self.logs.mkdir()
         self.env = {**os.environ, "FLWR_HOME": str(self.home), "PYTHONUNBUFFERED": "1",
-                    "FLWR_TELEMETRY_ENABLED": "0", "FLWR_DISABLE_UPDATE_CHECK": "1"}
+                    "FLWR_TELEMETRY_ENABLED": "0", "FLWR_DISABLE_UPDATE_CHECK": "1",
+                    # SuperExec looks for new ClientApp tasks every second by default.
+                    "FLWR_SUPEREXEC_TASK_POLL_INTERVAL": "0.2"}
         self.procs: list[Proc] = []
         self.port = free_port()
         self.address = f"127.0.0.1:{self.port}"

@@ -21,6 +21,7 @@ A *job* is one fedsparse run, written like a run of an experiment config::
     evaluate_every = 0                # evaluate on the nodes every k rounds (0 = at the end
                                       # only, -1 = never)
     out_dir = ""                      # where the ServerApp saves history + model ("" = nowhere)
+    poll_interval = 0.2               # seconds between two pulls for replies
 
 Flower carries it as the app's run config (nested tables flattened to dotted keys,
 ``algorithm.sparsity``), so ``flwr run --run-config 'algorithm.sparsity=5'`` overrides
@@ -54,7 +55,8 @@ DTYPES = {"float32": torch.float32, "float64": torch.float64}
 #: ``data.kind`` meaning "each node brings its own file" (node config ``data-path``).
 NODE_DATA = "node"
 FLOWER_DEFAULTS: dict[str, Any] = {"round_timeout": 120.0, "wait_timeout": 120.0,
-                                   "min_nodes": 0, "evaluate_every": 0, "out_dir": ""}
+                                   "min_nodes": 0, "evaluate_every": 0, "out_dir": "",
+                                   "poll_interval": 0.2}
 _TOP_KEYS = {"rounds", "seed", "clients_per_round", "dtype", "data", "problem", "algorithm",
              "flower", "label", "panel", "channel", "checkpoint_every", "slug"}
 
@@ -226,6 +228,7 @@ def job_from_config(config: dict, run: str | int | None = None) -> Job:
     check_float("flower.round_timeout", flower["round_timeout"], positive=True)
     check_float("flower.wait_timeout", flower["wait_timeout"], nonnegative=True)
     check_int("flower.min_nodes", flower["min_nodes"], minimum=0)
+    check_float("flower.poll_interval", flower["poll_interval"], positive=True)
     check_int("flower.evaluate_every", flower["evaluate_every"], minimum=-1)
     cpr = config.get("clients_per_round")
     cpr = None if cpr in (None, 0) else check_int("clients_per_round", cpr, minimum=1)

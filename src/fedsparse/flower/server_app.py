@@ -49,6 +49,28 @@ def _now() -> float:
     return time.monotonic()
 
 
+def exchange(grid: Grid, messages: list[Message], timeout: float, poll: float = 0.2
+             ) -> list[Message]:
+    """Push ``messages``; pull replies until all arrived or ``timeout`` seconds passed.
+
+    Like ``grid.send_and_receive``, but polling every ``poll`` seconds: the deployment
+    grid polls every 3 s, which is most of a short round on a fast network.
+    """
+    if not messages:
+        return []
+    pending = {i for i in grid.push_messages(messages) if i}
+    replies: list[Message] = []
+    deadline = _now() + timeout
+    while pending:
+        got = list(grid.pull_messages(list(pending)))
+        replies.extend(got)
+        pending.difference_update(r.metadata.reply_to_message_id for r in got)
+        if not pending or _now() >= deadline:
+            break
+        time.sleep(poll)
+    return replies
+
+
 def _wait_for_nodes(grid: Grid, needed: int, timeout: float) -> list[int]:
     deadline = _now() + timeout
     nodes = sorted(grid.get_node_ids())
@@ -65,7 +87,7 @@ def _handshake(grid: Grid, nodes: list[int], timeout: float, job: Job) -> dict[i
     msgs = [Message(RecordDict({"fedsparse": ConfigRecord({"seed": job.seed})}), node,
                     MessageType.QUERY, group_id="handshake") for node in nodes]
     table: dict[int, dict] = {}
-    for reply in grid.send_and_receive(msgs, timeout=timeout):
+    for reply in exchange(grid, msgs, timeout, float(job.flower["poll_interval"])):
         node = reply.metadata.src_node_id
         if reply.has_error():
             log(WARNING, "fedsparse: node %s failed the handshake: %s", node,
@@ -166,7 +188,7 @@ def run_on_grid(grid: Grid, job: Job, *, callback: Callable | None = None) -> Hi
         uploads = None
         delivered = torch.zeros(S, dtype=torch.bool)
         bytes_up, infos = 0, []
-        replies = grid.send_and_receive(msgs, timeout=float(fl["round_timeout"])) if msgs else []
+        replies = exchange(grid, msgs, float(fl["round_timeout"]), float(fl["poll_interval"]))
         for reply in replies:
             node = reply.metadata.src_node_id
             row = row_of_node.get(node)
@@ -205,7 +227,7 @@ def run_on_grid(grid: Grid, job: Job, *, callback: Callable | None = None) -> Hi
             record[k] = sum(vals) / len(vals)
         every = int(fl["evaluate_every"])
         if every >= 0 and (t + 1 == job.rounds or (every and (t + 1) % every == 0)):
-            record.update(_evaluate(grid, table, algorithm.model(state), t))
+            record.update(_evaluate(grid, table, algorithm.model(state), t, fl))
         model = algorithm.model(state)
         record["nnz"] = int((model != 0).sum())
         record["density"] = record["nnz"] / model.numel()
@@ -236,7 +258,7 @@ def _put_config(content: RecordDict, config: dict) -> None:
             {k: Array(v.detach().cpu().contiguous().numpy()) for k, v in arrays.items()})
 
 
-def _evaluate(grid: Grid, table: dict, model: torch.Tensor, t: int) -> dict:
+def _evaluate(grid: Grid, table: dict, model: torch.Tensor, t: int, fl: dict) -> dict:
     """Objective (and accuracy) of ``model`` over the nodes that reply: sum_i p_i f_i(x)
     with the weights renormalised over them, like the simulator's evaluation."""
     content = RecordDict()
@@ -244,8 +266,8 @@ def _evaluate(grid: Grid, table: dict, model: torch.Tensor, t: int) -> dict:
     msgs = [Message(copy.deepcopy(content) if i else content, info["node_id"],
                     MessageType.EVALUATE, group_id=f"eval-{t + 1}")
             for i, info in enumerate(table.values())]
-    rows = [dict(r.content["metrics"]) for r in grid.send_and_receive(msgs, timeout=120.0)
-            if not r.has_error()]
+    replies = exchange(grid, msgs, float(fl["round_timeout"]), float(fl["poll_interval"]))
+    rows = [dict(r.content["metrics"]) for r in replies if not r.has_error()]
     out: dict = {"evaluated_clients": len(rows)}
     if not rows:
         return out
