@@ -148,12 +148,14 @@ def run_on_grid(grid: Grid, job: Job, *, callback: Callable | None = None) -> Hi
         L = torch.tensor([float(i["lipschitz"]) for i in table.values()], dtype=dtype)
         algorithm = copy.copy(algorithm)
         algorithm.step_size = float(1.0 / L.max())
+    # As in simulate: the job's cohort size, else the one the algorithm asks for.
+    per_round = job.clients_per_round or getattr(algorithm, "clients_per_round", None)
     view = server_view(dim, dtype, weights)
     state = algorithm.init(problem, view)
 
     history = History(config={"algorithm": repr(algorithm), "problem": problem.name,
                               "data": repr(job.data), "seed": job.seed,
-                              "clients_per_round": job.clients_per_round, "rounds": job.rounds,
+                              "clients_per_round": per_round, "rounds": job.rounds,
                               "runtime": "flower", "nodes": len(table)})
     history.initial = {"round": 0, "bytes_up": 0, "bytes_down": 0, "bytes_up_total": 0,
                        "bytes_down_total": 0, "bytes_total": 0, "clients_sampled": 0,
@@ -167,7 +169,7 @@ def run_on_grid(grid: Grid, job: Job, *, callback: Callable | None = None) -> Hi
         if nodes_now - known:  # nodes that joined (or rejoined with a new id) since
             table.update(_handshake(grid, sorted(nodes_now - known),
                                     float(fl["round_timeout"]), job))
-        clients = sample_clients(job.seed, t, N, job.clients_per_round)
+        clients = sample_clients(job.seed, t, N, per_round)
         payload = algorithm.broadcast(state)
         config = algorithm.client_config(state)
         # A client whose node has gone offline is not sent anything (and so not delivered):
