@@ -1,0 +1,179 @@
+"""The ServerApp's round logic against an in-process grid: faults without processes.
+
+``FakeGrid`` hands every message straight to the real ClientApp (one Context per
+node, kept across messages like a SuperNode does) and can drop replies (a timeout)
+or turn them into error replies, round by round. It checks what the deployment
+tests cannot pin down quickly: error replies and timeouts count as not delivered,
+the model then equals the simulator's with exactly that delivery pattern, a round
+with no reply warns and keeps the model, and the handshake's checks.
+"""
+
+import itertools
+import warnings
+
+import pytest
+import torch
+
+flwr = pytest.importorskip("flwr")
+
+from flwr.app import Context, Error, Message, RecordDict  # noqa: E402
+
+import fedsparse as fs  # noqa: E402
+from fedsparse.flower import job_from_config, make_client_app  # noqa: E402
+from fedsparse.flower.server_app import FlowerRunError, run_on_grid  # noqa: E402
+from fedsparse.simulate import sample_clients  # noqa: E402
+
+pytestmark = pytest.mark.flower
+
+JOB = {"rounds": 4, "seed": 2, "clients_per_round": 3,
+       "data": {"kind": "fedht_simulation", "num_clients": 4, "samples_per_client": 16,
+                "dim": 30, "support_size": 4},
+       "problem": {"kind": "least_squares"},
+       "algorithm": {"kind": "fed_iter_ht", "sparsity": 4, "local_steps": 2, "batch_size": 5,
+                     "step_size": 0.003},
+       "flower": {"round_timeout": 0.5, "wait_timeout": 0.0, "poll_interval": 0.05,
+                  "evaluate_every": -1}}
+
+
+@pytest.fixture(autouse=True)
+def task_identity():
+    """Messages take their run and sender from Flower's process-wide TaskIdentity, which a
+    real ServerApp process (or run_simulation) sets; set it here and restore it after."""
+    from flwr.supercore.task_identity import TaskIdentity
+
+    saved = {k: getattr(TaskIdentity, k, None) for k in ("_run_id", "_task_id", "_node_id")}
+    TaskIdentity.run_id, TaskIdentity.task_id, TaskIdentity.node_id = 1, 1, 0
+    yield
+    for k, v in saved.items():
+        setattr(TaskIdentity, k, v)
+
+
+class FakeGrid:
+    """Just enough of Flower's Grid: push runs the ClientApp at once; pull returns replies.
+
+    ``fate(message_type, round_group, partition_id)`` returns "ok", "drop" or "error".
+    """
+
+    def __init__(self, job, partitions, fate=lambda kind, group, pid: "ok"):
+        self.app = make_client_app(job)
+        self.ids = itertools.count(1)
+        self.nodes = {1000 + pid: Context(run_id=1, node_id=1000 + pid,
+                                          node_config={"partition-id": pid,
+                                                       "num-partitions": job.num_clients},
+                                          state=RecordDict(), run_config={})
+                      for pid in partitions}
+        self.fate = fate
+        self.replies: dict[str, Message] = {}
+
+    def get_node_ids(self):
+        return list(self.nodes)
+
+    def push_messages(self, messages):
+        out = []
+        for msg in messages:
+            mid = f"m{next(self.ids)}"
+            msg.metadata.__dict__["_message_id"] = mid
+            ctx = self.nodes[msg.metadata.dst_node_id]
+            pid = int(ctx.node_config["partition-id"])
+            fate = self.fate(msg.metadata.message_type, msg.metadata.group_id, pid)
+            if fate == "error":
+                reply = Message(Error(code=0, reason="node crashed"), reply_to=msg)
+            else:
+                reply = self.app(msg, ctx)
+            reply.metadata.__dict__["_src_node_id"] = msg.metadata.dst_node_id
+            reply.metadata.__dict__["_reply_to_message_id"] = mid
+            if fate != "drop":
+                self.replies[mid] = reply
+            out.append(mid)
+        return out
+
+    def pull_messages(self, message_ids):
+        return [self.replies.pop(m) for m in list(message_ids) if m in self.replies]
+
+
+class Replay:
+    def __init__(self, delivered_clients):
+        self.delivered_clients = delivered_clients
+
+    def delivered(self, seed, round, clients):
+        ok = set(self.delivered_clients[round])
+        return torch.tensor([int(c) in ok for c in clients])
+
+
+def _simulate(job, channel=None):
+    return fs.simulate(job.build_algorithm(), job.build_problem(), job.build_data(),
+                       rounds=job.rounds, seed=job.seed, clients_per_round=job.clients_per_round,
+                       channel=channel)
+
+
+def test_in_process_grid_matches_the_simulator():
+    job = job_from_config(JOB)
+    history = run_on_grid(FakeGrid(job, range(4)), job)
+    reference = _simulate(job)
+    torch.testing.assert_close(history.model, reference.model, rtol=1e-5, atol=1e-7)
+    assert history.column("bytes_up") == reference.column("bytes_up")
+    assert history.column("bytes_down") == reference.column("bytes_down")
+
+
+def test_error_replies_and_timeouts_are_not_delivered():
+    job = job_from_config(JOB)
+
+    def fate(kind, group, pid):
+        if kind != "train":
+            return "ok"
+        if group == "2" and pid in (0, 1):
+            return "error"
+        if group == "3" and pid in (1, 2, 3):
+            return "drop"
+        return "ok"
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a round may lose every upload
+        history = run_on_grid(FakeGrid(job, range(4), fate), job)
+        delivered = history.column("delivered_clients")
+    sampled = [sample_clients(job.seed, t, 4, 3).tolist() for t in range(job.rounds)]
+    assert delivered[0] == sampled[0]
+    assert delivered[1] == [c for c in sampled[1] if c not in (0, 1)]
+    assert delivered[2] == [c for c in sampled[2] if c == 0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        reference = _simulate(job, Replay(delivered))
+    torch.testing.assert_close(history.model, reference.model, rtol=1e-5, atol=1e-7)
+    # Bytes up count what arrived: 3 uploads of a tau-sparse vector in round 1.
+    assert history.records[0]["bytes_up"] == 3 * 4 * (1 + 4)
+
+
+def test_a_round_with_no_reply_warns_and_keeps_the_model():
+    job = job_from_config(JOB)
+    models = []
+
+    def fate(kind, group, pid):
+        return "drop" if kind == "train" and group == "3" else "ok"
+
+    with pytest.warns(RuntimeWarning, match="round 3: no upload was delivered"):
+        history = run_on_grid(FakeGrid(job, range(4), fate), job,
+                              callback=lambda record, state: models.append(state["model"]))
+    assert history.records[2]["delivered"] == 0 and history.records[2]["bytes_up"] == 0
+    assert torch.equal(models[2], models[1])
+    assert not torch.equal(models[3], models[2])
+
+
+def test_clients_without_a_node_are_not_delivered():
+    job = job_from_config(JOB)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        history = run_on_grid(FakeGrid(job, [0, 2]), job)
+    for record in history.records:
+        assert set(record["delivered_clients"]) <= {0, 2}
+    reference = _simulate(job, Replay(history.column("delivered_clients")))
+    torch.testing.assert_close(history.model, reference.model, rtol=1e-5, atol=1e-7)
+
+
+def test_handshake_rejects_inconsistent_nodes():
+    job = job_from_config(JOB)
+    grid = FakeGrid(job, [0, 1])
+    grid.nodes[1001].node_config["partition-id"] = 0
+    with pytest.raises(FlowerRunError, match="both hold partition-id=0"):
+        run_on_grid(grid, job)
+    with pytest.raises(FlowerRunError, match="no node answered"):
+        run_on_grid(FakeGrid(job, []), job)
