@@ -177,3 +177,21 @@ def test_handshake_rejects_inconsistent_nodes():
         run_on_grid(grid, job)
     with pytest.raises(FlowerRunError, match="no node answered"):
         run_on_grid(FakeGrid(job, []), job)
+
+
+def test_a_restarted_node_with_a_new_id_takes_its_client_back():
+    job = job_from_config({**JOB, "clients_per_round": None})
+    grid = FakeGrid(job, range(4))
+
+    def restart_node_one(record, state):
+        if record["round"] == 1:  # node 1 goes away ...
+            del grid.nodes[1001]
+        if record["round"] == 2:  # ... and comes back as a new node
+            grid.nodes[2001] = Context(run_id=1, node_id=2001, node_config={
+                "partition-id": 1, "num-partitions": 4}, state=RecordDict(), run_config={})
+
+    history = run_on_grid(grid, job, callback=restart_node_one)
+    assert history.column("delivered_clients") == [[0, 1, 2, 3], [0, 2, 3], [0, 1, 2, 3],
+                                                   [0, 1, 2, 3]]
+    reference = _simulate(job, Replay(history.column("delivered_clients")))
+    torch.testing.assert_close(history.model, reference.model, rtol=1e-5, atol=1e-7)

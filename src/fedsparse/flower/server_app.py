@@ -167,8 +167,14 @@ def run_on_grid(grid: Grid, job: Job, *, callback: Callable | None = None) -> Hi
         nodes_now = set(grid.get_node_ids())
         known = {info["node_id"] for info in table.values()}
         if nodes_now - known:  # nodes that joined (or rejoined with a new id) since
-            table.update(_handshake(grid, sorted(nodes_now - known),
-                                    float(fl["round_timeout"]), job))
+            joined = _handshake(grid, sorted(nodes_now - known), float(fl["round_timeout"]), job)
+            for pid, info in joined.items():
+                old = table.get(pid)
+                if old is not None and old["node_id"] in nodes_now:
+                    log(WARNING, "fedsparse: node %s also claims partition-id=%d, held by "
+                        "the online node %s; ignored", info["node_id"], pid, old["node_id"])
+                    continue
+                table[pid] = info  # a restarted node comes back with a new node id
         clients = sample_clients(job.seed, t, N, per_round)
         payload = algorithm.broadcast(state)
         config = algorithm.client_config(state)
