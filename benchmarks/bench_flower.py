@@ -4,6 +4,9 @@ Both run the same FedIter-HT job (all clients every round, least squares on
 ``fedht_simulation`` data) at 100 and 1,000 clients, measured in this one run, and
 the ratio is printed. Flower's time per round is taken from the ServerApp's own
 per-round clock, so Ray's start-up and the handshake are not counted against it.
+The simulator runs with ``--threads`` torch threads (default 1: each of Flower's
+ClientApp actors gets one CPU too, and on a loaded machine torch's intra-op threads
+slow the small batched kernels of this job down many times).
 
 Usage::
 
@@ -19,6 +22,8 @@ import argparse
 import logging
 import os
 import time
+
+import torch
 
 import fedsparse as fs
 
@@ -57,19 +62,24 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--clients", type=int, nargs="+", default=[100, 1000])
     parser.add_argument("--sim-rounds", type=int, default=50)
-    parser.add_argument("--flower-rounds", type=int, default=3)
+    parser.add_argument("--flower-rounds", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch threads for the simulator (default 1)")
     parser.add_argument("--num-cpus", type=int, default=os.cpu_count() or 1)
     args = parser.parse_args(argv)
     logging.getLogger("flwr").setLevel(logging.WARNING)
     rows = []
     for n in args.clients:
+        threads = torch.get_num_threads()
+        torch.set_num_threads(args.threads)
         sim = simulator_rounds_per_second(job(n, args.sim_rounds))
+        torch.set_num_threads(threads)
         flower = flower_rounds_per_second(job(n, args.flower_rounds), args.num_cpus)
         rows.append((n, sim, flower))
         print(f"[{n} clients] simulator {sim:.2f} rounds/s, Flower {flower:.3f} rounds/s",
               flush=True)
     print(f"\nFedIter-HT, all clients per round, {args.num_cpus} CPU(s), "
-          f"torch threads {__import__('torch').get_num_threads()}")
+          f"simulator on {args.threads} torch thread(s)")
     print(f"{'clients':>8} {'simulator r/s':>14} {'Flower r/s':>11} {'ratio':>8}")
     for n, sim, flower in rows:
         print(f"{n:>8} {sim:>14.2f} {flower:>11.3f} {sim / flower:>7.0f}x")

@@ -55,8 +55,14 @@ SuperLink connections are in `flower-config.toml`: merge them into
 `$FLWR_HOME/config.toml` (or pass `--flwr-home` to `fedsparse flower app`), then
 
     flwr run . fedsparse-local          # insecure SuperLink on {address}
-    flwr run . fedsparse-tls            # TLS, with certs/ca.crt
-    flwr run . fedsparse-sim            # Flower's simulation runtime, {num_clients} nodes
+    flwr run . fedsparse-tls            # TLS (CA from --root-certificates)
+
+For Flower's simulation runtime ({num_clients} virtual nodes, one per client):
+
+    flower-superlink --insecure --simulation --host 127.0.0.1 --port 9092 \\
+        --disable-runtime-dependency-installation
+    flwr federation simulation-config @none/default fedsparse-sim --num-supernodes {num_clients}
+    flwr run . fedsparse-sim
 
 See docs/deploy.md of fedsparse for a full walk-through.
 """
@@ -70,16 +76,21 @@ def _slug(text: str) -> str:
     return slug[:32].rstrip("-")
 
 
-def connections(job: Job, *, address: str, root_certificates: str | None) -> dict:
-    """SuperLink connections for ``$FLWR_HOME/config.toml`` (``[superlink.NAME]`` tables)."""
+def connections(job: Job, *, address: str, root_certificates: str | None,
+                sim_address: str = "127.0.0.1:9092") -> dict:
+    """SuperLink connections for ``$FLWR_HOME/config.toml`` (``[superlink.NAME]`` tables).
+
+    ``fedsparse-sim`` points at a SuperLink started with ``--simulation``: Flower's own
+    managed local SuperLink (address ``:local:``) installs the app's dependencies at
+    run time, which fails for a fedsparse that is not on a package index.
+    """
     tls = {"address": address}
     if root_certificates:
         tls["root-certificates"] = root_certificates
     return {"superlink": {
         "fedsparse-local": {"address": address, "insecure": True},
         "fedsparse-tls": tls,
-        "fedsparse-sim": {"address": ":local:",
-                          "options": {"num-supernodes": job.num_clients}},
+        "fedsparse-sim": {"address": sim_address, "insecure": True},
     }}
 
 
@@ -101,7 +112,7 @@ def merge_flower_config(flwr_home: str | Path, extra: dict) -> Path:
 def write_app_project(config: dict | Job, out: str | Path, *, run: str | int | None = None,
                       name: str | None = None, address: str = "127.0.0.1:9093",
                       root_certificates: str | None = None, flwr_home: str | Path | None = None,
-                      overwrite: bool = False) -> Path:
+                      sim_address: str = "127.0.0.1:9092", overwrite: bool = False) -> Path:
     """Write a Flower app project for a fedsparse job.
 
     Parameters
@@ -111,6 +122,7 @@ def write_app_project(config: dict | Job, out: str | Path, *, run: str | int | N
     name : project name (default from the algorithm and data).
     address : SuperLink address for the deployment connections (host:port).
     root_certificates : CA certificate for the TLS connection (path).
+    sim_address : address of a SuperLink started with ``--simulation`` (``fedsparse-sim``).
     flwr_home : if given, merge the connections into ``flwr_home/config.toml``.
     overwrite : allow writing into a non-empty directory.
 
@@ -147,7 +159,8 @@ def write_app_project(config: dict | Job, out: str | Path, *, run: str | int | N
                      "config": job_to_run_config(job)}}},
     }
     (out / "pyproject.toml").write_text(tomli_w.dumps(pyproject))
-    links = connections(job, address=address, root_certificates=root_certificates)
+    links = connections(job, address=address, root_certificates=root_certificates,
+                        sim_address=sim_address)
     (out / "flower-config.toml").write_text(
         "# SuperLink connections for this job: merge into $FLWR_HOME/config.toml\n"
         + tomli_w.dumps(links))

@@ -48,6 +48,8 @@ def add_flower_parser(subparsers) -> argparse.ArgumentParser:
                      help="SuperLink address host:port for the deployment connections")
     app.add_argument("--root-certificates", default=None,
                      help="CA certificate (PEM) for the TLS connection")
+    app.add_argument("--sim-address", default="127.0.0.1:9092",
+                     help="address of a SuperLink started with --simulation (fedsparse-sim)")
     app.add_argument("--flwr-home", default=None,
                      help="also merge the connections into FLWR_HOME/config.toml")
     app.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
@@ -101,7 +103,8 @@ def flower_app_command(args: argparse.Namespace) -> int:
             config = {**config, **overrides}
         out = write_app_project(config, args.out, run=run, name=args.name, address=args.address,
                                 root_certificates=args.root_certificates,
-                                flwr_home=args.flwr_home, overwrite=args.force)
+                                flwr_home=args.flwr_home, sim_address=args.sim_address,
+                                overwrite=args.force)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
