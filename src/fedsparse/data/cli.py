@@ -12,7 +12,6 @@ import argparse
 
 import numpy as np
 
-from .._validation import ConfigError
 from .real import DATASETS, PARTITIONS
 
 __all__ = ["add_data_parser", "cmd_describe"]
@@ -41,14 +40,8 @@ def cmd_describe(args) -> int:
     from .partition import describe_partition, plot_partition
     from .real import _scale, load_named, make_partition
 
-    try:
-        X, y = load_named(args.dataset, path=args.path, seed=args.seed,
-                          max_examples=args.max_examples)
-    except (ImportError, OSError, ValueError) as exc:
-        if isinstance(exc, ConfigError):
-            raise
-        # a missing file or extra is a user error: one clean line, not a traceback
-        raise ConfigError(f"data set {args.dataset!r} could not be loaded: {exc}") from None
+    X, y = load_named(args.dataset, path=args.path, seed=args.seed,
+                      max_examples=args.max_examples)
     if args.partition == "clusters" and not args.by_labels:
         X = _scale(X, "maxabs")  # K-means on comparable feature ranges
     parts = make_partition(args.partition, X, y, num_clients=args.clients, seed=args.seed,

@@ -47,6 +47,9 @@ def load_named(dataset: str, *, path=None, seed: int = 0, max_examples: int | No
                n_features: int | None = None):
     """Load a named data set as ``(X, y)``: X dense (n, d) or SciPy CSR, y (n,).
 
+    Raises ConfigError (naming the path and what was expected) for a missing or
+    malformed file or a missing optional dependency.
+
     Parameters
     ----------
     dataset : a key of :data:`DATASETS`.
@@ -60,16 +63,23 @@ def load_named(dataset: str, *, path=None, seed: int = 0, max_examples: int | No
     needs_path = DATASETS[dataset][0]
     if needs_path and path is None:
         raise fail("path", None, f"data set {dataset!r} is read from a file: give its path")
-    if dataset in ("digits", "breast_cancer", "diabetes"):
-        X, y = getattr(loaders, dataset)()
-    elif dataset == "mnist_5k":
-        X, y = loaders.mnist_5k(seed)
-    elif dataset in ("fashion_mnist", "mnist"):
-        (X, y), _ = getattr(loaders, dataset)(path)
-    elif dataset == "libsvm":
-        X, y = loaders.load_libsvm(path, n_features=n_features)
-    else:
-        X, y = getattr(loaders, dataset)(path)
+    try:
+        if dataset in ("digits", "breast_cancer", "diabetes"):
+            X, y = getattr(loaders, dataset)()
+        elif dataset == "mnist_5k":
+            X, y = loaders.mnist_5k(seed)
+        elif dataset in ("fashion_mnist", "mnist"):
+            (X, y), _ = getattr(loaders, dataset)(path)
+        elif dataset == "libsvm":
+            X, y = loaders.load_libsvm(path, n_features=n_features)
+        else:
+            X, y = getattr(loaders, dataset)(path)
+    except (ImportError, OSError, ValueError) as exc:
+        if isinstance(exc, ConfigError):
+            raise
+        # A missing file or extra is a user error: one clear line (the loaders' messages
+        # name the path and what was expected), not a traceback.
+        raise ConfigError(f"data set {dataset!r} could not be loaded: {exc}") from None
     if max_examples is not None:
         if int(max_examples) < 1:
             raise fail("max_examples", max_examples, "must be a positive integer")
@@ -143,8 +153,8 @@ def make_partition(kind: str, X, y, *, num_clients: int, seed: int = 0, **kwargs
 def federated_real(dataset: str, *, partition: str = "clusters", num_clients: int = 100,
                    path=None, test_fraction: float = 0.2, seed: int = 0,
                    max_examples: int | None = None, scale: str | None = None,
-                   n_features: int | None = None, dtype: torch.dtype = torch.float32,
-                   **partition_kwargs) -> FederatedDataset:
+                   n_features: int | None = None, standardize_target: bool = False,
+                   dtype: torch.dtype = torch.float32, **partition_kwargs) -> FederatedDataset:
     """A named real data set, split among clients: the ``federated_real`` data kind.
 
     Parameters
@@ -158,6 +168,8 @@ def federated_real(dataset: str, *, partition: str = "clusters", num_clients: in
     max_examples : subsample to this many examples first (quick runs).
     scale : None, ``"maxabs"`` (columns to [-1, 1]; keeps CSR sparse) or ``"standard"``.
     n_features : feature count for ``libsvm`` files.
+    standardize_target : regression: shift and scale the targets to mean 0, variance 1
+        (the linear models here have no intercept).
     dtype : floating dtype of the stored tensors.
 
     Returns
@@ -174,6 +186,9 @@ def federated_real(dataset: str, *, partition: str = "clusters", num_clients: in
     X, y = load_named(dataset, path=path, seed=seed, max_examples=max_examples,
                       n_features=n_features)
     X = _scale(X, scale)
+    if standardize_target:
+        y = np.asarray(y, dtype=np.float64)
+        y = (y - y.mean()) / (y.std() if y.std() > 0 else 1.0)
     parts = make_partition(partition, X, y, num_clients=num_clients, seed=seed,
                            **partition_kwargs)
     try:
@@ -188,7 +203,8 @@ def federated_real(dataset: str, *, partition: str = "clusters", num_clients: in
 def libsvm_file(path, *, n_features: int | None = None, partition: str = "clusters",
                 num_clients: int = 100, test_fraction: float = 0.2, seed: int = 0,
                 scale: str | None = None, max_examples: int | None = None,
-                dtype: torch.dtype = torch.float32, **partition_kwargs) -> FederatedDataset:
+                standardize_target: bool = False, dtype: torch.dtype = torch.float32,
+                **partition_kwargs) -> FederatedDataset:
     """Any LibSVM / svmlight file, split among clients: the ``libsvm_file`` data kind.
 
     The features stay CSR all the way (E2006-tfidf: d = 150,360). Parameters as
@@ -197,5 +213,6 @@ def libsvm_file(path, *, n_features: int | None = None, partition: str = "cluste
     """
     return federated_real("libsvm", path=path, n_features=n_features, partition=partition,
                           num_clients=num_clients, test_fraction=test_fraction, seed=seed,
-                          scale=scale, max_examples=max_examples, dtype=dtype,
+                          scale=scale, max_examples=max_examples,
+                          standardize_target=standardize_target, dtype=dtype,
                           **partition_kwargs)
