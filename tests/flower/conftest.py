@@ -20,6 +20,11 @@ from pathlib import Path
 
 import pytest
 
+# Flower reads these when it is first imported: no usage reports or update checks
+# from the test suite (CI may be offline).
+os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
+os.environ.setdefault("FLWR_DISABLE_UPDATE_CHECK", "1")
+
 BIN = Path(sys.executable).parent
 
 
