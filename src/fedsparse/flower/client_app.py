@@ -54,17 +54,16 @@ def _runtime(default_job: Job | None, context: Context) -> _Runtime:
                                "and make_client_app() was given none")
         problem = job.build_problem()
         algorithm = job.build_algorithm()
-        node = load_node_data(job, node_config)
-        local = FederatedDataset(train=node.train, weights=torch.ones(1, dtype=torch.float64),
-                                 test=node.test, name=node.source)
-        problem.check_data(local)
+        rt = _Runtime(job, problem, algorithm, load_node_data(job, node_config))
+        problem.check_data(_local_dataset(rt))
         if len(_RUNTIMES) > 64:  # a long-lived process serving many runs: do not grow forever
             _RUNTIMES.clear()
-        _RUNTIMES[key] = _Runtime(job, problem, algorithm, node)
+        _RUNTIMES[key] = rt
     return _RUNTIMES[key]
 
 
 def _local_dataset(rt: _Runtime) -> FederatedDataset:
+    """The node's data as a one-client data set (its weight is irrelevant here)."""
     return FederatedDataset(train=rt.node.train, weights=torch.ones(1, dtype=torch.float64),
                             test=rt.node.test, name=rt.node.source)
 

@@ -182,11 +182,14 @@ def run_on_grid(grid: Grid, job: Job, *, callback: Callable | None = None) -> Hi
         # waiting round_timeout for a node the SuperLink knows is gone would stall the run.
         node_of = {pid: table[pid]["node_id"] for pid in clients.tolist()
                    if pid in table and table[pid]["node_id"] in nodes_now}
+        # Encoded once; every message gets its own copy of the records.
+        shared = RecordDict()
+        per_client = codec.put(shared, "payload", payload, algorithm.broadcast_encoding)
+        _put_config(shared, config)
         msgs, bytes_down = [], 0
         for pid, node in node_of.items():
-            content = RecordDict()
-            bytes_down += codec.put(content, "payload", payload, algorithm.broadcast_encoding)
-            _put_config(content, config)
+            content = RecordDict({k: copy.deepcopy(v) for k, v in shared.items()})
+            bytes_down += per_client
             content["fedsparse"] = ConfigRecord({
                 "round": t, "partition_id": pid, "upload_encoding": algorithm.upload_encoding})
             msgs.append(Message(content, node, MessageType.TRAIN, group_id=str(t + 1)))
