@@ -145,3 +145,12 @@ def test_cli_flower_app(tmp_path, capsys):
                               str(tmp_path / "q")])
     assert args.func(args) == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+def test_import_without_flwr_names_the_extra():
+    # A fresh interpreter where "import flwr" fails, as on an install without the extra.
+    code = ("import sys; sys.modules['flwr'] = None\n"
+            "try:\n    import fedsparse.flower\nexcept ImportError as e:\n    print(e)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert "pip install 'fedsparse[flower]'" in done.stdout, done.stdout + done.stderr
