@@ -195,3 +195,28 @@ def test_a_restarted_node_with_a_new_id_takes_its_client_back():
                                                    [0, 1, 2, 3]]
     reference = _simulate(job, Replay(history.column("delivered_clients")))
     torch.testing.assert_close(history.model, reference.model, rtol=1e-5, atol=1e-7)
+
+
+def _registered_algorithms():
+    from fedsparse.algorithms import REGISTRY
+
+    return sorted(REGISTRY)
+
+
+@pytest.mark.parametrize("kind", _registered_algorithms())
+def test_every_registered_algorithm_runs_unchanged_over_the_grid(kind):
+    import inspect
+
+    from fedsparse.algorithms import REGISTRY
+
+    accepted = inspect.signature(REGISTRY[kind]).parameters
+    algorithm = {"kind": kind, **{k: v for k, v in (("sparsity", 4), ("local_steps", 2),
+                                                     ("batch_size", 6)) if k in accepted}}
+    job = job_from_config({**JOB, "clients_per_round": None, "algorithm": algorithm,
+                           "data": {"kind": "shifted_gaussian", "num_clients": 4,
+                                    "samples_per_client": 20, "dim": 30, "sparsity": 4}})
+    history = run_on_grid(FakeGrid(job, range(4)), job)
+    reference = _simulate(job)
+    torch.testing.assert_close(history.model, reference.model, rtol=1e-5, atol=1e-7)
+    for column in ("bytes_up", "bytes_down", "clients_sampled"):
+        assert history.column(column) == reference.column(column), column
