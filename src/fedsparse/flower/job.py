@@ -72,6 +72,15 @@ def generators() -> dict:
             ("fedht_simulation", "fedprox_synthetic", "shifted_gaussian")}
 
 
+def _experiment_run_keys() -> set:
+    """Keys an experiment run may carry (the simulator-only ones are ignored here)."""
+    try:
+        from ..experiments.config import RUN_KEYS
+    except ImportError:  # pragma: no cover - the experiments package is optional here
+        return set()
+    return set(RUN_KEYS)
+
+
 def _registry(module: str) -> dict:
     if module == "problems":
         from ..problems import REGISTRY
@@ -204,7 +213,7 @@ def job_from_config(config: dict, run: str | int | None = None) -> Job:
         config = _deep_merge(config.get("defaults", {}), runs[index])
     elif run is not None:
         raise fail("run", run, "is only allowed for an experiment config with [[runs]]")
-    unknown = set(config) - _TOP_KEYS
+    unknown = set(config) - _TOP_KEYS - _experiment_run_keys()
     if unknown:
         raise ConfigError(f"unknown job keys {sorted(unknown)}; allowed: {sorted(_TOP_KEYS)}")
     for table in ("data", "problem", "algorithm"):
