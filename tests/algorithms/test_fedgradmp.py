@@ -164,3 +164,19 @@ def test_fed_iter_ht_accepts_a_dictionary():
     assert "dictionary" in algo.hyperparameters()
     with pytest.raises(ConfigError, match="dictionary"):
         fs.algorithms.hard_thresholding._build("fed_ht", 5, "auto", 3, None, False, D)
+
+
+def test_batch_weights_reproduce_ctx_batch_gradient():
+    from fedsparse.algorithms import ClientContext
+    from fedsparse.algorithms.gradmp import batch_weights
+
+    data = fs.data.shifted_gaussian(num_clients=5, samples_per_client=30, dim=20, sparsity=3,
+                                    dtype=DT)
+    prob = fs.problems.least_squares()
+    clients = torch.tensor([0, 2, 4])
+    ctx = ClientContext(prob, data.train.select(clients), clients, 3, 7)
+    x = torch.randn(3, 20, dtype=DT)
+    X, y, w = ctx.batch(1, 12)
+    Xf, yf, _ = ctx.full()
+    assert torch.allclose(prob.grad(x, X, y, w), prob.grad(x, Xf, yf, batch_weights(ctx, 1, 12)),
+                          atol=1e-12)

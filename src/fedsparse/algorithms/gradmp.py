@@ -5,12 +5,35 @@ from __future__ import annotations
 
 import torch
 
+from .. import rng
 from .._validation import check_choice, check_float, check_int, fail
 from ..problems.restricted import _power, mask_to_index, restricted_loss_grad
 from .base import Algorithm, ClientContext, weighted_mean
 from .sparse_models import SparseModel, check_dictionary_arg, dictionary_spec
 
 INNER_SOLVERS = ("exact", "newton", "gd", "sgd")
+
+
+def batch_weights(ctx: ClientContext, step: int, batch_size: int | None) -> torch.Tensor:
+    """(S, n_max) example weights of :meth:`ClientContext.batch`'s mini-batch, on the full
+    padded data: 1/b on the drawn examples, 0 elsewhere.
+
+    ``grad(x, X_full, y_full, batch_weights(...))`` equals the gradient on
+    ``ctx.batch(step, batch_size)`` (the same counter-based draw, checked by the tests)
+    without copying the drawn rows, which costs more than the gradient itself here.
+    """
+    X, _, w_full = ctx.full()
+    counts = ctx.data.counts
+    if batch_size is None or batch_size >= int(counts.max()):
+        return w_full
+    n_max = X.shape[1]
+    keys = rng.uniform(ctx.seed, rng.BATCH, ctx.round, ctx.clients[:, None], step,
+                       torch.arange(n_max)[None, :])
+    valid = torch.arange(n_max)[None, :] < counts[:, None]
+    index, picked = rng.choose_without_replacement(keys, valid, batch_size)
+    w = picked.to(X.dtype)
+    w = w / w.sum(-1, keepdim=True)
+    return torch.zeros_like(w_full).scatter_(1, index, w)
 
 
 class FedGradMP(Algorithm):
@@ -132,8 +155,12 @@ class FedGradMP(Algorithm):
         width = min(P, geo.blocks * 3 * self.sparsity)
         method = "exact" if self.inner_solver == "exact" else self.inner_solver
         iters = []
+        sparse_rows = not isinstance(X_full, torch.Tensor) or X_full.layout != torch.strided
         for k in range(self.local_steps):
-            X, y, w = ctx.batch(k, self.batch_size)
+            if sparse_rows:  # CSR client data: the batch copy is cheap there
+                X, y, w = ctx.batch(k, self.batch_size)
+            else:
+                X, y, w = X_full, y_full, batch_weights(ctx, k, self.batch_size)
             gamma = geo.select(prob.grad(a, X, y, w), 2 * self.sparsity)
             index, valid = mask_to_index(gamma | lam, width)
             init = torch.gather(a, 1, index) * valid

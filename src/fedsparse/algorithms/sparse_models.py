@@ -12,7 +12,7 @@ import torch
 from .._validation import ConfigError, check_choice, fail
 from ..problems.base import Problem
 from ..problems.dictionary import DictionaryProblem
-from ..sparsity import hard_threshold, top_indices
+from ..sparsity import top_indices
 from ..sparsity.dictionaries import Dictionary, as_dictionary
 
 
@@ -45,6 +45,30 @@ def dictionary_spec(dictionary):
     if isinstance(dictionary, Dictionary):
         return dictionary.spec
     return f"matrix{tuple(dictionary.shape)}"
+
+
+def top_mask(x: torch.Tensor, k: int) -> torch.Tensor:
+    """Mask of the ``k`` largest ``|x|`` along the last axis, ties to the lower index.
+
+    Same answer as :func:`fedsparse.sparsity.top_indices` (SPEC.md's tie rule), but
+    ``topk`` does the work: a row whose k-th largest magnitude is not tied with an
+    entry outside the top k is decided by the threshold alone; only rows with such a
+    tie (rare for real-valued data) go through the stable sort.
+    """
+    mag = x.abs()
+    if k >= mag.shape[-1]:
+        return torch.ones_like(mag, dtype=torch.bool)
+    if k == 0:
+        return torch.zeros_like(mag, dtype=torch.bool)
+    kth = torch.topk(mag, k, dim=-1, sorted=False).values.amin(-1, keepdim=True)
+    mask = mag >= kth
+    tied = mask.sum(-1) != k
+    if bool(tied.any()):
+        rows = mag[tied]
+        fixed = torch.zeros_like(rows, dtype=torch.bool)
+        fixed.scatter_(-1, top_indices(rows, k), True)
+        mask[tied] = fixed
+    return mask
 
 
 class SparseModel:
@@ -95,10 +119,7 @@ class SparseModel:
         g = self._rows(coef_grad).abs()
         if self.dictionary is not None:
             g = g / self.dictionary.norms.to(g.dtype)
-        k = min(k, g.shape[-1])
-        idx = top_indices(g, k)
-        mask = torch.zeros_like(g, dtype=torch.bool).scatter_(-1, idx, True)
-        return mask.reshape(coef_grad.shape)
+        return top_mask(g, min(k, g.shape[-1])).reshape(coef_grad.shape)
 
     def signal(self, coef: torch.Tensor) -> torch.Tensor:
         """The model in feature space, (..., blocks * d)."""
@@ -115,12 +136,11 @@ class SparseModel:
         """
         rows = self._rows(coef)
         if self.dictionary is None:
-            k = min(self.sparsity, rows.shape[-1])
-            idx = top_indices(rows, k)
-            out = hard_threshold(rows, self.sparsity)
+            mask = top_mask(rows, min(self.sparsity, rows.shape[-1]))
+            out = torch.where(mask, rows, torch.zeros_like(rows))     # = H_tau(rows)
         else:
             out, idx = self.dictionary.approx_coefficients(rows, self.sparsity)
-        mask = torch.zeros_like(rows, dtype=torch.bool).scatter_(-1, idx, True)
+            mask = torch.zeros_like(rows, dtype=torch.bool).scatter_(-1, idx, True)
         return out.reshape(coef.shape), mask.reshape(coef.shape)
 
     def approx_signal(self, signal: torch.Tensor) -> torch.Tensor:
