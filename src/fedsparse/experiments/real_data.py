@@ -57,7 +57,8 @@ def central_optimum(problem, data, sparsity: int, rounds: int) -> dict:
     one centralised IHT step on all the training data. ``L = sum_i p_i L_i`` bounds the
     smoothness of ``f = sum_i p_i f_i``; gamma is the multiple of 1/L in
     :data:`PILOT_MULTIPLIERS` with the lowest objective after :data:`PILOT_ROUNDS`
-    rounds (non-finite runs lose), then the long run uses it.
+    rounds (at most a third of ``rounds``; non-finite runs lose), then the long run
+    uses it.
 
     Returns
     -------
@@ -78,7 +79,7 @@ def central_optimum(problem, data, sparsity: int, rounds: int) -> dict:
 
     pilot = {}
     for m in PILOT_MULTIPLIERS:
-        objs = run(m * base, min(PILOT_ROUNDS, rounds))
+        objs = run(m * base, min(PILOT_ROUNDS, max(1, rounds // 3)))
         pilot[m] = objs[-1] if all(map(math.isfinite, objs)) else float("inf")
     best = min(pilot, key=pilot.get)
     objs = run(best * base, rounds)
@@ -108,10 +109,12 @@ def _plots(out: Path, runs: list[dict], fstars: dict[str, dict], title: str) -> 
     written = []
     for panel, hists in panels.items():
         tag = f"-{slugify(panel)}" if panel else ""
+        # one panel per file: name it in the axes title, which has room for it
+        name_of = {(panel or title): hists}
         fstar = fstars[panel]["f_star"]
         for name, kw in ((f"objective{tag}.png", {"y": "objective", "reference": fstar}),
                          (f"test_accuracy{tag}.png", {"y": "test_accuracy"})):
-            if plot_panels({panel: hists}, x="round", path=out / name, title=title, **kw):
+            if plot_panels(name_of, x="round", path=out / name, **kw):
                 written.append(name)
         start = max(h.initial.get("objective") or 0.0 for h in hists.values())
         floor = max(1e-4 * (start - fstar), 1e-12)
@@ -123,8 +126,8 @@ def _plots(out: Path, runs: list[dict], fstars: dict[str, dict], title: str) -> 
                     # floor: the run that defines f* touches 0, which a log axis cannot show
                     rec["f - f*"] = max(rec["objective"] - fstar, floor)
             gaps[label] = g
-        if plot_panels({panel: gaps}, y="f - f*", x="round", path=out / f"gap{tag}.png",
-                       logy=True, title=title):
+        if plot_panels({(panel or title): gaps}, y="f - f*", x="round",
+                       path=out / f"gap{tag}.png", logy=True):
             written.append(f"gap{tag}.png")
     return written
 
@@ -174,7 +177,8 @@ def finish_fig6(config: dict, out: Path, summary: dict, *, quick: bool = False,
             f"{ref['step_size']:.4g}: {ref['f_star_central']:.6g}; f* = {ref['f_star']:.6g} "
             f"({ref['f_star_source']})")
     summary["f_star"] = fstars
-    summary["plots"] = _plots(out, runs, fstars, config.get("title", ""))
+    summary["plots"] = _plots(out, runs, fstars, config.get("short_title",
+                                                           config.get("title", "")))
     summary["quick"] = quick
     for row in summary["runs"]:
         f = fstars[row["panel"]]["f_star"]
