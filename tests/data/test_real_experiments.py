@@ -91,7 +91,7 @@ def test_central_optimum_is_a_lower_reference_for_iht():
     data = fs.data.federated_real("digits", partition="clusters", by_labels=True,
                                   num_clients=20, parts_per_cluster=4, scale="maxabs")
     problem = fs.problems.softmax(num_classes=10)
-    ref = central_optimum(problem, data, sparsity=20, rounds=60)
+    ref = central_optimum(problem, data, sparsity=20, rounds=30)
     hist = fs.simulate(fs.algorithms.distributed_iht(sparsity=20, step_size=ref["step_size"]),
                        problem, data, rounds=10)
     assert ref["f_star"] <= min(hist.column("objective")) + 1e-6
