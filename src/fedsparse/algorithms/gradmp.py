@@ -14,26 +14,43 @@ from .sparse_models import SparseModel, check_dictionary_arg, dictionary_spec
 INNER_SOLVERS = ("exact", "newton", "gd", "sgd")
 
 
-def batch_weights(ctx: ClientContext, step: int, batch_size: int | None) -> torch.Tensor:
-    """(S, n_max) example weights of :meth:`ClientContext.batch`'s mini-batch, on the full
-    padded data: 1/b on the drawn examples, 0 elsewhere.
-
-    ``grad(x, X_full, y_full, batch_weights(...))`` equals the gradient on
-    ``ctx.batch(step, batch_size)`` (the same counter-based draw, checked by the tests)
-    without copying the drawn rows, which costs more than the gradient itself here.
-    """
-    X, _, w_full = ctx.full()
+def _batch_index(ctx: ClientContext, step: int, batch_size: int):
+    # The same counter-based draw as ClientContext.batch (a function of seed, round,
+    # client id and step only); the tests check both give the same batch.
     counts = ctx.data.counts
-    if batch_size is None or batch_size >= int(counts.max()):
-        return w_full
-    n_max = X.shape[1]
+    n_max = ctx.data.X.shape[1]
     keys = rng.uniform(ctx.seed, rng.BATCH, ctx.round, ctx.clients[:, None], step,
                        torch.arange(n_max)[None, :])
     valid = torch.arange(n_max)[None, :] < counts[:, None]
-    index, picked = rng.choose_without_replacement(keys, valid, batch_size)
+    return rng.choose_without_replacement(keys, valid, batch_size)
+
+
+def batch_weights(ctx: ClientContext, step: int, batch_size: int | None) -> torch.Tensor:
+    """(S, n_max) example weights of :meth:`ClientContext.batch`'s mini-batch, on the full
+    padded data: 1/b on the drawn examples, 0 elsewhere."""
+    X, _, w_full = ctx.full()
+    if batch_size is None or batch_size >= int(ctx.data.counts.max()):
+        return w_full
+    index, picked = _batch_index(ctx, step, batch_size)
     w = picked.to(X.dtype)
     w = w / w.sum(-1, keepdim=True)
     return torch.zeros_like(w_full).scatter_(1, index, w)
+
+
+def fast_batch(ctx: ClientContext, step: int, batch_size: int | None):
+    """``ctx.batch(step, batch_size)`` for dense data, copying the drawn rows with one
+    ``index_select`` (whole contiguous rows) instead of an element-wise gather, which
+    costs more than the gradient itself at FedGradMP's sizes."""
+    X = ctx.data.X
+    if batch_size is None or batch_size >= int(ctx.data.counts.max()):
+        return ctx.full()
+    index, picked = _batch_index(ctx, step, batch_size)
+    S, n_max, d = X.shape
+    rows = (torch.arange(S)[:, None] * n_max + index).reshape(-1)
+    Xb = torch.index_select(X.reshape(S * n_max, d), 0, rows).reshape(S, batch_size, d)
+    yb = torch.gather(ctx.data.y, 1, index)
+    w = picked.to(X.dtype)
+    return Xb, yb, w / w.sum(-1, keepdim=True)
 
 
 class FedGradMP(Algorithm):
@@ -160,7 +177,7 @@ class FedGradMP(Algorithm):
             if sparse_rows:  # CSR client data: the batch copy is cheap there
                 X, y, w = ctx.batch(k, self.batch_size)
             else:
-                X, y, w = X_full, y_full, batch_weights(ctx, k, self.batch_size)
+                X, y, w = fast_batch(ctx, k, self.batch_size)
             gamma = geo.select(prob.grad(a, X, y, w), 2 * self.sparsity)
             index, valid = mask_to_index(gamma | lam, width)
             init = torch.gather(a, 1, index) * valid
