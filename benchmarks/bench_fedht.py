@@ -75,9 +75,13 @@ def loop_round(algo_kwargs, data):
 
 def main() -> None:
     torch.manual_seed(0)
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    one_core = read_bandwidth()
+    torch.set_num_threads(threads)
     bandwidth = read_bandwidth()
-    print(f"read bandwidth: {bandwidth / 1e9:.1f} GB/s")
+    print(f"torch {torch.__version__}; read bandwidth {bandwidth / 1e9:.1f} GB/s with "
+          f"{threads} threads (the bound), {one_core / 1e9:.1f} GB/s with one")
 
     data = fs.data.fedht_simulation("regression", seed=0)
     kwargs = {"sparsity": 200, "step_size": 1e-3, "local_steps": 5}

@@ -305,12 +305,7 @@ def test_from_partitions_sparse_matches_dense():
     y = rng.integers(0, 2, 60)
     parts = partition_iid(60, 4, seed=0)
     ref = from_partitions(dense, y, parts, seed=0)
-    try:
-        got = from_partitions(sp.csr_matrix(dense), y, parts, seed=0)
-    except ValueError as exc:
-        if "sparse" in str(exc):
-            pytest.skip(f"from_arrays does not accept CSR client data yet: {exc}")
-        raise
+    got = from_partitions(sp.csr_matrix(dense), y, parts, seed=0)
     gx = got.train.X
     gx = gx.to_dense() if getattr(gx, "is_sparse", False) or gx.layout != ref.train.X.layout \
         else gx

@@ -89,3 +89,16 @@ def test_smooth_l1_is_stable_and_its_gradient_is_tanh():
 def test_support_scores():
     s = support_scores(torch.tensor([1.0, 0, 2, 0]), torch.tensor([1.0, 1, 0, 0]))
     assert s == {"support_precision": 0.5, "support_recall": 0.5, "support_f1": 0.5}
+
+
+@given(arrays("float64", st.tuples(st.integers(1, 4), st.integers(1, 12)),
+              elements=st.sampled_from([-2.0, -1.0, 0.0, 1.0, 2.0, float("nan")])),
+       st.integers(0, 14))
+@settings(max_examples=200, deadline=None)
+def test_numpy_and_torch_paths_agree(v, k):
+    """The CPU fast path (numpy) and the autograd/device path (torch) keep the same set."""
+    x = torch.from_numpy(v)
+    fast = hard_threshold(x, k)
+    reference = hard_threshold(x.clone().requires_grad_(True), k).detach()
+    assert torch.equal(fast.isnan(), reference.isnan())
+    assert torch.equal(fast.nan_to_num(), reference.nan_to_num())

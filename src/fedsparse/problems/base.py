@@ -146,6 +146,42 @@ def weighted_transpose(X: torch.Tensor, coef: torch.Tensor) -> torch.Tensor:
     return torch.bmm(coef.unsqueeze(1), X).squeeze(1)
 
 
+# Clients per fused block are chosen so that one block's rows stay in a core's cache
+# between the forward and the transposed product (benchmarks/bench_fedht.py).
+_FUSED_BLOCK_BYTES = 2 << 20
+
+
+def linear_gradient(params: torch.Tensor, X: torch.Tensor, link) -> torch.Tensor:
+    """``X_i^T link(X_i x_i, i)`` per client: the gradient shape of every linear model.
+
+    ``link(z, rows)`` maps the scores ``z`` (s, b) of the clients ``rows`` (a slice of
+    the client axis) to the per-example coefficients (s, b). On dense CPU data the two
+    products run block by block over clients, so each block of ``X`` is read from
+    memory once rather than twice; the result is the same as the unblocked products
+    (each client's products are independent).
+
+    Parameters
+    ----------
+    params : (S, d) or (d,) parameters.
+    X : (S, b, d) client rows, or :class:`SparseRows`.
+    """
+    S = X.shape[0]
+    if isinstance(X, SparseRows) or params.ndim == 1 or not _use_numpy(params, X):
+        everyone = slice(0, S)
+        return weighted_transpose(X, link(scores(params, X), everyone))
+    per_client = max(1, X[0].numel() * X.element_size())
+    step = max(1, _FUSED_BLOCK_BYTES // per_client)
+    Xn, xn = X.numpy(), params.numpy()
+    out = np.empty(xn.shape, dtype=np.result_type(Xn, xn))
+    with np.errstate(over="ignore", invalid="ignore"):  # divergence is caught by simulate
+        for start in range(0, S, step):
+            rows = slice(start, min(start + step, S))
+            z = torch.from_numpy(np.matmul(Xn[rows], xn[rows, :, None])[..., 0])
+            coef = link(z, rows).numpy()
+            out[rows] = np.matmul(coef[:, None, :], Xn[rows])[:, 0]
+    return torch.from_numpy(out)
+
+
 def gram_times(X: torch.Tensor, w: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     """``X^T diag(w) X v`` per client, for v (S, d)."""
     return weighted_transpose(X, w * scores(v, X))

@@ -11,8 +11,8 @@ from .base import (
     check_labels,
     class_scores,
     class_weighted_transpose,
+    linear_gradient,
     scores,
-    weighted_transpose,
 )
 
 
@@ -35,8 +35,7 @@ class LeastSquares(Problem):
         return 0.5 * (w * r * r).sum(-1)
 
     def grad(self, params, X, y, w):
-        r = scores(params, X) - y
-        return weighted_transpose(X, w * r)
+        return linear_gradient(params, X, lambda z, rows: w[rows] * (z - y[rows]))
 
 
 class Logistic(Problem):
@@ -72,8 +71,8 @@ class Logistic(Problem):
         return loss
 
     def grad(self, params, X, y, w):
-        z = scores(params, X)
-        g = weighted_transpose(X, w * (torch.sigmoid(z) - (y > 0).to(z.dtype)))
+        y01 = (y > 0).to(params.dtype)
+        g = linear_gradient(params, X, lambda z, rows: w[rows] * (torch.sigmoid(z) - y01[rows]))
         if self._l2:
             g = g + self._l2 * params
         return g
