@@ -138,17 +138,7 @@ def _stack_split(kind: str, xs: Sequence, ys: Sequence, dtype: torch.dtype,
     for i, (x, y) in enumerate(zip(xs, ys, strict=True)):
         x = _as_tensor(f"{kind}_xs[{i}]", x, dtype)
         y = _as_tensor(f"{kind}_ys[{i}]", y, dtype)
-        if x.ndim != 2:
-            raise fail(f"{kind}_xs[{i}].shape", tuple(x.shape), "must be 2-D (examples, features)")
-        if y.ndim != 1 or y.shape[0] != x.shape[0]:
-            raise fail(f"{kind}_ys[{i}].shape", tuple(y.shape),
-                       f"must be 1-D with {x.shape[0]} entries, one per row of {kind}_xs[{i}]")
-        if x.shape[0] == 0:
-            raise fail(f"{kind}_xs[{i}]", "(empty)", "every client needs at least one example")
-        dim = x.shape[1] if dim is None else dim
-        if x.shape[1] != dim:
-            raise fail(f"{kind}_xs[{i}].shape[1]", x.shape[1],
-                       f"must equal the feature dimension {dim} of client 0")
+        dim = _check_client_shapes(kind, i, x, y, dim)
         if not (torch.isfinite(x).all() and torch.isfinite(y).all()):
             raise fail(f"{kind} data of client {i}", "NaN/inf", "must be finite")
         tx.append(x)
@@ -163,23 +153,30 @@ def _stack_split(kind: str, xs: Sequence, ys: Sequence, dtype: torch.dtype,
     return ClientSplit(X, Y, counts)
 
 
+def _check_client_shapes(kind: str, i: int, x, y: torch.Tensor, dim: int | None) -> int:
+    """Validate client ``i``'s features (dense or sparse) against its targets and the
+    feature dimension ``dim`` of client 0 (None for client 0); return the dimension."""
+    if len(x.shape) != 2:
+        raise fail(f"{kind}_xs[{i}].shape", tuple(x.shape), "must be 2-D (examples, features)")
+    if y.ndim != 1 or y.shape[0] != x.shape[0]:
+        raise fail(f"{kind}_ys[{i}].shape", tuple(y.shape),
+                   f"must be 1-D with {x.shape[0]} entries, one per row of {kind}_xs[{i}]")
+    if x.shape[0] == 0:
+        raise fail(f"{kind}_xs[{i}]", "(empty)", "every client needs at least one example")
+    dim = x.shape[1] if dim is None else dim
+    if x.shape[1] != dim:
+        raise fail(f"{kind}_xs[{i}].shape[1]", x.shape[1],
+                   f"must equal the feature dimension {dim} of client 0")
+    return dim
+
+
 def _stack_sparse_split(kind: str, xs: Sequence, ys: Sequence, dtype: torch.dtype,
                         dim: int | None) -> ClientSplit:
     """Per-client SciPy sparse matrices -> a ClientSplit whose X is :class:`SparseRows`."""
     ty = []
     for i, (x, y) in enumerate(zip(xs, ys, strict=True)):
         y = _as_tensor(f"{kind}_ys[{i}]", y, dtype)
-        if len(x.shape) != 2:
-            raise fail(f"{kind}_xs[{i}].shape", tuple(x.shape), "must be 2-D (examples, features)")
-        if y.ndim != 1 or y.shape[0] != x.shape[0]:
-            raise fail(f"{kind}_ys[{i}].shape", tuple(y.shape),
-                       f"must be 1-D with {x.shape[0]} entries, one per row of {kind}_xs[{i}]")
-        if x.shape[0] == 0:
-            raise fail(f"{kind}_xs[{i}]", "(empty)", "every client needs at least one example")
-        dim = x.shape[1] if dim is None else dim
-        if x.shape[1] != dim:
-            raise fail(f"{kind}_xs[{i}].shape[1]", x.shape[1],
-                       f"must equal the feature dimension {dim} of client 0")
+        dim = _check_client_shapes(kind, i, x, y, dim)
         if not torch.isfinite(y).all():
             raise fail(f"{kind} targets of client {i}", "NaN/inf", "must be finite")
         ty.append(y)
