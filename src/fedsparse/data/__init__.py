@@ -1,23 +1,18 @@
 """Federated data: the dataset container, synthetic generators, loaders and partitioners."""
 
 from .federated import ClientSplit, FederatedDataset, from_arrays
-from .loaders import (
-    DataFormatError,
+from .loaders import DataFormatError, load_cifar, load_idx, load_leaf, load_libsvm, read_idx
+from .named import (
     breast_cancer,
     data_home,
     diabetes,
     digits,
     e2006,
     fashion_mnist,
-    load_cifar,
-    load_idx,
-    load_leaf,
-    load_libsvm,
     mnist,
     mnist_5k,
     mnist_libsvm,
     rcv1,
-    read_idx,
 )
 from .partition import (
     describe_partition,

