@@ -5,52 +5,24 @@ from __future__ import annotations
 
 import torch
 
-from .. import rng
-from .._validation import check_choice, check_float, check_int, fail
+from .._validation import check_choice, check_float, check_int
 from ..problems.restricted import _power, mask_to_index, restricted_loss_grad
-from .base import Algorithm, ClientContext, weighted_mean
+from .base import Algorithm, ClientContext, check_step_size, weighted_mean
 from .sparse_models import SparseModel, check_dictionary_arg, dictionary_spec
 
 INNER_SOLVERS = ("exact", "newton", "gd", "sgd")
-
-
-def _batch_index(ctx: ClientContext, step: int, batch_size: int):
-    # The same counter-based draw as ClientContext.batch (a function of seed, round,
-    # client id and step only); the tests check both give the same batch.
-    counts = ctx.data.counts
-    n_max = ctx.data.X.shape[1]
-    keys = rng.uniform(ctx.seed, rng.BATCH, ctx.round, ctx.clients[:, None], step,
-                       torch.arange(n_max)[None, :])
-    valid = torch.arange(n_max)[None, :] < counts[:, None]
-    return rng.choose_without_replacement(keys, valid, batch_size)
 
 
 def batch_weights(ctx: ClientContext, step: int, batch_size: int | None) -> torch.Tensor:
     """(S, n_max) example weights of :meth:`ClientContext.batch`'s mini-batch, on the full
     padded data: 1/b on the drawn examples, 0 elsewhere."""
     X, _, w_full = ctx.full()
-    if batch_size is None or batch_size >= int(ctx.data.counts.max()):
+    if ctx.is_full_batch(batch_size):
         return w_full
-    index, picked = _batch_index(ctx, step, batch_size)
+    index, picked = ctx.batch_index(step, batch_size)
     w = picked.to(X.dtype)
     w = w / w.sum(-1, keepdim=True)
     return torch.zeros_like(w_full).scatter_(1, index, w)
-
-
-def fast_batch(ctx: ClientContext, step: int, batch_size: int | None):
-    """``ctx.batch(step, batch_size)`` for dense data, copying the drawn rows with one
-    ``index_select`` (whole contiguous rows) instead of an element-wise gather, which
-    costs more than the gradient itself at FedGradMP's sizes."""
-    X = ctx.data.X
-    if batch_size is None or batch_size >= int(ctx.data.counts.max()):
-        return ctx.full()
-    index, picked = _batch_index(ctx, step, batch_size)
-    S, n_max, d = X.shape
-    rows = (torch.arange(S)[:, None] * n_max + index).reshape(-1)
-    Xb = torch.index_select(X.reshape(S * n_max, d), 0, rows).reshape(S, batch_size, d)
-    yb = torch.gather(ctx.data.y, 1, index)
-    w = picked.to(X.dtype)
-    return Xb, yb, w / w.sum(-1, keepdim=True)
 
 
 class FedGradMP(Algorithm):
@@ -74,8 +46,9 @@ class FedGradMP(Algorithm):
     (SPEC.md section 1). Models are kept and sent as their coefficients; for softmax,
     sparsity and approx act per class row.
 
-    The restricted minimisation (``inner_solver``): "exact" (least squares: SVD-based
-    lstsq on the <= 3 tau columns; logistic/softmax: Newton to 1e-10), "newton" (to
+    The restricted minimisation (``inner_solver``): "exact" (least squares: Cholesky on
+    the <= 3 tau columns with one refinement step, SVD-based lstsq where that is
+    ill-conditioned; logistic/softmax: Newton to 1e-10), "newton" (to
     ``inner_tol``), "gd" (gradient descent, step 1/L_restricted, until the step is at
     most ``inner_tol`` = delta), or "sgd" (``inner_steps`` mini-batch SGD steps of size
     ``inner_lr``). The mean inner iterations used is recorded as ``inner_iterations``.
@@ -101,9 +74,7 @@ class FedGradMP(Algorithm):
         self.inner_tol = check_float("inner_tol", inner_tol, positive=True)
         self.inner_max_iter = check_int("inner_max_iter", inner_max_iter, minimum=1)
         self.inner_steps = check_int("inner_steps", inner_steps, minimum=1)
-        if inner_lr != "auto":
-            check_float("inner_lr", inner_lr, positive=True)
-        self.inner_lr = inner_lr
+        self.inner_lr = check_step_size("inner_lr", inner_lr)
         self.inner_batch_size = check_int("inner_batch_size", inner_batch_size, minimum=1,
                                           allow_none=True)
         self._geometry: dict = {}
@@ -170,14 +141,9 @@ class FedGradMP(Algorithm):
         a = payload.expand(S, -1).clone()
         lam = a != 0                        # Lambda = supp(x_t) at k = 1
         width = min(P, geo.blocks * 3 * self.sparsity)
-        method = "exact" if self.inner_solver == "exact" else self.inner_solver
         iters = []
-        sparse_rows = not isinstance(X_full, torch.Tensor) or X_full.layout != torch.strided
         for k in range(self.local_steps):
-            if sparse_rows:  # CSR client data: the batch copy is cheap there
-                X, y, w = ctx.batch(k, self.batch_size)
-            else:
-                X, y, w = fast_batch(ctx, k, self.batch_size)
+            X, y, w = ctx.batch(k, self.batch_size)
             gamma = geo.select(prob.grad(a, X, y, w), 2 * self.sparsity)
             index, valid = mask_to_index(gamma | lam, width)
             init = torch.gather(a, 1, index) * valid
@@ -187,7 +153,8 @@ class FedGradMP(Algorithm):
                 iters.append(float(self.inner_steps))
             else:
                 coef, info = prob.restricted_solve(index, valid, X_full, y_full, w_full, init,
-                                                   method=method, tol=self.inner_tol,
+                                                   method=self.inner_solver,
+                                                   tol=self.inner_tol,
                                                    max_iter=self.inner_max_iter)
                 iters.append(info["inner_iterations"])
             # index rows are distinct positions, so padding only writes zeros.
@@ -230,8 +197,6 @@ def fed_grad_mp(*, sparsity: int, local_steps: int = 3, batch_size: int | None =
     inner_lr : SGD step size of the "sgd" inner solver, or "auto" = 1/L_restricted.
     inner_batch_size : SGD mini-batch of the "sgd" inner solver (default ``batch_size``).
     """
-    if inner_lr != "auto" and isinstance(inner_lr, str):
-        raise fail("inner_lr", inner_lr, 'must be a positive number or "auto"')
     return FedGradMP(sparsity=sparsity, local_steps=local_steps, batch_size=batch_size,
                      dictionary=dictionary, clients_per_round=clients_per_round,
                      inner_solver=inner_solver, radius=radius, inner_tol=inner_tol,

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import torch
 
-from .._validation import check_choice, check_float, check_int, fail
+from .._validation import check_int, fail
 from ..sparsity import hard_threshold_blocks
 from .base import (
     Algorithm,
     ClientContext,
     check_sparsity,
+    check_step_size,
     resolve_step_size,
     weighted_mean,
 )
@@ -45,9 +46,7 @@ class FederatedHardThresholding(Algorithm):
         self.dictionary = dictionary
         self._geo = None
         self.sparsity = check_int("sparsity", sparsity, minimum=1)
-        if step_size != "auto":
-            check_float("step_size", step_size, positive=True)
-        self.step_size = step_size
+        self.step_size = check_step_size("step_size", step_size)
         self.local_steps = check_int("local_steps", local_steps, minimum=1)
         self.batch_size = check_int("batch_size", batch_size, minimum=1, allow_none=True)
         self.local_threshold = local_threshold
@@ -66,8 +65,9 @@ class FederatedHardThresholding(Algorithm):
 
     def check(self, problem, data):
         super().check(problem, data)
-        check_sparsity(self.sparsity, problem, data)
-        if self.dictionary is not None:
+        if self.dictionary is None:
+            check_sparsity(self.sparsity, problem, data)
+        else:  # tau counts atoms, which SparseModel.build checks
             self._geo = SparseModel.build(self.sparsity, self.dictionary, problem, data.dim,
                                           data.dtype, self.name)
 
@@ -88,44 +88,34 @@ class FederatedHardThresholding(Algorithm):
         return {"step_size": state["step_size"]}
 
     def _threshold(self, x: torch.Tensor) -> torch.Tensor:
-        return hard_threshold_blocks(x, self.sparsity, self._blocks)
+        """H_tau per block, or approx_tau on the coefficients with a dictionary."""
+        if self._geo is None:
+            return hard_threshold_blocks(x, self.sparsity, self._blocks)
+        return self._geo.approx(x)[0]
 
     def model(self, state):
         if self._geo is None:
             return state["model"]
         return self._geo.signal(state["model"])  # records evaluate x = A a
 
-    def _dictionary_update(self, payload, ctx):
-        gamma = ctx.config["step_size"]
-        a = payload.expand(ctx.size, -1).clone()
-        prob = self._geo.wrap(ctx.problem)
-        for k in range(self.local_steps):
-            X, y, w = ctx.batch(k, self.batch_size)
-            a = self._geo.approx(a - gamma * prob.grad(a, X, y, w))[0]
-        return a, None, {}
-
     def client_update(self, payload: torch.Tensor, ctx: ClientContext):
-        if self._geo is not None:
-            return self._dictionary_update(payload, ctx)
         gamma = ctx.config["step_size"]
+        # With a dictionary, x holds the coefficients a and the step is on a -> f(A a).
+        prob = ctx.problem if self._geo is None else self._geo.wrap(ctx.problem)
         x = payload.expand(ctx.size, -1).clone()
         for k in range(self.local_steps):
             X, y, w = ctx.batch(k, self.batch_size)
-            x = x - gamma * ctx.problem.grad(x, X, y, w)
+            x = x - gamma * prob.grad(x, X, y, w)
             if self.local_threshold:
                 x = self._threshold(x)
         return x, None, {}
 
     def aggregate(self, state, uploads, weights, delivered):
-        mean = weighted_mean(uploads, weights, delivered)
-        model = self._threshold(mean) if self._geo is None else self._geo.approx(mean)[0]
-        return {**state, "model": model}
+        return {**state, "model": self._threshold(weighted_mean(uploads, weights, delivered))}
 
 
 def _build(name, sparsity, step_size, local_steps, batch_size, local_threshold,
            dictionary=None):
-    if step_size != "auto" and isinstance(step_size, str):
-        raise fail("step_size", step_size, 'must be a positive number or "auto"')
     return FederatedHardThresholding(name, sparsity=sparsity, step_size=step_size,
                                      local_steps=local_steps, batch_size=batch_size,
                                      local_threshold=local_threshold, dictionary=dictionary)
@@ -173,5 +163,4 @@ def distributed_iht(*, sparsity: int, step_size: float | str = "auto",
     if local_steps != 1:
         raise fail("local_steps", local_steps, "Distributed-IHT takes exactly one local step "
                    "per round; use fed_ht for more")
-    check_choice("local_steps", local_steps, (1,))
     return _build("distributed_iht", sparsity, step_size, 1, batch_size, False)

@@ -13,7 +13,7 @@ from .._validation import ConfigError, check_choice, fail
 from ..problems.base import Problem
 from ..problems.dictionary import DictionaryProblem
 from ..sparsity import top_indices
-from ..sparsity.dictionaries import Dictionary, as_dictionary
+from ..sparsity.dictionaries import KINDS, Dictionary, as_dictionary
 
 
 def check_dictionary_arg(dictionary) -> None:
@@ -26,7 +26,7 @@ def check_dictionary_arg(dictionary) -> None:
                        "tensor or a spec dict such as {kind='gaussian', atoms=200, seed=0}")
         return
     if isinstance(dictionary, dict):
-        check_choice("dictionary.kind", dictionary.get("kind"), ("gaussian", "identity", "file"))
+        check_choice("dictionary.kind", dictionary.get("kind"), KINDS)
         return
     try:
         import numpy as np
@@ -106,10 +106,6 @@ class SparseModel:
             return problem
         return DictionaryProblem(problem, self.dictionary)
 
-    @property
-    def coefficient_dim_per_block(self) -> int | None:
-        return None if self.dictionary is None else self.dictionary.atoms
-
     def _rows(self, v: torch.Tensor) -> torch.Tensor:
         return v.reshape(*v.shape[:-1], self.blocks, -1)
 
@@ -142,14 +138,6 @@ class SparseModel:
             out, idx = self.dictionary.approx_coefficients(rows, self.sparsity)
             mask = torch.zeros_like(rows, dtype=torch.bool).scatter_(-1, idx, True)
         return out.reshape(coef.shape), mask.reshape(coef.shape)
-
-    def approx_signal(self, signal: torch.Tensor) -> torch.Tensor:
-        """approx_tau of a feature-space model (..., blocks * d): tau-sparse coefficients."""
-        if self.dictionary is None:
-            return self.approx(signal)[0]
-        rows = signal.reshape(*signal.shape[:-1], self.blocks, -1)
-        out, _ = self.dictionary.approx(rows, self.sparsity)
-        return out.reshape(*signal.shape[:-1], -1)
 
     def project_ball(self, coef: torch.Tensor, radius: float | None) -> torch.Tensor:
         """Pi_R on the model ``A coef`` (scaling the coefficients scales the model)."""

@@ -84,9 +84,10 @@ class Problem:
         valid : (S, k) bool, False on padding.
         X, y, w : (S, n, d), (S, n), (S, n) the client data and example weights.
         init : (S, k) starting coefficients (warm start for iterative methods) or None.
-        method : "exact" (least squares: SVD-based lstsq; logistic/softmax: Newton to
-            1e-10), "newton" (damped Newton to ``tol``) or "gd" (gradient descent with
-            step 1/L_restricted until the step is at most ``tol``).
+        method : "exact" (least squares: Cholesky with one refinement step, SVD-based
+            lstsq where that is ill-conditioned; logistic/softmax: Newton to 1e-10),
+            "newton" (damped Newton to ``tol``) or "gd" (gradient descent with step
+            1/L_restricted until the step is at most ``tol``).
         tol, max_iter : stopping rule of the iterative methods.
 
         Returns
@@ -106,15 +107,25 @@ class Problem:
 
         ``L_i = curvature_scale * lambda_max(sum_j w_j z_j z_j^T) + l2``.
         """
-        d = X.shape[-1]
-        start = rng_mod.uniform(rng_mod.INIT, torch.arange(d)).to(X.dtype) + 0.5
-        v = start.expand(X.shape[0], d).clone()
-        lam = torch.zeros(X.shape[0], dtype=X.dtype)
-        for _ in range(iterations):
-            mv = gram_times(X, w, v)
-            lam = torch.linalg.vector_norm(mv, dim=-1)
-            v = mv / lam.clamp(min=torch.finfo(X.dtype).tiny)[:, None]
-        return self.curvature_scale() * lam + self.l2()
+        return self.curvature_scale() * gram_lambda_max(X, w, iterations) + self.l2()
+
+
+def gram_lambda_max(X, w, iterations: int = 50) -> torch.Tensor:
+    """(S,) ``lambda_max(X_i^T diag(w_i) X_i)`` per client, by power iteration.
+
+    Parameters
+    ----------
+    X : (S, n, d) features or :class:`SparseRows`; w : (S, n) example weights.
+    """
+    d = X.shape[-1]
+    start = rng_mod.uniform(rng_mod.INIT, torch.arange(d)).to(X.dtype) + 0.5
+    v = start.expand(X.shape[0], d).clone()
+    lam = torch.zeros(X.shape[0], dtype=X.dtype)
+    for _ in range(iterations):
+        mv = gram_times(X, w, v)
+        lam = torch.linalg.vector_norm(mv, dim=-1)
+        v = mv / lam.clamp(min=torch.finfo(X.dtype).tiny)[:, None]
+    return lam
 
 
 def _use_numpy(*tensors: torch.Tensor) -> bool:

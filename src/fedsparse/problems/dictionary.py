@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from .._validation import ConfigError
-from .base import Problem
+from .base import Problem, gram_lambda_max
 
 
 class DictionaryProblem(Problem):
@@ -89,7 +89,7 @@ class DictionaryProblem(Problem):
 
     def lipschitz(self, X, w, iterations: int = 50):
         A = self.matrix.to(X.dtype)
-        lam = Problem.lipschitz(_Curvature(1.0), X @ A, w, iterations)
+        lam = gram_lambda_max(X @ A, w, iterations)
         return self.base.curvature_scale() * lam + self.base.l2() * \
             torch.linalg.matrix_norm(A, ord=2) ** 2
 
@@ -111,13 +111,3 @@ class DictionaryProblem(Problem):
         same = (cls.unsqueeze(-1) == cls.unsqueeze(-2)).to(A.dtype)
         vm = valid.to(A.dtype)
         return torch.bmm(cols, cols.transpose(1, 2)) * same * vm.unsqueeze(-1) * vm.unsqueeze(-2)
-
-
-class _Curvature(Problem):
-    """Helper: the base power iteration with a given curvature and no l2."""
-
-    def __init__(self, scale):
-        self._scale = scale
-
-    def curvature_scale(self):
-        return self._scale

@@ -32,7 +32,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .._validation import ConfigError, check_choice
+from .._validation import check_choice
 
 METHODS = ("exact", "newton", "gd")
 
@@ -260,8 +260,3 @@ def solve_restricted(problem, index: torch.Tensor, valid: torch.Tensor, X: torch
         coef, iters = _gd(problem, c0, Z, cls, y, w, valid, metric, tol, max_iter)
     return coef, {"inner_iterations": float(iters.to(torch.float64).mean())}
 
-
-def require_restricted(problem) -> None:
-    if "restricted_solve" not in problem.capabilities:
-        raise ConfigError(f"problem {problem.name!r} has no restricted_solve capability; "
-                          "FedGradMP needs one (least_squares, logistic, softmax have it)")

@@ -31,6 +31,9 @@ import torch
 from .._validation import ConfigError, check_choice, check_int, fail
 from .thresholding import hard_threshold, top_indices
 
+#: The ``kind`` values of a dictionary spec dict (see :func:`as_dictionary`).
+KINDS = ("gaussian", "identity", "file")
+
 
 def identity_dictionary(dim: int, *, dtype: torch.dtype = torch.float64) -> torch.Tensor:
     """The standard basis as a (dim, dim) dictionary (approx_tau = H_tau)."""
@@ -144,7 +147,7 @@ def as_dictionary(spec, *, dim: int, dtype: torch.dtype = torch.float64) -> Dict
     if isinstance(spec, Dictionary):
         return spec.to(dtype)
     if isinstance(spec, Mapping):
-        kind = check_choice("dictionary.kind", spec.get("kind"), ("gaussian", "identity", "file"))
+        kind = check_choice("dictionary.kind", spec.get("kind"), KINDS)
         extra = set(spec) - {"kind", "atoms", "seed", "path"}
         if extra:
             raise fail("dictionary", dict(spec), f"has unknown keys {sorted(extra)}")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .._validation import check_float, check_int
+from .._validation import check_float, check_int, fail
 
 
 def top_indices(x: torch.Tensor, k: int) -> torch.Tensor:
@@ -94,10 +94,18 @@ def hard_threshold_blocks(x: torch.Tensor, k: int, blocks: int) -> torch.Tensor:
     Parameters
     ----------
     x : (..., blocks * m) tensor.
+    k : entries kept per block.
+    blocks : number of equal blocks; must divide ``x.shape[-1]``.
+
+    Returns
+    -------
+    (..., blocks * m) tensor with at most ``k`` non-zeros per block.
     """
     if blocks == 1:
         return hard_threshold(x, k)
     shape = x.shape
+    if check_int("blocks", blocks, minimum=1) and shape[-1] % blocks:
+        raise fail("blocks", blocks, f"must divide the vector length {shape[-1]}")
     return hard_threshold(x.reshape(*shape[:-1], blocks, -1), k).reshape(shape)
 
 
@@ -110,12 +118,26 @@ def project_l2_ball(u: torch.Tensor, radius: float) -> torch.Tensor:
 
 
 def smooth_l1(x: torch.Tensor, rho: float) -> torch.Tensor:
-    """phi_rho(x) = rho * sum_j log cosh(x_j / rho), computed stably, summed over the last axis."""
+    """phi_rho(x) = rho * sum_j log cosh(x_j / rho) (paper 004), summed over the last axis.
+
+    log cosh is computed stably as ``|z| + log1p(exp(-2|z|)) - log 2`` (SPEC.md section 1).
+
+    Parameters
+    ----------
+    x : (..., d) tensor.
+    rho : smoothing parameter, positive.
+
+    Returns
+    -------
+    (...,) tensor.
+    """
+    rho = check_float("rho", rho, positive=True)
     z = (x / rho).abs()
     return rho * (z + torch.log1p(torch.exp(-2.0 * z)) - torch.log(torch.tensor(2.0, dtype=x.dtype))
                   ).sum(-1)
 
 
 def smooth_l1_grad(x: torch.Tensor, rho: float) -> torch.Tensor:
-    """Gradient of phi_rho: tanh(x / rho)."""
+    """Gradient of phi_rho: tanh(x / rho), same shape as ``x`` (..., d)."""
+    rho = check_float("rho", rho, positive=True)
     return torch.tanh(x / rho)
