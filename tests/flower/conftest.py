@@ -34,6 +34,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def _killpg(pid: int, sig: int) -> None:
+    """Signal the process group ``pid`` leads (gone already is fine)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, sig)
+
+
 def _executable(name: str) -> str:
     path = BIN / name
     return str(path) if path.exists() else name
@@ -55,8 +61,7 @@ class Proc:
         return self.popen.poll() is None
 
     def signal_group(self, sig: int) -> None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.popen.pid, sig)
+        _killpg(self.popen.pid, sig)
 
     def stop(self, timeout: float = 10.0) -> None:
         if self.alive():
@@ -114,11 +119,14 @@ class Cluster:
         try:
             out, _ = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
+            _killpg(proc.pid, signal.SIGKILL)
             out, _ = proc.communicate()
             raise AssertionError(f"flwr {' '.join(args)} timed out after {timeout} s:\n{out}"
                                  ) from None
+        finally:
+            if proc.poll() is None:  # interrupted (e.g. Ctrl-C): leave nothing behind
+                _killpg(proc.pid, signal.SIGKILL)
+                proc.wait(5)
         return subprocess.CompletedProcess(proc.args, proc.returncode, out, "")
 
     def run_job(self, project: Path, connection: str, *, timeout: float,
@@ -144,13 +152,18 @@ class Cluster:
         try:
             proc.wait(timeout)
         except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
+            _killpg(proc.pid, signal.SIGKILL)
             proc.wait(5)
             reader.join(5)
             raise AssertionError(f"flwr run did not finish within {timeout} s:\n"
                                  + "".join(lines) + self.dump()) from None
+        finally:
+            if proc.poll() is None:  # interrupted (e.g. Ctrl-C): leave nothing behind
+                _killpg(proc.pid, signal.SIGKILL)
+                proc.wait(5)
         reader.join(5)
+        if not reader.is_alive():
+            proc.stdout.close()
         return "".join(lines)
 
     def dump(self) -> str:
@@ -210,7 +223,7 @@ def make_tls_files(directory: Path, node_keys: tuple[str, ...] = ("node0", "node
     from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
     directory.mkdir(parents=True, exist_ok=True)
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     valid = (now - datetime.timedelta(minutes=5), now + datetime.timedelta(days=1))
 
     def pem_key(key) -> bytes:

@@ -19,12 +19,8 @@ home directly (``flwr_home=``).
 from __future__ import annotations
 
 import re
+import tomllib
 from pathlib import Path
-
-try:  # Python >= 3.11
-    import tomllib
-except ImportError:  # pragma: no cover - Python 3.10; flwr depends on tomli
-    import tomli as tomllib
 
 import tomli_w
 
@@ -76,13 +72,24 @@ def _slug(text: str) -> str:
     return slug[:32].rstrip("-")
 
 
-def connections(job: Job, *, address: str, root_certificates: str | None,
+def connections(*, address: str, root_certificates: str | None,
                 sim_address: str = "127.0.0.1:9092") -> dict:
     """SuperLink connections for ``$FLWR_HOME/config.toml`` (``[superlink.NAME]`` tables).
 
     ``fedsparse-sim`` points at a SuperLink started with ``--simulation``: Flower's own
     managed local SuperLink (address ``:local:``) installs the app's dependencies at
     run time, which fails for a fedsparse that is not on a package index.
+
+    Parameters
+    ----------
+    address : host:port of the deployment SuperLink (``fedsparse-local``, ``fedsparse-tls``).
+    root_certificates : CA certificate path for ``fedsparse-tls``, or None.
+    sim_address : host:port of the simulation SuperLink (``fedsparse-sim``).
+
+    Returns
+    -------
+    dict
+        ``{"superlink": {name: connection}}``, ready for :func:`merge_flower_config`.
     """
     tls = {"address": address}
     if root_certificates:
@@ -95,7 +102,19 @@ def connections(job: Job, *, address: str, root_certificates: str | None,
 
 
 def merge_flower_config(flwr_home: str | Path, extra: dict) -> Path:
-    """Merge ``extra``'s ``[superlink.*]`` connections into ``FLWR_HOME/config.toml``."""
+    """Merge ``extra``'s ``[superlink.*]`` connections into ``FLWR_HOME/config.toml``.
+
+    Parameters
+    ----------
+    flwr_home : Flower home directory (created if missing).
+    extra : ``{"superlink": {...}}``, as :func:`connections` returns.
+
+    Returns
+    -------
+    Path
+        The written ``config.toml``; ``superlink.default`` is set to ``fedsparse-local``
+        unless it already had a value.
+    """
     path = Path(flwr_home) / "config.toml"
     path.parent.mkdir(parents=True, exist_ok=True)
     current: dict = {}
@@ -137,7 +156,10 @@ def write_app_project(config: dict | Job, out: str | Path, *, run: str | int | N
                           "overwrite=True (--force)")
     if ":" not in address:
         raise ConfigError(f"address={address!r} is invalid: must be host:port")
-    check_int("address port", int(address.rsplit(":", 1)[1]), minimum=1, maximum=65535)
+    port = address.rsplit(":", 1)[1]
+    if not port.isdigit():
+        raise ConfigError(f"address={address!r} is invalid: the port {port!r} must be a number")
+    check_int("address port", int(port), minimum=1, maximum=65535)
     name = _slug(name or f"fedsparse-{job.algorithm['kind']}")
     (out / PACKAGE).mkdir(parents=True, exist_ok=True)
     (out / PACKAGE / "__init__.py").write_text(f'"""Flower app of the fedsparse job {name}."""\n')
@@ -159,7 +181,7 @@ def write_app_project(config: dict | Job, out: str | Path, *, run: str | int | N
                      "config": job_to_run_config(job)}}},
     }
     (out / "pyproject.toml").write_text(tomli_w.dumps(pyproject))
-    links = connections(job, address=address, root_certificates=root_certificates,
+    links = connections(address=address, root_certificates=root_certificates,
                         sim_address=sim_address)
     (out / "flower-config.toml").write_text(
         "# SuperLink connections for this job: merge into $FLWR_HOME/config.toml\n"

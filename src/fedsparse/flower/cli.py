@@ -1,32 +1,35 @@
 """``fedsparse flower ...``: the command line of the Flower integration.
 
-:func:`add_flower_parser` only sets up argparse and imports nothing from ``flwr``, so
-``fedsparse --help`` works without Flower installed; the command itself imports
-:mod:`fedsparse.flower` when it runs and then names ``pip install 'fedsparse[flower]'``
-if Flower is missing.
-
-Note that importing this module imports the package ``fedsparse.flower``, whose
-``__init__`` needs ``flwr``: a caller that must work without Flower wraps the import
-(see :func:`add_flower_parser`).
+Importing this module imports the package ``fedsparse.flower``, whose ``__init__``
+needs ``flwr`` and otherwise raises an ImportError naming
+``pip install 'fedsparse[flower]'``: ``fedsparse.cli`` wraps the import, so
+``fedsparse --help`` works without Flower and simply has no ``flower`` command.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+import tomllib
 from pathlib import Path
 
-try:  # Python >= 3.11
-    import tomllib
-except ImportError:  # pragma: no cover - Python 3.10; flwr depends on tomli
-    import tomli as tomllib
+from .._validation import ConfigError
+from .app_project import write_app_project
+from .job import flatten, job_from_config
 
 
 def add_flower_parser(subparsers) -> argparse.ArgumentParser:
     """Add ``flower app CONFIG --out DIR`` to an argparse ``subparsers`` object.
 
-    Returns the ``flower`` parser. Each leaf parser sets ``func`` to the function to
-    call with the parsed arguments (``args.func(args)`` returns an exit code).
+    Parameters
+    ----------
+    subparsers : what ``ArgumentParser.add_subparsers()`` returned.
+
+    Returns
+    -------
+    argparse.ArgumentParser
+        The ``flower`` parser. Each leaf parser sets ``func`` to the function to call
+        with the parsed arguments (``args.func(args)`` returns an exit code).
     """
     flower = subparsers.add_parser(
         "flower", help="run fedsparse jobs on Flower (needs pip install 'fedsparse[flower]')",
@@ -67,15 +70,17 @@ def _parse_value(text: str):
 
 
 def flower_app_command(args: argparse.Namespace) -> int:
-    """``fedsparse flower app CONFIG --out DIR``: write the project; return the exit code."""
-    try:
-        from . import write_app_project
-        from .job import flatten
-    except ImportError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    from .._validation import ConfigError
+    """``fedsparse flower app CONFIG --out DIR``: write the project.
 
+    Parameters
+    ----------
+    args : the parsed arguments of :func:`add_flower_parser`'s ``app`` parser.
+
+    Returns
+    -------
+    int
+        The exit code: 0, or 2 after printing a configuration error.
+    """
     path = Path(args.config)
     try:
         if not path.exists():
@@ -96,8 +101,6 @@ def flower_app_command(args: argparse.Namespace) -> int:
                 key, value = item.split("=", 1)
                 overrides[key.strip()] = _parse_value(value.strip())
             if "runs" in config:
-                from .job import job_from_config
-
                 config = flatten(job_from_config(config, run).to_dict())
                 run = None
             config = {**config, **overrides}

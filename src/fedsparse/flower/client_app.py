@@ -19,7 +19,7 @@ import json
 from dataclasses import dataclass
 
 import torch
-from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
+from flwr.app import ConfigRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
 from ..algorithms.base import ClientContext
@@ -41,12 +41,12 @@ class _Runtime:
 _RUNTIMES: dict[str, _Runtime] = {}
 
 
-def _runtime(default_job: Job | None, context: Context) -> _Runtime:
-    """Job, problem, algorithm and local data of this node, built once per process."""
+def _runtime(default_job: Job | None, default_key: dict | None, context: Context) -> _Runtime:
+    """Job, problem, algorithm and local data of this node, built once per process
+    (``default_key`` is ``default_job.to_dict()``, computed once per app)."""
     run_config = dict(context.run_config)
     node_config = dict(context.node_config)
-    key = json.dumps([run_config, node_config, None if default_job is None else
-                      default_job.to_dict()], sort_keys=True, default=str)
+    key = json.dumps([run_config, node_config, default_key], sort_keys=True, default=str)
     if key not in _RUNTIMES:
         job = job_from_config(run_config) if run_config else default_job
         if job is None:
@@ -70,8 +70,7 @@ def _local_dataset(rt: _Runtime) -> FederatedDataset:
 
 def _client_state(rt: _Runtime, context: Context) -> dict | None:
     if STATE_KEY in context.state:
-        return {k: torch.from_numpy(a.numpy().copy()) for k, a in
-                context.state[STATE_KEY].items()}
+        return codec.record_to_tensors(context.state[STATE_KEY])
     if not rt.algorithm.stateful_clients:
         return None
     return rt.algorithm.init_clients(rt.problem, _local_dataset(rt))
@@ -80,16 +79,14 @@ def _client_state(rt: _Runtime, context: Context) -> dict | None:
 def _store_state(context: Context, state: dict | None) -> None:
     if state is None:
         return
-    context.state[STATE_KEY] = ArrayRecord(
-        {k: Array(v.detach().cpu().contiguous().numpy()) for k, v in state.items()})
+    context.state[STATE_KEY] = codec.tensors_to_record(state)
 
 
 def _config(content: RecordDict) -> dict:
     """The algorithm's client config: scalars from ``config``, tensors from ``config.arrays``."""
     config = dict(content["config"]) if "config" in content else {}
     if "config.arrays" in content:
-        for k, a in content["config.arrays"].items():
-            config[k] = torch.from_numpy(a.numpy().copy())
+        config.update(codec.record_to_tensors(content["config.arrays"]))
     return config
 
 
@@ -100,12 +97,18 @@ def make_client_app(job: Job | None = None) -> ClientApp:
     ----------
     job : the job to run when the run config is empty (the Python simulation API);
         under ``flwr run`` the job comes from the app's run config.
+
+    Returns
+    -------
+    ClientApp
+        Handling ``query``, ``train`` and ``evaluate`` messages (see the module docstring).
     """
     app = ClientApp()
+    job_key = None if job is None else job.to_dict()
 
     @app.query()
     def query(msg: Message, context: Context) -> Message:
-        rt = _runtime(job, context)
+        rt = _runtime(job, job_key, context)
         node = rt.node
         info = {"partition_id": node.partition_id, "num_partitions": node.num_partitions,
                 "count": int(node.train.counts[0]), "weight": float(node.weight),
@@ -118,7 +121,7 @@ def make_client_app(job: Job | None = None) -> ClientApp:
 
     @app.train()
     def train(msg: Message, context: Context) -> Message:
-        rt = _runtime(job, context)
+        rt = _runtime(job, job_key, context)
         meta = msg.content["fedsparse"]
         expected = int(meta["partition_id"])
         if expected != rt.node.partition_id:
@@ -139,7 +142,7 @@ def make_client_app(job: Job | None = None) -> ClientApp:
 
     @app.evaluate()
     def evaluate(msg: Message, context: Context) -> Message:
-        rt = _runtime(job, context)
+        rt = _runtime(job, job_key, context)
         model, _ = codec.get(msg.content, "model")
         metrics = {"weight": float(rt.node.weight),
                    "num-examples": int(rt.node.train.counts[0])}

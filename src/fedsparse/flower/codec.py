@@ -25,12 +25,13 @@ import torch
 from flwr.app import Array, ArrayRecord, ConfigRecord, RecordDict
 
 from .._validation import ConfigError, check_choice
-from ..comm import ENCODINGS, index_bytes
+from ..comm import ENCODINGS, index_bytes, payload_bytes
 
 #: numpy dtype of the indices for each index width in bytes.
 _INDEX_DTYPES = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 _VALUE_DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16,
                  "float32": torch.float32, "float64": torch.float64}
+_CONCRETE = ("dense", "sparse", "bitmap")
 
 
 def _as_rows(x: torch.Tensor) -> torch.Tensor:
@@ -39,23 +40,30 @@ def _as_rows(x: torch.Tensor) -> torch.Tensor:
     return x.detach().cpu().reshape(-1, x.shape[-1])
 
 
-def _sizes(rows: torch.Tensor) -> dict[str, int]:
-    """Bytes of each concrete encoding for all rows together."""
-    R, P = rows.shape
-    vb = rows.element_size()
-    nnz = int((rows != 0).sum())
-    return {"dense": R * P * vb, "sparse": nnz * (index_bytes(P) + vb),
-            "bitmap": R * ((P + 7) // 8) + nnz * vb}
+def _smallest(rows: torch.Tensor) -> str:
+    """The concrete encoding with the fewest bytes for all rows together (ties go to
+    dense, then sparse, as in :func:`fedsparse.comm.payload_bytes`)."""
+    sizes = {k: int(payload_bytes(rows, k).sum()) for k in _CONCRETE}
+    return min(_CONCRETE, key=sizes.__getitem__)
 
 
 def choose_encoding(x: torch.Tensor, encoding: str = "auto") -> str:
-    """The concrete encoding ``encode`` uses: ``encoding`` itself, or for "auto" the
-    smallest (ties go to dense, then sparse, as in :func:`fedsparse.comm.payload_bytes`)."""
+    """The concrete encoding :func:`encode` uses for ``x``.
+
+    Parameters
+    ----------
+    x : (..., P) payload tensor.
+    encoding : "dense", "sparse", "bitmap", or "auto" for the smallest of the three over
+        the whole tensor (ties go to dense, then sparse, as in
+        :func:`fedsparse.comm.payload_bytes`).
+
+    Returns
+    -------
+    str
+        "dense", "sparse" or "bitmap".
+    """
     check_choice("encoding", encoding, ENCODINGS)
-    if encoding != "auto":
-        return encoding
-    sizes = _sizes(_as_rows(x))
-    return min(("dense", "sparse", "bitmap"), key=lambda k: sizes[k])
+    return _smallest(_as_rows(x)) if encoding == "auto" else encoding
 
 
 def _array(a: np.ndarray) -> Array:
@@ -81,8 +89,9 @@ def encode(x: torch.Tensor, encoding: str = "auto") -> tuple[ArrayRecord, Config
     if dtype not in _VALUE_DTYPES:
         raise ConfigError(f"payload dtype {dtype!r} cannot be sent; allowed: "
                           f"{sorted(_VALUE_DTYPES)}")
-    enc = choose_encoding(x, encoding)
+    check_choice("encoding", encoding, ENCODINGS)
     rows = _as_rows(x)
+    enc = _smallest(rows) if encoding == "auto" else encoding
     P = rows.shape[-1]
     # bfloat16 has no numpy type; its 2-byte pattern travels as int16 and is viewed back.
     as_numpy = (lambda t: t.view(torch.int16).numpy()) if x.dtype == torch.bfloat16 else \
@@ -104,9 +113,19 @@ def encode(x: torch.Tensor, encoding: str = "auto") -> tuple[ArrayRecord, Config
 
 
 def decode(arrays: ArrayRecord, meta: ConfigRecord) -> torch.Tensor:
-    """The tensor that :func:`encode` encoded (bit for bit)."""
+    """The tensor that :func:`encode` encoded (bit for bit).
+
+    Parameters
+    ----------
+    arrays, meta : the two records :func:`encode` returned.
+
+    Returns
+    -------
+    torch.Tensor
+        Of ``meta["shape"]`` and ``meta["dtype"]``.
+    """
     enc, shape, dtype = meta["encoding"], tuple(meta["shape"]), meta["dtype"]
-    check_choice("encoding", enc, ("dense", "sparse", "bitmap"))
+    check_choice("encoding", enc, _CONCRETE)
     torch_dtype = _VALUE_DTYPES[dtype]
     value = torch.from_numpy(arrays["value"].numpy().copy())
     if torch_dtype == torch.bfloat16:
@@ -137,7 +156,20 @@ def encoded_bytes(arrays: ArrayRecord) -> int:
 
 
 def put(content: RecordDict, name: str, x: torch.Tensor, encoding: str = "auto") -> int:
-    """Encode ``x`` into ``content[name]`` (+ ``content[name + ".meta"]``); return its bytes."""
+    """Encode ``x`` into ``content[name]`` (+ ``content[name + ".meta"]``).
+
+    Parameters
+    ----------
+    content : the message content to add the records to.
+    name : record name of the payload.
+    x : (..., P) payload tensor.
+    encoding : as in :func:`encode`.
+
+    Returns
+    -------
+    int
+        Payload bytes (:func:`encoded_bytes`).
+    """
     arrays, meta = encode(x, encoding)
     content[name] = arrays
     content[name + ".meta"] = meta
@@ -145,10 +177,35 @@ def put(content: RecordDict, name: str, x: torch.Tensor, encoding: str = "auto")
 
 
 def get(content: RecordDict, name: str) -> tuple[torch.Tensor, int]:
-    """Decode ``content[name]``; return the tensor and its payload bytes."""
+    """Decode the payload :func:`put` stored under ``name``.
+
+    Returns
+    -------
+    x : torch.Tensor
+        The decoded payload.
+    nbytes : int
+        Its payload bytes (:func:`encoded_bytes`).
+
+    Raises
+    ------
+    ConfigError
+        if ``content`` holds no payload ``name``.
+    """
     try:
         arrays, meta = content[name], content[name + ".meta"]
     except KeyError:
         raise ConfigError(f"the message has no payload {name!r}; records present: "
                           f"{sorted(content)}") from None
     return decode(arrays, meta), encoded_bytes(arrays)
+
+
+def tensors_to_record(tensors: dict[str, torch.Tensor]) -> ArrayRecord:
+    """Named tensors as an :class:`~flwr.app.ArrayRecord`, dense and as they are (for
+    client state and tensor-valued client config, which are not payloads)."""
+    return ArrayRecord({k: Array(v.detach().cpu().contiguous().numpy())
+                        for k, v in tensors.items()})
+
+
+def record_to_tensors(record: ArrayRecord) -> dict[str, torch.Tensor]:
+    """The named tensors of :func:`tensors_to_record`, as writable copies."""
+    return {k: torch.from_numpy(a.numpy().copy()) for k, a in record.items()}

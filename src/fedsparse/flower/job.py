@@ -49,7 +49,10 @@ import numpy as np
 import torch
 
 from .._validation import ConfigError, check_choice, check_float, check_int, fail
+from ..algorithms import REGISTRY as ALGORITHMS
+from ..data import GENERATORS
 from ..data.federated import ClientSplit, FederatedDataset, from_arrays
+from ..problems import REGISTRY as PROBLEMS
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 #: ``data.kind`` meaning "each node brings its own file" (node config ``data-path``).
@@ -59,34 +62,6 @@ FLOWER_DEFAULTS: dict[str, Any] = {"round_timeout": 120.0, "wait_timeout": 120.0
                                    "poll_interval": 0.2}
 _TOP_KEYS = {"rounds", "seed", "clients_per_round", "dtype", "data", "problem", "algorithm",
              "flower", "label", "panel", "channel", "checkpoint_every", "slug"}
-
-
-def generators() -> dict:
-    """Data generators by name (``fedsparse.data.GENERATORS`` when the package has it)."""
-    from .. import data as data_mod
-
-    found = getattr(data_mod, "GENERATORS", None)
-    if found:
-        return dict(found)
-    return {name: getattr(data_mod, name) for name in
-            ("fedht_simulation", "fedprox_synthetic", "shifted_gaussian")}
-
-
-def _experiment_run_keys() -> set:
-    """Keys an experiment run may carry (the simulator-only ones are ignored here)."""
-    try:
-        from ..experiments.config import RUN_KEYS
-    except ImportError:  # pragma: no cover - the experiments package is optional here
-        return set()
-    return set(RUN_KEYS)
-
-
-def _registry(module: str) -> dict:
-    if module == "problems":
-        from ..problems import REGISTRY
-    else:
-        from ..algorithms import REGISTRY
-    return REGISTRY
 
 
 @dataclass
@@ -104,6 +79,7 @@ class Job:
 
     @property
     def torch_dtype(self) -> torch.dtype:
+        """The torch dtype of :attr:`dtype`."""
         return DTYPES[self.dtype]
 
     @property
@@ -111,20 +87,27 @@ class Job:
         """N: ``data.num_clients``, or the generator's default."""
         if "num_clients" in self.data:
             return int(self.data["num_clients"])
-        fn = generators()[self.data["kind"]]
+        fn = GENERATORS[self.data["kind"]]
         default = inspect.signature(fn).parameters.get("num_clients")
         if default is None or default.default is inspect.Parameter.empty:
             raise ConfigError(f"data.num_clients is needed for data.kind={self.data['kind']!r}")
         return int(default.default)
 
     def build_problem(self):
-        kind = self.problem["kind"]
-        return _registry("problems")[kind](**_kwargs(self.problem))
+        """A new :class:`~fedsparse.problems.Problem` from the ``[problem]`` table."""
+        return PROBLEMS[self.problem["kind"]](**_kwargs(self.problem))
 
     def build_algorithm(self):
+        """A new :class:`~fedsparse.algorithms.Algorithm` from the ``[algorithm]`` table.
+
+        Raises
+        ------
+        ConfigError
+            when the builder rejects the table's arguments.
+        """
         kind = self.algorithm["kind"]
         try:
-            return _registry("algorithms")[kind](**_kwargs(self.algorithm))
+            return ALGORITHMS[kind](**_kwargs(self.algorithm))
         except TypeError as exc:
             raise ConfigError(f"algorithm {kind!r}: {exc}") from None
 
@@ -136,6 +119,7 @@ class Job:
         return _generate(_freeze(self.data), self.dtype)
 
     def to_dict(self) -> dict:
+        """The job as a nested dict that :func:`job_from_config` reads back."""
         out = {"rounds": self.rounds, "seed": self.seed, "dtype": self.dtype,
                "data": dict(self.data), "problem": dict(self.problem),
                "algorithm": dict(self.algorithm), "flower": dict(self.flower)}
@@ -156,7 +140,7 @@ def _freeze(spec: dict) -> str:
 def _generate(spec_json: str, dtype: str) -> FederatedDataset:
     # Cached: a node (or a Ray actor hosting many virtual nodes) generates the data once.
     spec = json.loads(spec_json)
-    return generators()[spec["kind"]](**_kwargs(spec), dtype=DTYPES[dtype])
+    return GENERATORS[spec["kind"]](**_kwargs(spec), dtype=DTYPES[dtype])
 
 
 def _unflatten(flat: dict) -> dict:
@@ -213,7 +197,7 @@ def job_from_config(config: dict, run: str | int | None = None) -> Job:
         config = _deep_merge(config.get("defaults", {}), runs[index])
     elif run is not None:
         raise fail("run", run, "is only allowed for an experiment config with [[runs]]")
-    unknown = set(config) - _TOP_KEYS - _experiment_run_keys()
+    unknown = set(config) - _TOP_KEYS
     if unknown:
         raise ConfigError(f"unknown job keys {sorted(unknown)}; allowed: {sorted(_TOP_KEYS)}")
     for table in ("data", "problem", "algorithm"):
@@ -223,11 +207,11 @@ def job_from_config(config: dict, run: str | int | None = None) -> Job:
         raise fail("channel.kind", config["channel"]["kind"],
                    "cannot run on Flower: the network is the channel there; remove it")
     data_kind = config["data"]["kind"]
-    check_choice("data.kind", data_kind, [*generators(), NODE_DATA])
+    check_choice("data.kind", data_kind, [*GENERATORS, NODE_DATA])
     if data_kind == NODE_DATA and "num_clients" not in config["data"]:
         raise ConfigError('data.kind="node" needs data.num_clients, the number of clients')
-    check_choice("problem.kind", config["problem"]["kind"], _registry("problems"))
-    check_choice("algorithm.kind", config["algorithm"]["kind"], _registry("algorithms"))
+    check_choice("problem.kind", config["problem"]["kind"], PROBLEMS)
+    check_choice("algorithm.kind", config["algorithm"]["kind"], ALGORITHMS)
     flower = dict(FLOWER_DEFAULTS)
     extra = set(config.get("flower", {})) - set(FLOWER_DEFAULTS)
     if extra:
@@ -256,17 +240,35 @@ def job_from_config(config: dict, run: str | int | None = None) -> Job:
 
 
 def job_to_run_config(job: Job) -> dict:
-    """The nested run config of a job (for ``[tool.flwr.app.config]``)."""
+    """The nested run config of a job (for ``[tool.flwr.app.config]``).
+
+    Returns
+    -------
+    dict
+        :meth:`Job.to_dict` without ``None`` values in the data, problem and algorithm
+        tables (TOML has no null; a missing key means the builder's default).
+    """
     out = job.to_dict()
     for table in ("data", "problem", "algorithm"):
         nulls = [k for k, v in out[table].items() if v is None]
-        for k in nulls:  # TOML has no null; a missing key means the builder's default
+        for k in nulls:
             del out[table][k]
     return out
 
 
 def flatten(config: dict, prefix: str = "") -> dict:
-    """Nested dict -> dotted keys, as Flower flattens ``[tool.flwr.app.config]``."""
+    """Nested dict -> dotted keys, as Flower flattens ``[tool.flwr.app.config]``.
+
+    Parameters
+    ----------
+    config : nested dict of tables.
+    prefix : dotted key of ``config`` itself ("" at the top).
+
+    Returns
+    -------
+    dict
+        ``{"a.b": value}`` for every non-dict leaf.
+    """
     out = {}
     for k, v in config.items():
         key = f"{prefix}.{k}" if prefix else k

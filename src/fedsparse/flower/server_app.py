@@ -45,36 +45,37 @@ class FlowerRunError(RuntimeError):
     """The run could not start (no nodes, inconsistent nodes); the message says why."""
 
 
-def _now() -> float:
-    return time.monotonic()
-
-
 def exchange(grid: Grid, messages: list[Message], timeout: float, poll: float = 0.2
              ) -> list[Message]:
     """Push ``messages``; pull replies until all arrived or ``timeout`` seconds passed.
 
     Like ``grid.send_and_receive``, but polling every ``poll`` seconds: the deployment
     grid polls every 3 s, which is most of a short round on a fast network.
+
+    Returns
+    -------
+    list of Message
+        The replies that arrived in time, in arrival order (error replies included).
     """
     if not messages:
         return []
     pending = {i for i in grid.push_messages(messages) if i}
     replies: list[Message] = []
-    deadline = _now() + timeout
+    deadline = time.monotonic() + timeout
     while pending:
         got = list(grid.pull_messages(list(pending)))
         replies.extend(got)
         pending.difference_update(r.metadata.reply_to_message_id for r in got)
-        if not pending or _now() >= deadline:
+        if not pending or time.monotonic() >= deadline:
             break
         time.sleep(poll)
     return replies
 
 
 def _wait_for_nodes(grid: Grid, needed: int, timeout: float) -> list[int]:
-    deadline = _now() + timeout
+    deadline = time.monotonic() + timeout
     nodes = sorted(grid.get_node_ids())
-    while len(nodes) < needed and _now() < deadline:
+    while len(nodes) < needed and time.monotonic() < deadline:
         time.sleep(0.5)
         nodes = sorted(grid.get_node_ids())
     return nodes
@@ -86,6 +87,7 @@ def _handshake(grid: Grid, nodes: list[int], timeout: float, job: Job) -> dict[i
         return {}
     msgs = [Message(RecordDict({"fedsparse": ConfigRecord({"seed": job.seed})}), node,
                     MessageType.QUERY, group_id="handshake") for node in nodes]
+    N = job.num_clients
     table: dict[int, dict] = {}
     for reply in exchange(grid, msgs, timeout, float(job.flower["poll_interval"])):
         node = reply.metadata.src_node_id
@@ -99,11 +101,27 @@ def _handshake(grid: Grid, nodes: list[int], timeout: float, job: Job) -> dict[i
         if pid in table and table[pid]["node_id"] != node:
             raise FlowerRunError(f"nodes {table[pid]['node_id']} and {node} both hold "
                                  f"partition-id={pid}; give every node its own partition-id")
-        if int(info["num_partitions"]) != job.num_clients:
+        if int(info["num_partitions"]) != N:
             raise FlowerRunError(f"node {node} has num-partitions={info['num_partitions']}, "
-                                 f"but the job has {job.num_clients} clients")
+                                 f"but the job has {N} clients")
         table[pid] = info
     return table
+
+
+def _add_joined(grid: Grid, table: dict[int, dict], nodes_now: set, timeout: float,
+                job: Job) -> None:
+    """Handshake with the nodes that joined (or rejoined with a new id) since; update
+    ``table`` in place, keeping a partition that an online node still holds."""
+    known = {info["node_id"] for info in table.values()}
+    if not nodes_now - known:
+        return
+    for pid, info in _handshake(grid, sorted(nodes_now - known), timeout, job).items():
+        old = table.get(pid)
+        if old is not None and old["node_id"] in nodes_now:
+            log(WARNING, "fedsparse: node %s also claims partition-id=%d, held by "
+                "the online node %s; ignored", info["node_id"], pid, old["node_id"])
+            continue
+        table[pid] = info  # a restarted node comes back with a new node id
 
 
 def run_on_grid(grid: Grid, job: Job, *, callback: Callable | None = None) -> History:
@@ -114,15 +132,27 @@ def run_on_grid(grid: Grid, job: Job, *, callback: Callable | None = None) -> Hi
     grid : Flower's grid (deployment or simulation runtime).
     job : the validated job.
     callback : called as ``callback(record, state)`` after every round.
+
+    Returns
+    -------
+    History
+        One record per round, ``history.model`` the final global model.
+
+    Raises
+    ------
+    FlowerRunError
+        when no node answers the handshake or the nodes are inconsistent.
     """
     fl = job.flower
+    timeout, poll = float(fl["round_timeout"]), float(fl["poll_interval"])
+    every = int(fl["evaluate_every"])
     problem = job.build_problem()
     algorithm = job.build_algorithm()
     N = job.num_clients
     needed = int(fl["min_nodes"]) or N
     nodes = _wait_for_nodes(grid, needed, float(fl["wait_timeout"]))
     log(INFO, "fedsparse: %d node(s) connected, %d client(s) in the job", len(nodes), N)
-    table = _handshake(grid, nodes, float(fl["round_timeout"]), job)
+    table = _handshake(grid, nodes, timeout, job)
     if not table:
         raise FlowerRunError(f"no node answered the handshake within "
                              f"{fl['round_timeout']} s ({len(nodes)} connected)")
@@ -165,16 +195,7 @@ def run_on_grid(grid: Grid, job: Job, *, callback: Callable | None = None) -> Hi
     for t in range(job.rounds):
         tic = time.perf_counter()
         nodes_now = set(grid.get_node_ids())
-        known = {info["node_id"] for info in table.values()}
-        if nodes_now - known:  # nodes that joined (or rejoined with a new id) since
-            joined = _handshake(grid, sorted(nodes_now - known), float(fl["round_timeout"]), job)
-            for pid, info in joined.items():
-                old = table.get(pid)
-                if old is not None and old["node_id"] in nodes_now:
-                    log(WARNING, "fedsparse: node %s also claims partition-id=%d, held by "
-                        "the online node %s; ignored", info["node_id"], pid, old["node_id"])
-                    continue
-                table[pid] = info  # a restarted node comes back with a new node id
+        _add_joined(grid, table, nodes_now, timeout, job)
         clients = sample_clients(job.seed, t, N, per_round)
         payload = algorithm.broadcast(state)
         config = algorithm.client_config(state)
@@ -186,21 +207,20 @@ def run_on_grid(grid: Grid, job: Job, *, callback: Callable | None = None) -> Hi
         shared = RecordDict()
         per_client = codec.put(shared, "payload", payload, algorithm.broadcast_encoding)
         _put_config(shared, config)
-        msgs, bytes_down = [], 0
+        msgs = []
         for pid, node in node_of.items():
             content = RecordDict({k: copy.deepcopy(v) for k, v in shared.items()})
-            bytes_down += per_client
             content["fedsparse"] = ConfigRecord({
                 "round": t, "partition_id": pid, "upload_encoding": algorithm.upload_encoding})
             msgs.append(Message(content, node, MessageType.TRAIN, group_id=str(t + 1)))
+        bytes_down = per_client * len(msgs)
         row_of_node = {node: row for row, pid in enumerate(clients.tolist())
                        if (node := node_of.get(pid)) is not None}
         S = int(clients.shape[0])
         uploads = None
         delivered = torch.zeros(S, dtype=torch.bool)
         bytes_up, infos = 0, []
-        replies = exchange(grid, msgs, float(fl["round_timeout"]), float(fl["poll_interval"]))
-        for reply in replies:
+        for reply in exchange(grid, msgs, timeout, poll):
             node = reply.metadata.src_node_id
             row = row_of_node.get(node)
             if row is None:
@@ -236,10 +256,9 @@ def run_on_grid(grid: Grid, job: Job, *, callback: Callable | None = None) -> Hi
         for k in sorted({k for i in infos for k in i} - {"num-examples"}):
             vals = [float(i[k]) for i in infos if k in i]
             record[k] = sum(vals) / len(vals)
-        every = int(fl["evaluate_every"])
-        if every >= 0 and (t + 1 == job.rounds or (every and (t + 1) % every == 0)):
-            record.update(_evaluate(grid, table, algorithm.model(state), t, fl))
         model = algorithm.model(state)
+        if every >= 0 and (t + 1 == job.rounds or (every and (t + 1) % every == 0)):
+            record.update(_evaluate(grid, table, model, t, timeout, poll))
         record["nnz"] = int((model != 0).sum())
         record["density"] = record["nnz"] / model.numel()
         history.records.append(record)
@@ -263,13 +282,11 @@ def _put_config(content: RecordDict, config: dict) -> None:
                               "carry numbers, strings, bytes and tensors")
     content["config"] = ConfigRecord(scalars)
     if arrays:
-        from flwr.app import Array, ArrayRecord
-
-        content["config.arrays"] = ArrayRecord(
-            {k: Array(v.detach().cpu().contiguous().numpy()) for k, v in arrays.items()})
+        content["config.arrays"] = codec.tensors_to_record(arrays)
 
 
-def _evaluate(grid: Grid, table: dict, model: torch.Tensor, t: int, fl: dict) -> dict:
+def _evaluate(grid: Grid, table: dict, model: torch.Tensor, t: int, timeout: float,
+              poll: float) -> dict:
     """Objective (and accuracy) of ``model`` over the nodes that reply: sum_i p_i f_i(x)
     with the weights renormalised over them, like the simulator's evaluation."""
     content = RecordDict()
@@ -277,7 +294,7 @@ def _evaluate(grid: Grid, table: dict, model: torch.Tensor, t: int, fl: dict) ->
     msgs = [Message(copy.deepcopy(content) if i else content, info["node_id"],
                     MessageType.EVALUATE, group_id=f"eval-{t + 1}")
             for i, info in enumerate(table.values())]
-    replies = exchange(grid, msgs, float(fl["round_timeout"]), float(fl["poll_interval"]))
+    replies = exchange(grid, msgs, timeout, poll)
     rows = [dict(r.content["metrics"]) for r in replies if not r.has_error()]
     out: dict = {"evaluated_clients": len(rows)}
     if not rows:
@@ -306,6 +323,12 @@ def make_server_app(job: Job | None = None, *, callback: Callable | None = None,
         under ``flwr run`` the job comes from the app's run config.
     callback : ``callback(record, state)`` after every round.
     on_finish : called with the final :class:`~fedsparse.History`.
+
+    Returns
+    -------
+    ServerApp
+        Whose ``main`` runs the job with :func:`run_on_grid` and saves the history to
+        ``flower.out_dir`` if set.
     """
     app = ServerApp()
 
