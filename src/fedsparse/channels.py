@@ -19,6 +19,7 @@ class PerfectChannel:
     """Every upload arrives."""
 
     def delivered(self, seed: int, round: int, clients: torch.Tensor) -> torch.Tensor:
+        """(S,) bool, all True, for the (S,) sampled client ids ``clients``."""
         return torch.ones(clients.shape[0], dtype=torch.bool)
 
     def __repr__(self):
@@ -40,6 +41,9 @@ class BernoulliChannel:
             p = torch.as_tensor(probability, dtype=torch.float64)
             if not torch.isfinite(p).all() or (p < 0).any() or (p > 1).any():
                 raise fail("probability", probability, "must lie in [0, 1]")
+            if p.ndim > 1:
+                raise fail("probability", probability,
+                           "must be one number or a 1-D sequence of per-client probabilities")
             probability = p
         self.probability = probability
 
@@ -50,6 +54,7 @@ class BernoulliChannel:
         return p.expand(clients.shape[0]) if p.ndim == 0 else p[clients]
 
     def delivered(self, seed: int, round: int, clients: torch.Tensor) -> torch.Tensor:
+        """(S,) bool, True where the upload of ``clients[s]`` (S,) arrives in ``round``."""
         return rng.uniform(seed, rng.CHANNEL, round, clients) < self._p(round, clients)
 
     def __repr__(self):

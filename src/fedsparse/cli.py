@@ -84,7 +84,7 @@ def cmd_run(args) -> int:
     out = Path(args.out or Path("runs") / name)
     print(f"fedsparse run {name} -> {out}")
     if python_exp is not None:
-        if args.set or args.rounds:
+        if args.set or args.rounds is not None:
             raise ConfigError(f"experiment {name!r} is a Python experiment; --set and --rounds "
                               "apply to TOML configs only")
         summary = python_exp.fn(out, quick=args.quick)

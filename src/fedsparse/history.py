@@ -39,6 +39,7 @@ class History:
         return [r.get(name) for r in rows]
 
     def fields(self) -> list[str]:
+        """Every field name of the initial and per-round records, in first-seen order."""
         names: dict[str, None] = {}
         for r in [self.initial, *self.records]:
             names.update(dict.fromkeys(r))
@@ -65,7 +66,8 @@ class History:
     def load(cls, directory: str | Path) -> History:
         """Read back what :meth:`save` wrote."""
         directory = Path(directory)
-        rows = [json.loads(line) for line in open(directory / "history.jsonl")]
+        with open(directory / "history.jsonl") as fh:
+            rows = [json.loads(line) for line in fh]
         initial = rows.pop(0) if rows and rows[0].get("round") == 0 else {}
         model = None
         if (directory / "model.npy").exists():

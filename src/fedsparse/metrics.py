@@ -25,6 +25,18 @@ def evaluate(problem: Problem, data: FederatedDataset, model: torch.Tensor) -> d
     accuracy (p-weighted; the example-weighted mean when p_i = n_i / n), test objective and
     accuracy (weighted by test sizes), relative error and support precision/recall/F1
     against the ground truth, and the model's density (fraction of non-zeros).
+
+    Parameters
+    ----------
+    problem : the loss and accuracy.
+    data : the federated data; ``data.weights`` (N,) are the p_i.
+    model : (P,) global model.
+
+    Returns
+    -------
+    dict with ``objective``, ``accuracy``, ``test_objective``, ``test_accuracy``,
+    ``rel_error``, ``support_precision``, ``support_recall``, ``support_f1`` (floats, or
+    None where not defined), ``nnz`` (int) and ``density`` (float).
     """
     out: dict = {}
     out["objective"], out["accuracy"] = _split_metrics(problem, data.train, model, data.weights)

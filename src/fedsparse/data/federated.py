@@ -43,6 +43,7 @@ class ClientSplit:
         return self.mask.to(self.X.dtype) / self.counts.clamp(min=1)[:, None].to(self.X.dtype)
 
     def select(self, clients: torch.Tensor | None) -> ClientSplit:
+        """The (S,) clients ``clients`` (all when None) as a split of S clients."""
         if clients is None:
             return self
         return ClientSplit(self.X[clients], self.y[clients], self.counts[clients])
@@ -54,6 +55,7 @@ class ClientSplit:
         return self.X[i, :n], self.y[i, :n]
 
     def to(self, dtype: torch.dtype) -> ClientSplit:
+        """The same split with ``X`` and ``y`` cast to ``dtype``."""
         return replace(self, X=self.X.to(dtype), y=self.y.to(dtype))
 
 
@@ -108,7 +110,7 @@ class FederatedDataset:
 
 
 def _as_tensor(name: str, a, dtype: torch.dtype) -> torch.Tensor:
-    if hasattr(a, "tocsr") and hasattr(a, "nnz"):
+    if is_sparse_matrix(a):
         raise fail(name, type(a).__name__,
                    "sparse matrices are not accepted by from_arrays yet; pass dense arrays")
     try:

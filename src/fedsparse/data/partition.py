@@ -20,11 +20,12 @@ Splits
 
 from __future__ import annotations
 
-import inspect
 import os
-from numbers import Integral, Real
+from numbers import Real
 
 import numpy as np
+
+from .._validation import check_int
 
 __all__ = [
     "describe_partition",
@@ -39,14 +40,6 @@ __all__ = [
 
 
 # ------------------------------------------------------------------------- checks
-
-
-def _int(name: str, value, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, Integral):
-        raise ValueError(f"{name}={value!r} is invalid: must be an integer")
-    if value < minimum:
-        raise ValueError(f"{name}={value!r} is invalid: must be at least {minimum}")
-    return int(value)
 
 
 def _positive(name: str, value) -> float:
@@ -123,8 +116,8 @@ def partition_iid(n, num_clients, seed=0) -> list[np.ndarray]:
     -------
     list of ``num_clients`` sorted int64 arrays partitioning ``range(n)``.
     """
-    n = _int("n", n, 1)
-    num_clients = _int("num_clients", num_clients, 1)
+    n = check_int("n", n, minimum=1)
+    num_clients = check_int("num_clients", num_clients, minimum=1)
     if num_clients > n:
         raise ValueError(f"num_clients={num_clients} is invalid: must be at most the number "
                          f"of examples n={n} (no client may be empty)")
@@ -186,8 +179,8 @@ def partition_label_skew(y, num_clients=20, labels_per_client=2, *, sizes="balan
     list of ``num_clients`` sorted int64 index arrays.
     """
     classes, codes = _labels(y)
-    num_clients = _int("num_clients", num_clients, 1)
-    k = _int("labels_per_client", labels_per_client, 1)
+    num_clients = check_int("num_clients", num_clients, minimum=1)
+    k = check_int("labels_per_client", labels_per_client, minimum=1)
     if k > classes.size:
         raise ValueError(f"labels_per_client={k} is invalid: y has only {classes.size} distinct "
                          f"labels")
@@ -227,12 +220,12 @@ def partition_groups(y, num_clients, num_groups, labels_per_group, seed=0, *,
     groups : ndarray of int64, (num_clients,); only with ``return_groups=True``.
     """
     classes, codes = _labels(y)
-    num_clients = _int("num_clients", num_clients, 1)
-    num_groups = _int("num_groups", num_groups, 1)
+    num_clients = check_int("num_clients", num_clients, minimum=1)
+    num_groups = check_int("num_groups", num_groups, minimum=1)
     if num_groups > num_clients:
         raise ValueError(f"num_groups={num_groups} is invalid: must be at most "
                          f"num_clients={num_clients} (no group may be empty)")
-    k = _int("labels_per_group", labels_per_group, 1)
+    k = check_int("labels_per_group", labels_per_group, minimum=1)
     if k > classes.size:
         raise ValueError(f"labels_per_group={k} is invalid: y has only {classes.size} distinct "
                          "labels")
@@ -273,10 +266,10 @@ def partition_dirichlet(y, num_clients=20, alpha=0.5, seed=0, min_size=1,
     """
     classes, codes = _labels(y)
     n = codes.size
-    num_clients = _int("num_clients", num_clients, 1)
+    num_clients = check_int("num_clients", num_clients, minimum=1)
     alpha = _positive("alpha", alpha)
-    min_size = _int("min_size", min_size, 0)
-    max_tries = _int("max_tries", max_tries, 1)
+    min_size = check_int("min_size", min_size, minimum=0)
+    max_tries = check_int("max_tries", max_tries, minimum=1)
     if num_clients * min_size > n:
         raise ValueError(f"min_size={min_size} is invalid: {num_clients} clients x {min_size} "
                          f"exceeds the {n} examples")
@@ -347,10 +340,10 @@ def partition_clusters(X, num_clients=100, num_clusters=10, parts_per_cluster=20
     ImportError
         K-means needs scikit-learn (``pip install 'fedsparse[data]'``).
     """
-    num_clients = _int("num_clients", num_clients, 1)
-    num_clusters = _int("num_clusters", num_clusters, 1)
-    ppc = _int("parts_per_cluster", parts_per_cluster, 1)
-    cpc = _int("clusters_per_client", clusters_per_client, 1)
+    num_clients = check_int("num_clients", num_clients, minimum=1)
+    num_clusters = check_int("num_clusters", num_clusters, minimum=1)
+    ppc = check_int("parts_per_cluster", parts_per_cluster, minimum=1)
+    cpc = check_int("clusters_per_client", clusters_per_client, minimum=1)
     if cpc > num_clusters:
         raise ValueError(f"clusters_per_client={cpc} is invalid: must be at most "
                          f"num_clusters={num_clusters}")
@@ -531,14 +524,15 @@ def from_partitions(X, y, parts, *, test_fraction=0.2, seed=0, dtype=None, name=
     -------
     FederatedDataset
     """
-    from fedsparse.data.federated import from_arrays
+    from .federated import from_arrays
+    from .sparse_rows import is_sparse_matrix
 
     if isinstance(test_fraction, bool) or not isinstance(test_fraction, Real) \
             or not 0 <= test_fraction < 1:
         raise ValueError(f"test_fraction={test_fraction!r} is invalid: must be in [0, 1)")
     if len(parts) == 0:
         raise ValueError("parts=[] is invalid: need at least one client")
-    sparse = hasattr(X, "tocsr") and hasattr(X, "nnz")
+    sparse = is_sparse_matrix(X)
     if sparse:
         X = X.tocsr()
     elif not hasattr(X, "detach"):
@@ -582,6 +576,4 @@ def from_partitions(X, y, parts, *, test_fraction=0.2, seed=0, dtype=None, name=
     kwargs = {} if dtype is None else {"dtype": dtype}
     if test_fraction > 0:
         kwargs.update(test_xs=txs, test_ys=tys)
-    if "name" in inspect.signature(from_arrays).parameters:
-        kwargs["name"] = name
-    return from_arrays(xs, ys, **kwargs)
+    return from_arrays(xs, ys, name=name, **kwargs)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .._validation import ConfigError, check_choice, fail
+from .._validation import ConfigError, check_choice, check_int, fail
 from . import named
 from . import partition as _partition
 from .federated import FederatedDataset
@@ -61,6 +61,7 @@ def load_named(dataset: str, *, path=None, seed: int = 0, max_examples: int | No
     n_features : for ``libsvm``: the feature count (default: the largest index seen).
     """
     check_choice("dataset", dataset, DATASETS)
+    max_examples = check_int("max_examples", max_examples, minimum=1, allow_none=True)
     needs_path = DATASETS[dataset][0]
     if needs_path and path is None:
         raise fail("path", None, f"data set {dataset!r} is read from a file: give its path")
@@ -81,13 +82,10 @@ def load_named(dataset: str, *, path=None, seed: int = 0, max_examples: int | No
         # A missing file or extra is a user error: one clear line (the loaders' messages
         # name the path and what was expected), not a traceback.
         raise ConfigError(f"data set {dataset!r} could not be loaded: {exc}") from None
-    if max_examples is not None:
-        if int(max_examples) < 1:
-            raise fail("max_examples", max_examples, "must be a positive integer")
-        if max_examples < X.shape[0]:
-            keep = np.sort(np.random.default_rng(seed).choice(X.shape[0], int(max_examples),
-                                                               replace=False))
-            X, y = X[keep], y[keep]
+    if max_examples is not None and max_examples < X.shape[0]:
+        keep = np.sort(np.random.default_rng(seed).choice(X.shape[0], max_examples,
+                                                           replace=False))
+        X, y = X[keep], y[keep]
     return X, np.asarray(y)
 
 
@@ -194,7 +192,7 @@ def federated_real(dataset: str, *, partition: str = "clusters", num_clients: in
                            **partition_kwargs)
     try:
         return _partition.from_partitions(X, y, parts, test_fraction=test_fraction, seed=seed,
-                               dtype=dtype, name=f"{dataset}/{partition}")
+                                          dtype=dtype, name=f"{dataset}/{partition}")
     except ValueError as exc:
         if isinstance(exc, ConfigError):
             raise

@@ -53,6 +53,8 @@ def fedht_simulation(task: str = "regression", alpha: float = 0.5, beta: float =
     dim = check_int("dim", dim, minimum=1)
     support_size = check_int("support_size", support_size, minimum=1, maximum=dim)
     check_float("positive_fraction", positive_fraction, positive=True, maximum=1.0)
+    check_float("mean", mean)
+    check_float("test_fraction", test_fraction, nonnegative=True)
     rng = np.random.default_rng(seed)
     sigma_sqrt = np.arange(1, dim + 1, dtype=np.float64) ** -0.6  # sqrt(j^-1.2)
     parts = []
@@ -95,6 +97,7 @@ def fedprox_synthetic(alpha: float = 0.5, beta: float = 0.5, *, num_clients: int
     check_int("size_scale", size_scale, minimum=1)
     alpha = check_float("alpha", alpha, nonnegative=True)
     beta = check_float("beta", beta, nonnegative=True)
+    check_float("test_fraction", test_fraction, nonnegative=True)
     rng = np.random.default_rng(seed)
     sizes = (rng.lognormal(4, 2, num_clients).astype(np.int64) + 50) * size_scale
     sigma_sqrt = np.arange(1, dim + 1, dtype=np.float64) ** -0.6
@@ -134,6 +137,7 @@ def shifted_gaussian(num_clients: int = 50, samples_per_client: int = 100, dim: 
     alpha = check_float("alpha", alpha, nonnegative=True)
     exponent = check_float("exponent", exponent)
     noise_std = check_float("noise_std", noise_std, nonnegative=True)
+    check_float("test_fraction", test_fraction, nonnegative=True)
     rng = np.random.default_rng(seed)
     truth = np.zeros(dim)
     values = rng.standard_normal(sparsity)

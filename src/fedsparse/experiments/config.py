@@ -29,12 +29,12 @@ from __future__ import annotations
 
 import copy
 import re
+import tomllib
 from pathlib import Path
 
-import tomllib
 import torch
 
-from .._validation import ConfigError, check_choice
+from .._validation import ConfigError, check_choice, fail
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 RUN_KEYS = {"label", "panel", "rounds", "seed", "clients_per_round", "dtype", "channel", "data",
@@ -110,28 +110,35 @@ def _kwargs(table: dict) -> dict:
     return {k: v for k, v in table.items() if k != "kind"}
 
 
+def _build(table: str, registry: dict, spec: dict, **extra):
+    """``registry[spec["kind"]](**rest of spec, **extra)``; an unknown kind or keyword is a
+    ConfigError naming the table."""
+    kind = check_choice(f"{table}.kind", spec["kind"], registry)
+    try:
+        return registry[kind](**_kwargs(spec), **extra)
+    except TypeError as exc:  # e.g. an unexpected keyword argument
+        raise ConfigError(f"{table} {kind!r}: {exc}") from None
+
+
 def build_data(spec: dict, dtype: torch.dtype):
+    """The FederatedDataset of a ``[data]`` table (``kind`` = a key of GENERATORS)."""
     from .. import data as data_mod
 
-    kind = check_choice("data.kind", spec["kind"], data_mod.GENERATORS)
-    return data_mod.GENERATORS[kind](**_kwargs(spec), dtype=dtype)
+    return _build("data", data_mod.GENERATORS, spec, dtype=dtype)
 
 
 def build_problem(spec: dict):
+    """The Problem of a ``[problem]`` table (``kind`` = a key of problems.REGISTRY)."""
     from .. import problems
 
-    kind = check_choice("problem.kind", spec["kind"], problems.REGISTRY)
-    return problems.REGISTRY[kind](**_kwargs(spec))
+    return _build("problem", problems.REGISTRY, spec)
 
 
 def build_algorithm(spec: dict):
+    """The Algorithm of an ``[algorithm]`` table (``kind`` = a key of algorithms.REGISTRY)."""
     from .. import algorithms
 
-    kind = check_choice("algorithm.kind", spec["kind"], algorithms.REGISTRY)
-    try:
-        return algorithms.REGISTRY[kind](**_kwargs(spec))
-    except TypeError as exc:
-        raise ConfigError(f"algorithm {kind!r}: {exc}") from None
+    return _build("algorithm", algorithms.REGISTRY, spec)
 
 
 def build_channel(spec: dict | None):
@@ -140,4 +147,8 @@ def build_channel(spec: dict | None):
     if not spec:
         return None
     kind = check_choice("channel.kind", spec.get("kind"), ("perfect", "bernoulli"))
-    return PerfectChannel() if kind == "perfect" else BernoulliChannel(spec["probability"])
+    if kind == "perfect":
+        return PerfectChannel()
+    if "probability" not in spec:
+        raise fail("channel.probability", None, "a bernoulli channel needs a probability in [0, 1]")
+    return BernoulliChannel(spec["probability"])

@@ -67,10 +67,10 @@ def _save_triptych(path: Path, shape, original, recovered) -> None:
 
     diff = np.abs(original - recovered)
     fig, axes = plt.subplots(3, 1, figsize=(3.2, 7.2))
-    for ax, img, title, vmax in ((axes[0], original, "input frame", 1.0),
-                                 (axes[1], recovered, "FedGradMP + K-SVD", 1.0),
-                                 (axes[2], diff, "|difference|", 1.0)):
-        ax.imshow(np.clip(img.reshape(shape), 0, 1), cmap="gray", vmin=0, vmax=vmax)
+    for ax, img, title in ((axes[0], original, "input frame"),
+                           (axes[1], recovered, "FedGradMP + K-SVD"),
+                           (axes[2], diff, "|difference|")):
+        ax.imshow(np.clip(img.reshape(shape), 0, 1), cmap="gray", vmin=0, vmax=1.0)
         ax.set_title(title, fontsize=9)
         ax.axis("off")
     fig.tight_layout()

@@ -31,7 +31,7 @@ from .. import algorithms
 from .._validation import ConfigError
 from ..history import History
 from ..report.plots import plot_panels
-from ..simulate import simulate
+from ..simulate import DivergenceError, simulate
 from .config import DTYPES, build_data, build_problem, load_config, resolve_runs, slugify
 from .registry import CONFIG_DIR, register_experiment
 from .runner import run_experiment
@@ -66,8 +66,6 @@ def central_optimum(problem, data, sparsity: int, rounds: int,
     {"f_star": lowest objective seen, "rounds", "step_size", "final": last objective,
     "pilot": {multiplier: pilot objective}}
     """
-    from ..simulate import DivergenceError
-
     L = problem.lipschitz(data.train.X, data.train.mean_weights()).to(torch.float64)
     base = float(1.0 / (data.weights @ L))
 
@@ -103,11 +101,9 @@ def _quick(config: dict) -> dict:
     return config
 
 
-def _plots(out: Path, runs: list[dict], fstars: dict[str, dict], title: str) -> list[str]:
+def _plots(out: Path, panels: dict[str, dict[str, History]], fstars: dict[str, dict],
+           title: str) -> list[str]:
     """Objective with the f* line, the gap f - f* (log) and test accuracy, per panel."""
-    panels: dict[str, dict[str, History]] = {}
-    for run in runs:
-        panels.setdefault(run["panel"], {})[run["label"]] = History.load(out / run["slug"])
     written = []
     for panel, hists in panels.items():
         tag = f"-{slugify(panel)}" if panel else ""
@@ -144,15 +140,18 @@ def run_fig6(config: dict, out: str | Path, *, quick: bool = False, log=print) -
 
 
 def finish_fig6(config: dict, out: Path, summary: dict, *, quick: bool = False,
-                central: dict | None = None, log=print) -> dict:
+                log=print) -> dict:
     """f* per panel, the plots and ``summary.json`` for runs already saved under ``out``.
 
     f* is the lower of (a) the best objective of the centralised IHT run and (b) the
     best objective any federated run reached: IHT is non-convex, so the centralised run
     can stop at a worse sparse solution than a federated one (``f_star_source`` says
-    which). ``central`` reuses centralised results ({panel: dict}) instead of rerunning.
+    which).
     """
     runs = resolve_runs(config)
+    panels: dict[str, dict[str, History]] = {}  # each saved history read once
+    for run in runs:
+        panels.setdefault(run["panel"], {})[run["label"]] = History.load(out / run["slug"])
     # a config may set its own f* budget (top-level ``fstar_rounds``) for large data
     fstar_rounds = FSTAR_ROUNDS[1] if quick else int(config.get("fstar_rounds",
                                                                  FSTAR_ROUNDS[0]))
@@ -161,16 +160,12 @@ def finish_fig6(config: dict, out: Path, summary: dict, *, quick: bool = False,
         panel = run["panel"]
         if panel in fstars:
             continue
-        if central is not None and panel in central:
-            ref = dict(central[panel])
-        else:
-            data = build_data(run["data"], DTYPES[run["dtype"]])
-            problem = build_problem(run["problem"])
-            ref = central_optimum(problem, data, run["algorithm"]["sparsity"], fstar_rounds,
-                                  PILOT_MULTIPLIERS[::2] if quick else PILOT_MULTIPLIERS)
-        ref["f_star_central"] = ref.get("f_star_central", ref["f_star"])
-        best_run = min((v for r in runs if r["panel"] == panel
-                        for v in History.load(out / r["slug"]).column("objective")
+        data = build_data(run["data"], DTYPES[run["dtype"]])
+        problem = build_problem(run["problem"])
+        ref = central_optimum(problem, data, run["algorithm"]["sparsity"], fstar_rounds,
+                              PILOT_MULTIPLIERS[::2] if quick else PILOT_MULTIPLIERS)
+        ref["f_star_central"] = ref["f_star"]
+        best_run = min((v for h in panels[panel].values() for v in h.column("objective")
                         if v is not None), default=float("inf"))
         ref["f_star"] = min(ref["f_star_central"], best_run)
         ref["f_star_source"] = ("centralised IHT" if ref["f_star"] == ref["f_star_central"]
@@ -180,8 +175,8 @@ def finish_fig6(config: dict, out: Path, summary: dict, *, quick: bool = False,
             f"{ref['step_size']:.4g}: {ref['f_star_central']:.6g}; f* = {ref['f_star']:.6g} "
             f"({ref['f_star_source']})")
     summary["f_star"] = fstars
-    summary["plots"] = _plots(out, runs, fstars, config.get("short_title",
-                                                           config.get("title", "")))
+    summary["plots"] = _plots(out, panels, fstars, config.get("short_title",
+                                                             config.get("title", "")))
     summary["quick"] = quick
     for row in summary["runs"]:
         f = fstars[row["panel"]]["f_star"]

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import tomli_w
 
+from .._validation import fail
 from ..history import History
 from ..report.plots import plot_panels
 from ..simulate import DivergenceError, simulate
@@ -96,6 +97,8 @@ def run_experiment(config: dict, out: str | Path, *, resume: bool = False,
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     runs = resolve_runs(config)
+    if config.get("compare") and "reference" not in config["compare"]:  # before hours of runs
+        raise fail("compare.reference", None, "must name the label of the run to compare with")
     with open(out / "config.toml", "wb") as fh:
         tomli_w.dump({k: v for k, v in config.items() if k != "runs"} | {
             "runs": [{k: v for k, v in r.items() if k != "slug"} for r in runs]}, fh)

@@ -6,8 +6,10 @@ import csv
 import itertools
 import json
 import math
+from collections.abc import Iterable
 from pathlib import Path
 
+from .._validation import fail
 from .config import resolve_runs, set_path
 from .runner import execute_run
 
@@ -27,6 +29,15 @@ def run_sweep(config: dict, grid: dict[str, list], *, out: str | Path | None = N
     {"rows": [...], "best": {run slug: {"point": {...}, metric: value}}}; with ``out``
     also written as ``sweep.csv`` and ``best.json``.
     """
+    if not grid:
+        raise fail("grid", grid, "give at least one field with a list of values")
+    for name, values in grid.items():
+        if isinstance(values, str | bytes | dict) or not isinstance(values, Iterable):
+            raise fail(f"grid[{name!r}]", values, "must be a non-empty list of values")
+    grid = {name: list(values) for name, values in grid.items()}
+    empty = [name for name, values in grid.items() if not values]
+    if empty:  # would run nothing, and leave no row to write
+        raise fail(f"grid[{empty[0]!r}]", [], "must be a non-empty list of values")
     names = list(grid)
     rows, best = [], {}
     data_cache: dict = {}

@@ -32,7 +32,15 @@ def plot_panels(panels: dict[str, dict[str, History]], *, y: str, x: str, path: 
     ----------
     panels : {panel name: {run label: History}}.
     y, x : record fields for the axes; round 0 (the initial model) is included.
+    path : PNG file to write (parent directories are created).
+    logy : log-scale y axis (non-positive values are left out).
+    title : figure title.
     reference : optional horizontal line (e.g. f* from a long centralised run).
+
+    Returns
+    -------
+    bool
+        True if the figure was written.
     """
     series = {p: {label: (h.column(x, with_initial=True), h.column(y, with_initial=True))
                   for label, h in runs.items()} for p, runs in panels.items()}
