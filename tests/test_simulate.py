@@ -94,6 +94,8 @@ def test_lost_uploads_and_a_round_with_none(data):
     with pytest.warns(RuntimeWarning, match="no upload was delivered; the model is kept"):
         h = fs.simulate(_algo(), ls, data, rounds=2, channel=BernoulliChannel(0.0))
     assert h.model.abs().sum() == 0
+    with pytest.raises(ConfigError, match="one value for each of the data set's clients"):
+        fs.simulate(_algo(), ls, data, rounds=1, channel=BernoulliChannel([0.5, 0.5]))
 
 
 @pytest.mark.parametrize("kwargs,match", [

@@ -51,7 +51,12 @@ class BernoulliChannel:
         if callable(self.probability):
             return torch.as_tensor(self.probability(round, clients), dtype=torch.float64)
         p = self.probability
-        return p.expand(clients.shape[0]) if p.ndim == 0 else p[clients]
+        if p.ndim == 0:
+            return p.expand(clients.shape[0])
+        if clients.numel() and int(clients.max()) >= p.shape[0]:
+            raise fail("probability", f"{p.shape[0]} per-client values", f"needs one value for "
+                       f"each of the data set's clients (client {int(clients.max())} has none)")
+        return p[clients]
 
     def delivered(self, seed: int, round: int, clients: torch.Tensor) -> torch.Tensor:
         """(S,) bool, True where the upload of ``clients[s]`` (S,) arrives in ``round``."""
