@@ -14,6 +14,7 @@ import tomllib
 from pathlib import Path
 
 from .._validation import ConfigError
+from ..experiments.config import load_config
 from .app_project import write_app_project
 from .job import flatten, job_from_config
 
@@ -83,13 +84,7 @@ def flower_app_command(args: argparse.Namespace) -> int:
     """
     path = Path(args.config)
     try:
-        if not path.exists():
-            raise ConfigError(f"config file {str(path)!r} does not exist")
-        try:
-            with open(path, "rb") as fh:
-                config = tomllib.load(fh)
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"config file {str(path)!r} is not valid TOML: {exc}") from None
+        config = load_config(path)
         run = args.run
         if run is not None and run.isdigit():
             run = int(run)

@@ -37,7 +37,6 @@ node regenerates the same federated data set and keeps its own row), or
 
 from __future__ import annotations
 
-import copy
 import inspect
 import json
 from dataclasses import dataclass, field
@@ -52,9 +51,9 @@ from .._validation import ConfigError, check_choice, check_float, check_int, fai
 from ..algorithms import REGISTRY as ALGORITHMS
 from ..data import GENERATORS
 from ..data.federated import ClientSplit, FederatedDataset, from_arrays
+from ..experiments.config import DTYPES, build_algorithm, build_data, build_problem, deep_merge
 from ..problems import REGISTRY as PROBLEMS
 
-DTYPES = {"float32": torch.float32, "float64": torch.float64}
 #: ``data.kind`` meaning "each node brings its own file" (node config ``data-path``).
 NODE_DATA = "node"
 FLOWER_DEFAULTS: dict[str, Any] = {"round_timeout": 120.0, "wait_timeout": 120.0,
@@ -95,7 +94,7 @@ class Job:
 
     def build_problem(self):
         """A new :class:`~fedsparse.problems.Problem` from the ``[problem]`` table."""
-        return PROBLEMS[self.problem["kind"]](**_kwargs(self.problem))
+        return build_problem(self.problem)
 
     def build_algorithm(self):
         """A new :class:`~fedsparse.algorithms.Algorithm` from the ``[algorithm]`` table.
@@ -105,11 +104,7 @@ class Job:
         ConfigError
             when the builder rejects the table's arguments.
         """
-        kind = self.algorithm["kind"]
-        try:
-            return ALGORITHMS[kind](**_kwargs(self.algorithm))
-        except TypeError as exc:
-            raise ConfigError(f"algorithm {kind!r}: {exc}") from None
+        return build_algorithm(self.algorithm)
 
     def build_data(self) -> FederatedDataset:
         """The whole federated data set of a generator job (what the simulator uses)."""
@@ -128,10 +123,6 @@ class Job:
         return out
 
 
-def _kwargs(table: dict) -> dict:
-    return {k: v for k, v in table.items() if k != "kind"}
-
-
 def _freeze(spec: dict) -> str:
     return json.dumps(spec, sort_keys=True)
 
@@ -140,7 +131,7 @@ def _freeze(spec: dict) -> str:
 def _generate(spec_json: str, dtype: str) -> FederatedDataset:
     # Cached: a node (or a Ray actor hosting many virtual nodes) generates the data once.
     spec = json.loads(spec_json)
-    return GENERATORS[spec["kind"]](**_kwargs(spec), dtype=DTYPES[dtype])
+    return build_data(spec, DTYPES[dtype])
 
 
 def _unflatten(flat: dict) -> dict:
@@ -153,16 +144,6 @@ def _unflatten(flat: dict) -> dict:
             if not isinstance(node, dict):
                 raise ConfigError(f"run config key {key!r} clashes with the scalar {p!r}")
         node[parts[-1]] = value
-    return out
-
-
-def _deep_merge(base: dict, override: dict) -> dict:
-    out = copy.deepcopy(base)
-    for k, v in override.items():
-        if isinstance(v, dict) and isinstance(out.get(k), dict):
-            out[k] = _deep_merge(out[k], v)
-        else:
-            out[k] = copy.deepcopy(v)
     return out
 
 
@@ -181,7 +162,7 @@ def job_from_config(config: dict, run: str | int | None = None) -> Job:
     if not isinstance(config, dict):
         raise fail("config", type(config).__name__, "must be a dict (a parsed TOML table)")
     if any("." in k for k in config):
-        config = _deep_merge(config, _unflatten({k: v for k, v in config.items() if "." in k}))
+        config = deep_merge(config, _unflatten({k: v for k, v in config.items() if "." in k}))
         config = {k: v for k, v in config.items() if "." not in k}
     if "runs" in config:
         runs = config["runs"]
@@ -194,7 +175,7 @@ def job_from_config(config: dict, run: str | int | None = None) -> Job:
         else:
             labels = [r.get("label", r.get("algorithm", {}).get("kind")) for r in runs]
             index = labels.index(check_choice("run", run, labels))
-        config = _deep_merge(config.get("defaults", {}), runs[index])
+        config = deep_merge(config.get("defaults", {}), runs[index])
     elif run is not None:
         raise fail("run", run, "is only allowed for an experiment config with [[runs]]")
     unknown = set(config) - _TOP_KEYS
