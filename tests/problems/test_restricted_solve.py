@@ -159,3 +159,26 @@ def test_capability_error_is_clear():
     index, valid = _support(4, 12, [2, 2, 2, 2], 2)
     with pytest.raises(ConfigError, match="restricted_solve"):
         _NoRestricted().restricted_solve(index, valid, X, y, w)
+
+
+def test_restricted_lipschitz_bounds_the_dictionary_l2_hessian():
+    """With an l2 penalty on x = A a, the restricted Hessian is at most
+    Z^T W Z / 4 + l2 * M (logistic), M the Gram of the chosen atoms: the step bound must
+    cover that matrix, not just Z^T W Z / 4 + l2 * I."""
+    from fedsparse.problems.restricted import restricted_lipschitz
+
+    X, _, w, _ = _data(d=15)
+    D = 3.0 * fs.sparsity.gaussian_dictionary(dim=15, atoms=20, seed=3)  # ||M|| well above 1
+    prob = fs.problems.DictionaryProblem(fs.problems.logistic(l2=5.0), D)
+    index, valid = _support(4, 20, [5, 6, 2, 4], 6)
+    Z, _ = prob.restricted_features(index, X)
+    Z = Z * valid.unsqueeze(1).to(Z.dtype)
+    metric = prob.restricted_metric(index, valid)
+    bound = restricted_lipschitz(prob, Z, w, valid, metric)
+    gram = torch.bmm(Z.transpose(1, 2) * w.unsqueeze(1), Z)
+    curvature = torch.linalg.matrix_norm(0.25 * gram + 5.0 * metric, ord=2)
+    assert (torch.linalg.matrix_norm(metric, ord=2) > 2).all()
+    assert (bound >= curvature).all()
+    separate = 0.25 * torch.linalg.matrix_norm(gram, ord=2) + \
+        5.0 * torch.linalg.matrix_norm(metric, ord=2)
+    assert (bound <= 1.06 * separate).all()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from .._validation import check_choice, check_float, check_int
-from ..problems.restricted import _power, mask_to_index, restricted_loss_grad
+from ..problems.restricted import mask_to_index, restricted_lipschitz, restricted_loss_grad
 from .base import Algorithm, ClientContext, check_step_size, weighted_mean
 from .sparse_models import SparseModel, check_dictionary_arg, dictionary_spec
 
@@ -116,12 +116,12 @@ class FedGradMP(Algorithm):
     def _inner_sgd(self, prob, ctx, k, index, valid, c, full):
         Z_full, _ = prob.restricted_features(index, full[0])
         Z_full = Z_full * valid.unsqueeze(1).to(Z_full.dtype)
+        metric = prob.restricted_metric(index, valid)
         if self.inner_lr == "auto":
-            L = 1.05 * prob.curvature_scale() * _power(Z_full, full[2], valid) + prob.l2()
+            L = restricted_lipschitz(prob, Z_full, full[2], valid, metric)
             lr = (1.0 / L.clamp(min=1e-300)).unsqueeze(-1)
         else:
             lr = float(self.inner_lr)
-        metric = prob.restricted_metric(index, valid)
         vmask = valid.to(c.dtype)
         bs = self.inner_batch_size or self.batch_size
         for j in range(self.inner_steps):

@@ -216,14 +216,23 @@ def _power(Z, w, valid, iterations=30):
     return lam
 
 
-def _gd(problem, c, Z, cls, y, w, valid, metric, tol, max_iter):
-    vmask = valid.to(Z.dtype)
-    # 1.05: power iteration approaches lambda_max from below.
+def restricted_lipschitz(problem, Z, w, valid, metric) -> torch.Tensor:
+    """(S,) smoothness bound of each client's restricted loss.
+
+    ``1.05 * curvature_scale * lambda_max(Z^T diag(w) Z) + l2 * ||metric||_2``, where
+    ``metric`` (S, k, k) is the l2 penalty's matrix on the coefficients (None: identity).
+    The factor 1.05 covers power iteration approaching lambda_max from below.
+    """
     L = 1.05 * problem.curvature_scale() * _power(Z, w, valid)
     if problem.l2():
         mnorm = 1.0 if metric is None else torch.linalg.matrix_norm(metric, ord=2)
         L = L + problem.l2() * mnorm
-    step = 1.0 / L.clamp(min=1e-300)
+    return L
+
+
+def _gd(problem, c, Z, cls, y, w, valid, metric, tol, max_iter):
+    vmask = valid.to(Z.dtype)
+    step = 1.0 / restricted_lipschitz(problem, Z, w, valid, metric).clamp(min=1e-300)
     iters = torch.zeros(c.shape[0], dtype=torch.int64)
     active = torch.ones(c.shape[0], dtype=torch.bool)
     for _ in range(max_iter):
