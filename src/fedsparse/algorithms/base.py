@@ -73,7 +73,7 @@ class ClientContext:
         """
         if self.is_full_batch(batch_size):
             return self.full()
-        index, picked = self.batch_index(step, batch_size)
+        index, w = self.batch_index(step, batch_size)
         X = self.data.X
         if isinstance(X, SparseRows):  # CSR data: copy only the rows' non-zeros
             Xb = X.gather_rows(index)
@@ -83,24 +83,24 @@ class ClientContext:
             S, n_max, d = X.shape
             rows = (torch.arange(S)[:, None] * n_max + index).reshape(-1)
             Xb = torch.index_select(X.reshape(S * n_max, d), 0, rows).reshape(S, batch_size, d)
-        y = torch.gather(self.data.y, 1, index)
-        w = picked.to(Xb.dtype)
-        w = w / w.sum(-1, keepdim=True)
-        return Xb, y, w
+        return Xb, torch.gather(self.data.y, 1, index), w
 
     def is_full_batch(self, batch_size: int | None) -> bool:
         """True if :meth:`batch` returns the full local data (``None`` or ``b >= max n_i``)."""
         return batch_size is None or batch_size >= int(self.data.counts.max())
 
     def batch_index(self, step: int, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """The draw behind :meth:`batch`: ``index`` (S, b) example positions and ``picked``
-        (S, b) bool (False where a client has fewer than ``b`` examples)."""
+        """The draw behind :meth:`batch`: ``index`` (S, b) example positions and ``w``
+        (S, b) their weights, 1/b each (0 on padding where a client has fewer than ``b``
+        examples; the rest share the weight equally)."""
         counts = self.data.counts
         n_max = self.data.X.shape[1]
         keys = rng.uniform(self.seed, rng.BATCH, self.round, self.clients[:, None], step,
                            torch.arange(n_max)[None, :])
         valid = torch.arange(n_max)[None, :] < counts[:, None]
-        return rng.choose_without_replacement(keys, valid, batch_size)
+        index, picked = rng.choose_without_replacement(keys, valid, batch_size)
+        w = picked.to(self.data.X.dtype)
+        return index, w / w.sum(-1, keepdim=True)
 
     def random(self, *counters) -> torch.Tensor:
         """Uniforms for algorithm-specific draws, keyed by (seed, round, client, counters)."""

@@ -16,12 +16,10 @@ INNER_SOLVERS = ("exact", "newton", "gd", "sgd")
 def batch_weights(ctx: ClientContext, step: int, batch_size: int | None) -> torch.Tensor:
     """(S, n_max) example weights of :meth:`ClientContext.batch`'s mini-batch, on the full
     padded data: 1/b on the drawn examples, 0 elsewhere."""
-    X, _, w_full = ctx.full()
+    w_full = ctx.full()[2]
     if ctx.is_full_batch(batch_size):
         return w_full
-    index, picked = ctx.batch_index(step, batch_size)
-    w = picked.to(X.dtype)
-    w = w / w.sum(-1, keepdim=True)
+    index, w = ctx.batch_index(step, batch_size)
     return torch.zeros_like(w_full).scatter_(1, index, w)
 
 

@@ -31,13 +31,14 @@ def run_sweep(config: dict, grid: dict[str, list], *, out: str | Path | None = N
     """
     if not grid:
         raise fail("grid", grid, "give at least one field with a list of values")
+    checked = {}
     for name, values in grid.items():
-        if isinstance(values, str | bytes | dict) or not isinstance(values, Iterable):
+        listed = [] if isinstance(values, str | bytes | dict) or \
+            not isinstance(values, Iterable) else list(values)
+        if not listed:  # an empty list would run nothing and leave no row to write
             raise fail(f"grid[{name!r}]", values, "must be a non-empty list of values")
-    grid = {name: list(values) for name, values in grid.items()}
-    empty = [name for name, values in grid.items() if not values]
-    if empty:  # would run nothing, and leave no row to write
-        raise fail(f"grid[{empty[0]!r}]", [], "must be a non-empty list of values")
+        checked[name] = listed
+    grid = checked
     names = list(grid)
     rows, best = [], {}
     data_cache: dict = {}

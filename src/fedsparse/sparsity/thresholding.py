@@ -101,10 +101,11 @@ def hard_threshold_blocks(x: torch.Tensor, k: int, blocks: int) -> torch.Tensor:
     -------
     (..., blocks * m) tensor with at most ``k`` non-zeros per block.
     """
+    blocks = check_int("blocks", blocks, minimum=1)
     if blocks == 1:
         return hard_threshold(x, k)
     shape = x.shape
-    if check_int("blocks", blocks, minimum=1) and shape[-1] % blocks:
+    if shape[-1] % blocks:
         raise fail("blocks", blocks, f"must divide the vector length {shape[-1]}")
     return hard_threshold(x.reshape(*shape[:-1], blocks, -1), k).reshape(shape)
 
