@@ -25,7 +25,7 @@ import torch
 
 import fedsparse as fs
 from fedsparse._threads import single_threaded_blas
-from fedsparse.algorithms import ClientContext
+from fedsparse.algorithms import ClientContext, Cohort
 from fedsparse.sparsity import hard_threshold
 
 TAU, K, BATCH, TARGET, MAX_ROUNDS = 10, 3, 40, 1e-10, 20
@@ -43,14 +43,15 @@ def rel_error(x, truth):
 
 def run_vectorised(data, problem):
     algo = fs.algorithms.fed_grad_mp(sparsity=TAU, local_steps=K, batch_size=BATCH)
-    state = algo.init(problem, data)
+    algo = algo.bind(problem, data)
+    state = algo.init(problem)
     clients = torch.arange(data.num_clients)
-    delivered = torch.ones(data.num_clients, dtype=torch.bool)
+    cohort = Cohort(0, clients, data.weights, torch.ones(data.num_clients, dtype=torch.bool))
     tic = time.perf_counter()
     for t in range(MAX_ROUNDS):
         ctx = ClientContext(problem, data.train, clients, t, 0, config={})
-        uploads, _, _ = algo.client_update(algo.broadcast(state), ctx)
-        state = algo.aggregate(state, uploads, data.weights, delivered)
+        uploads, _, _ = algo.client_update(algo.broadcast(state, clients), ctx)
+        state = algo.aggregate(state, uploads, cohort)
         if rel_error(state["model"], data.ground_truth) < TARGET:
             return time.perf_counter() - tic, t + 1, state["model"]
     raise RuntimeError("the vectorised run did not reach the target")

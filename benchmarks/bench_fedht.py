@@ -20,7 +20,7 @@ import torch
 
 import fedsparse as fs
 from fedsparse._threads import single_threaded_blas
-from fedsparse.algorithms import ClientContext
+from fedsparse.algorithms import ClientContext, Cohort
 from fedsparse.sparsity import hard_threshold
 
 
@@ -41,15 +41,17 @@ def read_bandwidth() -> float:
 
 
 def one_round(algo, problem, data):
-    state = algo.init(problem, data)
-    ctx = ClientContext(problem, data.train, torch.arange(data.num_clients), 0, 0,
-                        config=algo.client_config(state))
-    payload = algo.broadcast(state)
+    algo = algo.bind(problem, data)
+    state = algo.init(problem)
+    clients = torch.arange(data.num_clients)
+    ctx = ClientContext(problem, data.train, clients, 0, 0, config=algo.client_config(state))
+    payload = algo.broadcast(state, clients)
+    cohort = Cohort(0, clients, data.weights, torch.ones(data.num_clients, dtype=torch.bool))
 
     def run():
         with single_threaded_blas():  # as fs.simulate runs a round
             uploads, _, _ = algo.client_update(payload, ctx)
-            algo.aggregate(state, uploads, data.weights, torch.ones(data.num_clients, dtype=bool))
+            algo.aggregate(state, uploads, cohort)
 
     return run
 

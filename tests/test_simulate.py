@@ -125,3 +125,80 @@ def test_progress_is_quiet_off_a_terminal(data, capsys):
         warnings.simplefilter("error")
         fs.simulate(_algo(), fs.problems.least_squares(), data, rounds=2)
     assert capsys.readouterr().err == ""
+
+
+def test_scheduled_channel_replays_a_known_loss_pattern(data):
+    schedule = torch.zeros(3, 12, dtype=torch.bool)
+    schedule[0, :6] = True
+    schedule[1] = True
+    schedule[2, [1, 4]] = True
+    h = fs.simulate(_algo(), fs.problems.least_squares(), data, rounds=3,
+                    channel=fs.channels.ScheduledChannel(schedule))
+    assert h.column("delivered_clients") == [list(range(6)), list(range(12)), [1, 4]]
+    with pytest.raises(ConfigError, match="ScheduledChannel rounds"):
+        fs.simulate(_algo(), fs.problems.least_squares(), data, rounds=4,
+                    channel=fs.channels.ScheduledChannel(schedule))
+    for bad, match in ((torch.ones(3), "delivered shape"),
+                       (torch.full((2, 12), 0.5), "delivered dtype")):
+        with pytest.raises(ConfigError, match=match):
+            fs.channels.ScheduledChannel(bad)
+
+
+def test_channel_probabilities_are_checked_where_they_enter(data):
+    for bad in ("0.5", [0.1, 1.2], float("nan")):
+        with pytest.raises(ConfigError, match="probability="):
+            BernoulliChannel(bad)
+    ls = fs.problems.least_squares()
+    for fn, match in ((lambda t, c: torch.full((c.shape[0],), 2.0), "must lie in"),
+                      (lambda t, c: torch.full((3,), 0.5), "shape"),
+                      (lambda t, c: torch.full((c.shape[0],), float("nan")), "must lie in")):
+        with pytest.raises(ConfigError, match=match):
+            fs.simulate(_algo(), ls, data, rounds=1, channel=BernoulliChannel(fn))
+
+
+def test_eval_every_skips_the_evaluation_of_other_rounds(data):
+    h = fs.simulate(_algo(), fs.problems.least_squares(), data, rounds=5, eval_every=2)
+    assert ["objective" in r for r in h.records] == [False, True, False, True, True]
+    full = fs.simulate(_algo(), fs.problems.least_squares(), data, rounds=5)
+    assert h.records[3]["objective"] == full.records[3]["objective"]
+
+
+def test_max_update_norm_rejects_far_uploads_in_the_simulator_too(data):
+    with pytest.warns(RuntimeWarning, match="no upload was delivered"):
+        h = fs.simulate(_algo(), fs.problems.least_squares(), data, rounds=2,
+                        max_update_norm=1e-12)
+    assert h.column("rejected") == [12, 12] and h.column("delivered") == [0, 0]
+    assert torch.count_nonzero(h.model) == 0
+
+
+def test_simulate_arguments_are_checked(data):
+    ls = fs.problems.least_squares()
+    cases = [(dict(problem=None), "problem=None"), (dict(channel="x"), "channel='x'"),
+             (dict(dtype=torch.int32), "dtype="), (dict(eval_every=0), "eval_every=0"),
+             (dict(max_update_norm=-1.0), "max_update_norm=-1.0"),
+             (dict(device="tpu-ish"), "device=")]
+    if not torch.cuda.is_available():
+        cases.append((dict(device="cuda"), "needs a CUDA GPU"))
+    for kw, match in cases:
+        args = {"problem": ls, **kw}
+        with pytest.raises(ConfigError, match=match):
+            fs.simulate(_algo(), args.pop("problem"), data, rounds=1, **args)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_a_round_on_the_gpu_matches_the_cpu(data):
+    algo = fs.algorithms.fed_avg(step_size=0.002, local_steps=3, batch_size=8)
+    cpu = fs.simulate(algo, fs.problems.least_squares(), data, rounds=3, dtype=torch.float64)
+    gpu = fs.simulate(algo, fs.problems.least_squares(), data, rounds=3, dtype=torch.float64,
+                      device="cuda")
+    assert gpu.model.device.type == "cuda"
+    torch.testing.assert_close(gpu.model.cpu(), cpu.model)
+
+
+def test_a_test_label_outside_the_classes_is_refused_before_training():
+    xs = [torch.randn(5, 3)] * 2
+    ys = [torch.tensor([0.0, 1, 2, 0, 1])] * 2
+    bad = torch.tensor([0.0, 1, 12, 0, 1])
+    data = fs.data.from_arrays(xs, ys, test_xs=xs, test_ys=[ys[0], bad])
+    with pytest.raises(ConfigError, match=r"labels \[12"):
+        fs.simulate(fs.algorithms.fed_avg(), fs.problems.softmax(num_classes=3), data, rounds=1)

@@ -11,6 +11,16 @@ from pathlib import Path
 import numpy as np
 import torch
 
+#: Words that make a metric "higher is better" (accuracy, support precision/recall/F1);
+#: every other metric (objective, errors, bytes, density) is lower-is-better.
+HIGHER_IS_BETTER_WORDS = ("accuracy", "f1", "precision", "recall")
+
+
+def higher_is_better(metric: str) -> bool:
+    """True for accuracy-like metrics (names containing accuracy, f1, precision or
+    recall), which are maximised; losses, errors and costs are minimised."""
+    return any(word in metric for word in HIGHER_IS_BETTER_WORDS)
+
 
 @dataclass
 class History:
@@ -23,12 +33,20 @@ class History:
     initial : the same metrics for the initial model (round 0).
     model : (P,) final global model.
     config : what produced the run (algorithm, problem, data, seed, ...).
+    seeds : the per-seed histories when this one is their mean (``fedsparse run
+        --seeds``, :func:`fedsparse.experiments.seeds.mean_history`): its records then
+        hold the mean of every numeric field over the seeds that did not diverge, with
+        ``<field>_std`` (sample standard deviation) and ``n_seeds`` beside them.
+        Empty for a single run.
     """
 
     records: list[dict] = field(default_factory=list)
     initial: dict = field(default_factory=dict)
     model: torch.Tensor | None = None
+    #: (N, P) personalised models at the end, for personalised algorithms (else None).
+    personal_models: torch.Tensor | None = None
     config: dict = field(default_factory=dict)
+    seeds: list[History] = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.records)
@@ -44,6 +62,98 @@ class History:
         for r in [self.initial, *self.records]:
             names.update(dict.fromkeys(r))
         return list(names)
+
+    def recorded(self) -> list[str]:
+        """The fields that hold a number in at least one record (round 0 included), in
+        first-seen order: the metrics one can plot, compare or sweep on."""
+        rows = [self.initial, *self.records]
+        return [k for k in self.fields()
+                if any(_is_number(r.get(k)) for r in rows)]
+
+    def final(self, metric: str) -> float | None:
+        """``metric`` at the last round (round 0 if no round ran), None if not recorded
+        there or not finite."""
+        last = self.records[-1] if self.records else self.initial
+        v = last.get(metric)
+        return float(v) if _is_number(v) and math.isfinite(v) else None
+
+    def best(self, metric: str, *, maximize: bool | None = None) -> float | None:
+        """Best finite value of ``metric`` over rounds 0..T: the largest for accuracy-like
+        metrics (:func:`higher_is_better`) or when ``maximize``, else the smallest."""
+        up = higher_is_better(metric) if maximize is None else maximize
+        vals = [float(v) for v in self.column(metric, with_initial=True)
+                if _is_number(v) and math.isfinite(v)]
+        if not vals:
+            return None
+        return max(vals) if up else min(vals)
+
+    def to_pandas(self, *, with_initial: bool = True, seeds: bool = False):
+        """The records as a ``pandas.DataFrame``, one row per round.
+
+        Parameters
+        ----------
+        with_initial : include round 0 (the initial model).
+        seeds : for a mean over seeds (:attr:`seeds` not empty), return every seed's
+            rows instead, with a ``seed`` column (the run seed) -- the long format
+            ``seaborn`` and ``groupby`` expect.
+
+        Returns
+        -------
+        pandas.DataFrame
+            columns = :meth:`fields` (plus ``seed``), indexed 0..rows-1; missing values
+            are NaN.
+
+        Raises
+        ------
+        ImportError
+            when pandas is not installed (it is optional: ``pip install pandas``).
+        """
+        try:
+            import pandas as pd
+        except ImportError:
+            raise ImportError("History.to_pandas() needs pandas, an optional dependency: "
+                              "pip install pandas") from None
+        if seeds and self.seeds:
+            frames = []
+            for i, h in enumerate(self.seeds):
+                df = h.to_pandas(with_initial=with_initial)
+                df.insert(0, "seed", h.config.get("seed", i))
+                frames.append(df)
+            return pd.concat(frames, ignore_index=True)
+        rows = ([self.initial] if with_initial and self.initial else []) + self.records
+        return pd.DataFrame.from_records(rows, columns=self.fields())
+
+    def plot(self, metric: str = "objective", x: str = "round", ax=None, *,
+             label: str | None = None, band: bool = True, **kwargs):
+        """Draw ``metric`` against ``x`` (round 0 included) on a matplotlib axes.
+
+        Parameters
+        ----------
+        metric, x : record fields for the y and x axes (e.g. "objective",
+            "test_accuracy"; "round", "bytes_total").
+        ax : axes to draw on; default the current axes of pyplot.
+        label : legend entry (default the metric name).
+        band : for a mean over seeds, shade mean ± std (sample standard deviation).
+        **kwargs : passed to ``ax.plot`` (color, linestyle, marker, ...).
+
+        Returns
+        -------
+        matplotlib.axes.Axes
+            the axes drawn on, with axis labels set (bytes in KB/MB/GB, integer rounds).
+        """
+        from .report.plots import draw_history
+
+        if ax is None:
+            import matplotlib.pyplot as plt
+
+            ax = plt.gca()
+        if metric not in self.recorded():
+            from ._validation import fail
+
+            raise fail("metric", metric, "is not recorded by this run; it records "
+                       + ", ".join(self.recorded()))
+        draw_history(ax, self, y=metric, x=x, label=label or metric, band=band, **kwargs)
+        return ax
 
     def save(self, directory: str | Path) -> None:
         """Write ``history.jsonl``, ``history.csv`` (round 0 first) and ``model.npy``."""
@@ -67,12 +177,24 @@ class History:
         """Read back what :meth:`save` wrote."""
         directory = Path(directory)
         with open(directory / "history.jsonl") as fh:
-            rows = [json.loads(line) for line in fh]
+            rows = [_from_json(json.loads(line)) for line in fh]
         initial = rows.pop(0) if rows and rows[0].get("round") == 0 else {}
         model = None
         if (directory / "model.npy").exists():
             model = torch.from_numpy(np.load(directory / "model.npy"))
         return cls(records=rows, initial=initial, model=model)
+
+
+def _is_number(v) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool)
+
+
+def _from_json(row: dict) -> dict:
+    # :func:`_jsonable` wrote non-finite floats as the strings "inf", "-inf", "nan"
+    return {k: float(v) if v in _NON_FINITE else v for k, v in row.items()}
+
+
+_NON_FINITE = ("inf", "-inf", "nan")
 
 
 def _jsonable(row: dict) -> dict:

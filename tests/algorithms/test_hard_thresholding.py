@@ -4,6 +4,7 @@ import torch
 import fedsparse as fs
 from fedsparse._validation import ConfigError
 from fedsparse.algorithms import ClientContext
+from fedsparse.algorithms.base import Cohort
 
 # Two clients, d = 3. Client 0: rows e1, e2 with targets 1, 2; client 1: row e3 with target 3.
 # p = n_i / n = (2/3, 1/3). f_i = 1/(2 n_i) ||A_i x - y_i||^2, gamma = 0.5, x0 = 0.
@@ -14,11 +15,13 @@ YS = [torch.tensor([1.0, 2.0]), torch.tensor([3.0])]
 def _round(algo):
     data = fs.data.from_arrays(XS, YS, dtype=torch.float64)
     problem = fs.problems.least_squares()
-    state = algo.init(problem, data)
-    ctx = ClientContext(problem, data.train, torch.arange(2), 0, 0,
-                        config=algo.client_config(state))
-    uploads, _, _ = algo.client_update(algo.broadcast(state), ctx)
-    new = algo.aggregate(state, uploads, data.weights, torch.tensor([True, True]))
+    algo = algo.bind(problem, data)
+    state = algo.init(problem)
+    clients = torch.arange(2)
+    ctx = ClientContext(problem, data.train, clients, 0, 0, config=algo.client_config(state))
+    uploads, _, _ = algo.client_update(algo.broadcast(state, clients), ctx)
+    new = algo.aggregate(state, uploads, Cohort(0, clients, data.weights,
+                                                torch.tensor([True, True])))
     return uploads, new["model"]
 
 
@@ -48,12 +51,15 @@ def test_fed_iter_ht_by_hand():
 
 
 def test_aggregation_renormalises_over_delivered_uploads():
-    algo = fs.algorithms.fed_ht(sparsity=3, step_size=0.5, local_steps=1)
-    uploads = torch.tensor([[1.0, 0, 0], [0, 0, 4.0]])
+    data = fs.data.from_arrays(XS, YS, dtype=torch.float64)
+    algo = fs.algorithms.fed_ht(sparsity=3, step_size=0.5, local_steps=1).bind(
+        fs.problems.least_squares(), data)
+    # the undelivered row holds NaN: it must not reach the model
+    uploads = torch.tensor([[float("nan"), 0, 0], [0, 0, 4.0]])
     state = {"model": torch.zeros(3), "step_size": 0.5}
-    algo._blocks = 1
-    new = algo.aggregate(state, uploads, torch.tensor([0.25, 0.75], dtype=torch.float64),
-                         torch.tensor([False, True]))
+    cohort = Cohort(0, torch.arange(2), torch.tensor([0.25, 0.75], dtype=torch.float64),
+                    torch.tensor([False, True]))
+    new = algo.aggregate(state, uploads, cohort)
     assert new["model"].tolist() == [0.0, 0.0, 4.0]
 
 

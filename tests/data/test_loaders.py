@@ -14,7 +14,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import scipy.sparse as sp
+import torch
 
+from fedsparse._validation import ConfigError
 from fedsparse.data.loaders import (
     DataFormatError,
     load_cifar,
@@ -72,7 +74,9 @@ def test_idx_round_trip(tmp_path, images, compress):
     X3, y3 = load_idx(ip, flatten=False, scale=False)
     assert y3 is None
     assert X3.dtype == np.uint8
-    np.testing.assert_array_equal(X3, imgs)
+    # images keep a channel axis, (n, 1, rows, cols): the input of a Conv2d
+    assert X3.shape == (7, 1, 4, 3)
+    np.testing.assert_array_equal(X3[:, 0], imgs)
 
 
 @pytest.mark.parametrize("dtype", [np.int8, np.int16, np.int32, np.float32, np.float64])
@@ -107,6 +111,43 @@ def test_idx_errors(tmp_path, images):
     lp = write(tmp_path / "l", idx_bytes(labels[:5].astype(np.uint8)))
     with pytest.raises(DataFormatError, match="5 labels.*7 images"):
         load_idx(ip, lp)
+
+
+def test_idx_refuses_nan_empty_and_non_integer_labels(tmp_path):
+    bad = np.zeros((3, 2, 2), np.float32)
+    bad[1, 0, 1] = np.nan
+    with pytest.raises(DataFormatError, match=r"nan.idx.*NaN or infinite.*\(1, 0, 1\)"):
+        load_idx(write(tmp_path / "nan.idx", idx_bytes(bad)))
+    inf = np.zeros((3, 4))
+    inf[2, 3] = -np.inf
+    with pytest.raises(DataFormatError, match="inf.idx.*NaN or infinite"):
+        read_idx(write(tmp_path / "inf.idx", idx_bytes(inf)))
+    # a finite float64 beyond float32's range is refused when scaled to float32
+    huge = np.full((2, 3), 1e300)
+    with pytest.raises(DataFormatError, match=r"huge.idx.*float32.*NaN or infinite"):
+        load_idx(write(tmp_path / "huge.idx", idx_bytes(huge)))
+    assert load_idx(tmp_path / "huge.idx", scale=False)[0].max() == 1e300
+    with pytest.raises(DataFormatError, match=r"none.idx.*\(0, 28, 28\).*no pixels"):
+        load_idx(write(tmp_path / "none.idx", idx_bytes(np.zeros((0, 28, 28), np.uint8))))
+    with pytest.raises(DataFormatError, match="empty.idx.*0 bytes"):
+        read_idx(write(tmp_path / "empty.idx", b""))
+    imgs = write(tmp_path / "imgs", idx_bytes(np.zeros((3, 2, 2), np.uint8)))
+    for name, lab, pattern in [("half", [0, 1.5, 2], "label 1.5 at index 1"),
+                               ("lnan", [0, np.nan, 2], "NaN or infinite"),
+                               ("big", [0, 1, 2.0**70], "integer class labels")]:
+        lp = write(tmp_path / name, idx_bytes(np.array(lab, np.float64)))
+        with pytest.raises(DataFormatError, match=f"{name}.*{pattern}"):
+            load_idx(imgs, lp)
+    # integer-valued floats are labels like any others
+    _, y = load_idx(imgs, write(tmp_path / "ok", idx_bytes(np.array([0.0, 3.0, 9.0]))))
+    assert y.dtype == np.int64 and y.tolist() == [0, 3, 9]
+
+
+def test_idx_size_is_computed_without_overflow(tmp_path):
+    # (2^32 - 1)^3 wraps round in int64; the header must still be seen to lie
+    head = bytes([0, 0, 8, 3]) + struct.pack(">3I", *[2**32 - 1] * 3)
+    with pytest.raises(DataFormatError, match="ovf.*truncated.*79228162458924105385300197375"):
+        read_idx(write(tmp_path / "ovf", head + bytes(16)))
 
 
 # --------------------------------------------------------------------------- LibSVM
@@ -167,6 +208,18 @@ def test_libsvm_unsorted_and_duplicate_indices(tmp_path):
     (b"1 1.5:2\n", 1, "1.5:2"),
     (b"abc 1:2\n", 1, "abc"),
     (b"1 1:2\n2 1:1 2:\n", 2, "2:"),
+    # integer indices only: float spellings of integers are refused too
+    (b"1 1:2\n1 1e3:1\n", 2, "1e3:1"),
+    (b"1 2.0:1\n", 1, "2.0:1"),
+    (b"1 nan:1\n", 1, "nan:1"),
+    # a token with two colons, or a bare number, would shift the index/value pairs
+    (b"1 1:2:3 4\n", 1, "1:2:3"),
+    (b"1 5 :3\n", 1, "5"),
+    (b"1 :3\n", 1, ":3"),
+    (b"1 1:1 qid:3 2:1\n", 1, "qid:3"),
+    # beyond any column count a model here can hold (and beyond int64)
+    (b"1 1:1\n2 10000000000000:1\n", 2, "10000000000000:1"),
+    (b"1 99999999999999999999999:1\n", 1, "99999999999999999999999:1"),
 ])
 def test_libsvm_bad_tokens(tmp_path, text, lineno, token):
     p = write(tmp_path / "bad.svm", text)
@@ -180,11 +233,65 @@ def test_libsvm_missing_and_nan(tmp_path):
     with pytest.raises(FileNotFoundError, match="missing.svm"):
         load_libsvm(tmp_path / "missing.svm")
     p = write(tmp_path / "nan", b"1 1:2\n1 2:nan\n")
-    with pytest.raises(DataFormatError, match="line 2: NaN"):
+    with pytest.raises(DataFormatError, match="line 2: NaN or infinite value"):
+        load_libsvm(p)
+    p = write(tmp_path / "tinf", b"1 1:2\n\n-inf 2:1\n")
+    with pytest.raises(DataFormatError, match="tinf', line 3: NaN or infinite target"):
+        load_libsvm(p)
+    p = write(tmp_path / "vinf", b"1 1:2\n1 2:1 3:1e999\n")
+    with pytest.raises(DataFormatError, match="vinf', line 2: NaN or infinite value"):
         load_libsvm(p)
     corrupt = write(tmp_path / "c.bz2", bz2.compress(b"1 1:2\n" * 100)[:-10])
     with pytest.raises(DataFormatError, match="c.bz2"):
         load_libsvm(corrupt)
+
+
+@pytest.mark.parametrize("text", [b"", b"\n\n  \n", b"# only a comment\n# and another\n"])
+def test_libsvm_empty_file_is_an_error(tmp_path, text):
+    with pytest.raises(DataFormatError, match="empty.svm' holds no example"):
+        load_libsvm(write(tmp_path / "empty.svm", text))
+    if text:
+        with pytest.raises(DataFormatError, match="holds no example"):
+            load_libsvm(write(tmp_path / "empty.svm", text, "gzip"))
+
+
+def test_libsvm_index_far_beyond_the_other_rows(tmp_path):
+    text = b"1 1:1 4:2\n-1 2:1\n1 3:1 5000000:1\n"
+    p = write(tmp_path / "far.svm", text)
+    with pytest.raises(DataFormatError, match=r"far.svm', line 3: feature index 5000000 is far "
+                       r"beyond every other row's \(their largest column is 3\).*n_features"):
+        load_libsvm(p)
+    # the user says the index is real: the matrix gets the asked width
+    X, _ = load_libsvm(p, n_features=5_000_000)
+    assert X.shape == (3, 5_000_000) and X[2, 4_999_999] == 1
+    # an index far beyond n_features names both
+    with pytest.raises(DataFormatError, match="line 3: feature index 5000000 needs 5000000 "
+                       "columns but n_features=4"):
+        load_libsvm(p, n_features=4)
+    # a wide index is fine when other rows are wide too, or when no other row exists
+    ok = write(tmp_path / "ok.svm", b"1 1:1 4000:2\n-1 2:1\n1 3:1 3000000:1\n")
+    assert load_libsvm(ok)[0].shape == (3, 3_000_000)
+    assert load_libsvm(write(tmp_path / "one.svm", b"1 5000000:1\n"))[0].shape == (1, 5_000_000)
+    # more columns than the limit: refused even for a single row, and as n_features
+    from fedsparse.data.loaders import MAX_LIBSVM_FEATURES
+
+    top = write(tmp_path / "top.svm", b"1 0:1 %d:1\n" % MAX_LIBSVM_FEATURES)
+    with pytest.raises(DataFormatError, match=f"top.svm', line 1: feature index "
+                       f"{MAX_LIBSVM_FEATURES} needs {MAX_LIBSVM_FEATURES + 1} columns, more"):
+        load_libsvm(top)
+    for bad in (0, MAX_LIBSVM_FEATURES + 1, 2.5, True):
+        with pytest.raises(ConfigError, match="n_features"):
+            load_libsvm(ok, n_features=bad)
+    with pytest.raises(ConfigError, match="zero_based='yes'"):
+        load_libsvm(ok, zero_based="yes")
+    with pytest.raises(ConfigError, match="dtype"):
+        load_libsvm(ok, dtype=np.int32)
+
+
+def test_libsvm_signed_integer_index_and_qid_are_read(tmp_path):
+    X, y = load_libsvm(write(tmp_path / "q.svm", b"2 qid:4 +2:1.5 1:-1\n"))
+    np.testing.assert_array_equal(X.toarray(), [[-1, 1.5]])
+    assert y.tolist() == [2.0]
 
 
 def test_libsvm_matches_sklearn_on_breast_cancer(tmp_path):
@@ -212,13 +319,18 @@ def test_libsvm_regression_targets_match_sklearn(tmp_path):
 
 
 def test_libsvm_batched_number_parsing():
-    from fedsparse.data.loaders import _parse_numbers
+    from fedsparse.data.loaders import _parse_pairs
 
     chunks = [b"1:2 3:4.5", b"", b"7:-1e3", b"8:9"]
     for budget in (1, 5, 12, 1 << 20):
-        np.testing.assert_array_equal(_parse_numbers(chunks, budget=budget),
-                                      [1, 2, 3, 4.5, 7, -1e3, 8, 9])
-    assert _parse_numbers([]).shape == (0,)
+        idx, val = _parse_pairs(chunks, budget=budget)
+        assert idx.dtype == np.int64
+        np.testing.assert_array_equal(idx, [1, 3, 7, 8])
+        np.testing.assert_array_equal(val, [2, 4.5, -1e3, 9])
+    assert _parse_pairs([])[0].shape == (0,)
+    for bad in ([b"1:2:3 4"], [b"1:2", b":3"], [b"3 :4"], [b"1:2", b"3"], [b"1e3:1"]):
+        with pytest.raises(ValueError):
+            _parse_pairs(bad, budget=1)
 
 
 def test_libsvm_named_wrappers(tmp_path):
@@ -333,8 +445,100 @@ def test_cifar_errors(tmp_path):
         p = tmp_path / "cifar-10-batches-py" / "test_batch"
         p.write_bytes(p.read_bytes()[:100])
         load_cifar(tmp_path, split="test")
-    with pytest.raises(ValueError, match="which='cifar1000'"):
+    with pytest.raises(ConfigError, match="which='cifar1000'"):
         load_cifar(tmp_path, which="cifar1000")
+    p.write_bytes(b"")
+    with pytest.raises(DataFormatError, match="test_batch' is empty"):
+        load_cifar(tmp_path, split="test")
+
+
+def _cifar_test_batch(root: Path, batch, which="cifar10", protocol=None) -> Path:
+    d = root / ("cifar-10-batches-py" if which == "cifar10" else "cifar-100-python")
+    d.mkdir(parents=True, exist_ok=True)
+    data = batch if isinstance(batch, bytes) else (
+        py2_pickle(batch) if protocol is None else pickle.dumps(batch, protocol=protocol))
+    (d / ("test_batch" if which == "cifar10" else "test")).write_bytes(data)
+    return root
+
+
+PIX = np.zeros((2, 3072), np.uint8)
+
+
+@pytest.mark.parametrize("batch, pattern", [
+    ({b"data": PIX, b"labels": [0, 10]}, "'labels' holds label 10 at index 1; expected 0..9"),
+    ({b"data": PIX, b"labels": [-1, 3]}, "label -1 at index 0; expected 0..9"),
+    ({b"data": PIX, b"labels": [0, 1.5]}, "'labels' has dtype float64; expected a list of "
+                                          "integer labels"),
+    ({b"data": PIX, b"labels": [0, 1.0]}, "dtype float64"),
+    ({b"data": PIX, b"labels": [True, False]}, "dtype bool"),
+    ({b"data": PIX, b"labels": [b"a", b"b"]}, "dtype \\|S1"),
+    ({b"data": PIX, b"labels": None}, "'labels' has a single NoneType"),
+    ({b"data": PIX, b"labels": [[0], [1]]}, "'labels' has shape \\(2, 1\\)"),
+    ({b"data": PIX, b"labels": [[0], [1, 2]]}, "'labels' is not a list of integers"),
+    ({b"data": PIX, b"labels": [0, 2**70]}, "dtype object"),
+    ({b"data": PIX, b"labels": [0]}, "2 images but 1 labels"),
+    ({b"data": PIX.astype(np.float32), b"labels": [0, 1]}, "'data' has dtype float32; expected "
+                                                           "uint8 pixel values 0..255"),
+    ({b"data": np.full((2, 3072), np.nan, np.float32), b"labels": [0, 1]},
+     "'data' holds a NaN or infinite pixel"),
+    ({b"data": np.full((2, 3072), 256, np.int64), b"labels": [0, 1]},
+     "pixel values 256..256; expected 0..255"),
+    ({b"data": PIX.astype(object), b"labels": [0, 1]}, "'data' has dtype object"),
+    ({b"data": PIX[:0], b"labels": []}, "'data' has shape \\(0, 3072\\)"),
+    ({b"data": PIX[:, :100], b"labels": [0, 1]}, "shape \\(2, 100\\)"),
+    ({b"labels": [0, 1]}, "has keys \\['labels'\\]; expected 'data' and 'labels'"),
+    ([PIX, [0, 1]], "holds a list; expected a dict"),
+])
+def test_cifar_refuses_bad_pixels_and_labels(tmp_path, batch, pattern):
+    root = _cifar_test_batch(tmp_path, batch)
+    with pytest.raises(DataFormatError, match="test_batch.*" + pattern):
+        load_cifar(root, split="test")
+
+
+def test_cifar100_label_ranges(tmp_path):
+    root = _cifar_test_batch(tmp_path, {b"data": PIX, b"fine_labels": [99, 0],
+                                        b"coarse_labels": [19, 20]}, which="cifar100")
+    assert load_cifar(root, which="cifar100", split="test")[1].tolist() == [99, 0]
+    with pytest.raises(DataFormatError, match="'coarse_labels' holds label 20 at index 1; "
+                       "expected 0..19"):
+        load_cifar(root, which="cifar100", split="test", label_mode="coarse")
+
+
+@pytest.mark.parametrize("protocol", [2, 3, 4, 5])
+def test_cifar_reads_python3_pickles(tmp_path, protocol):
+    # protocol 2 spells bytes via _codecs.encode(..., "latin1"); 5 uses _frombuffer
+    x = np.arange(2 * 3072).astype(np.uint8).reshape(2, 3072)
+    root = _cifar_test_batch(tmp_path, {"data": x, "labels": [3, 4]}, protocol=protocol)
+    X, y = load_cifar(root, split="test", scale=False)
+    np.testing.assert_array_equal(X, x)
+    assert y.tolist() == [3, 4]
+
+
+def _reconstruct_pickle(n: int) -> bytes:
+    """_reconstruct(ndarray, (n,), b'b'): the allocation happens before any data."""
+    return (b"\x80\x02cnumpy.core.multiarray\n_reconstruct\ncnumpy\nndarray\n"
+            + b"\x8a\x08" + struct.pack("<q", n) + b"\x85C\x01b\x87R.")
+
+
+@pytest.mark.parametrize("data, pattern", [
+    # an array as large as the file could never hold: refused before it is allocated
+    (_reconstruct_pickle(10**12), "refused: an array of shape \\(1000000000000,\\) would "
+                                  "need 1000000000000 bytes, more than the 70-byte file"),
+    # numpy.ndarray called directly allocates its shape argument
+    (b"\x80\x02cnumpy\nndarray\n\x8a\x05" + (10**11).to_bytes(5, "little") + b"\x85\x85R.",
+     "refusing to call numpy.ndarray directly"),
+    # the C unpickler grows its memo to the largest LONG_BINPUT index (32 GB here)
+    (b"\x80\x02}r" + struct.pack("<I", 0xFFFFFFF0) + b".", "has keys \\[\\]"),
+    # a byte string claiming 2^62 bytes: read from the file's bytes, not allocated
+    (b"\x80\x04\x8e" + struct.pack("<Q", 2**62) + b"abc.", "not a readable python pickle"),
+    # codecs other than latin1 could double the data at each call
+    (b"\x80\x02c_codecs\nencode\nX\x01\x00\x00\x00aX\x03\x00\x00\x00hex\x86R.",
+     "refused: _codecs.encode\\(..., 'hex'\\)"),
+])
+def test_cifar_refuses_allocation_bombs(tmp_path, data, pattern):
+    root = _cifar_test_batch(tmp_path, data)
+    with pytest.raises(DataFormatError, match="test_batch.*" + pattern):
+        load_cifar(root, split="test")
 
 
 # ----------------------------------------------------------------------------- LEAF
@@ -384,6 +588,68 @@ def test_leaf_errors(tmp_path):
     (tmp_path / "b.json").write_text(json.dumps(leaf_doc(["u"], rng)))
     with pytest.raises(DataFormatError, match="user 'u' also appears"):
         load_leaf(tmp_path)
+
+
+def _leaf_user(x, y):
+    return json.dumps({"users": ["w"], "user_data": {"w": {"x": x, "y": y}}})
+
+
+@pytest.mark.parametrize("text, pattern", [
+    ("", "is empty"),
+    ("  \n", "is empty"),
+    ("[1, 2]", "expected an object with keys 'users'"),
+    ('{"users": [], "user_data": {}}', "holds no writer"),
+    ('{"users": 5, "user_data": {}}', "'users' must be a list of writer ids"),
+    ('{"users": "ab", "user_data": {}}', "'users' must be a list of writer ids"),
+    ('{"users": [[1]], "user_data": {}}', "'users' must be a list of writer ids"),
+    ('{"users": ["w"], "user_data": []}', "'user_data' is a list; expected an object"),
+    ('{"users": ["w"], "num_samples": 3, "user_data": {}}', "'num_samples' must be a list of 1"),
+    ('{"users": ["w"], "num_samples": [true], "user_data": {}}', "'num_samples' must be"),
+    ('{"users": ["w"], "user_data": {"w": [1]}}', "user_data\\['w'\\] must be an object"),
+    ('{"users": ["w"], "user_data": {"w": {"x": [[1]]}}}', "with keys 'x' and 'y'"),
+    (_leaf_user(5, [0]), "'x' have shape \\(\\); expected a non-empty list"),
+    (_leaf_user([], []), "'x' have shape \\(0,\\)"),
+    (_leaf_user([[]], [0]), "'x' have shape \\(1, 0\\)"),
+    (_leaf_user([[1, 2], [3]], [0, 1]), "'x' are ragged"),
+    (_leaf_user([[1, None]], [0]), "'x' hold object values"),
+    (_leaf_user([["1.5", 2]], [0]), "'x' hold <U21 values"),
+    (_leaf_user([[True, False]], [0]), "'x' hold bool values"),
+    (_leaf_user([[1]], ["a"]), "labels 'y' hold <U1 values"),
+    (_leaf_user([[1]], [[0]]), "1 examples but labels of shape \\(1, 1\\)"),
+    (_leaf_user([[1], [2]], [0]), "2 examples but labels of shape \\(1,\\)"),
+    ('{"users": ["w"], "user_data": {"w": {"x": [[NaN, 1]], "y": [0]}}}',
+     "user 'w' features 'x' holds a NaN or infinite value"),
+    ('{"users": ["w"], "user_data": {"w": {"x": [[Infinity]], "y": [0]}}}', "'x' holds a NaN"),
+    ('{"users": ["w"], "user_data": {"w": {"x": [[1]], "y": [-Infinity]}}}',
+     "labels 'y' holds a NaN or infinite value"),
+    (_leaf_user([[1e300]], [0]), "'x' \\(as float32\\) holds a NaN or infinite value"),
+    (_leaf_user([[10**400]], [0]), "'x' hold object values"),
+    ('{"users": ["w"], "user_data": {"w": {"x": ' + "[" * 50_000 + "]" * 50_000 + ', "y": []}}}',
+     "not valid JSON: RecursionError"),
+])
+def test_leaf_structural_errors_are_data_format_errors(tmp_path, text, pattern):
+    p = tmp_path / "doc.json"
+    p.write_text(text)
+    with pytest.raises(DataFormatError, match="LEAF file '.*doc.json'.*" + pattern):
+        load_leaf(p)
+
+
+def test_leaf_example_shape(tmp_path):
+    rng = np.random.default_rng(4)
+    (tmp_path / "a.json").write_text(json.dumps(leaf_doc(["u", "v"], rng, dim=12)))
+    clients, _ = load_leaf(tmp_path, example_shape=(1, 3, 4))
+    flat, _ = load_leaf(tmp_path)
+    for (X, _), (F, _) in zip(clients, flat, strict=True):
+        assert X.shape == (F.shape[0], 1, 3, 4)
+        np.testing.assert_array_equal(X.reshape(F.shape), F)
+    with pytest.raises(DataFormatError, match="12 features per example, which do not fit "
+                       "example_shape=\\(1, 5, 5\\)"):
+        load_leaf(tmp_path, example_shape=(1, 5, 5))
+    for bad in ((0, 3), (1.5,), "12", ()):
+        with pytest.raises(ConfigError, match="example_shape"):
+            load_leaf(tmp_path, example_shape=bad)
+    with pytest.raises(ConfigError, match="dtype"):
+        load_leaf(tmp_path, dtype=np.int64)
 
 
 # --------------------------------------------------------------------- named sets
@@ -501,3 +767,73 @@ def test_fashion_mnist_debian_package():
     assert X.dtype == np.float32 and 0.0 <= X.min() and X.max() <= 1.0
     assert np.bincount(y).tolist() == [6000] * 10
     assert np.bincount(yt).tolist() == [1000] * 10
+
+
+# ----------------------------------------------------- image-shaped data, end to end
+
+
+def test_fashion_mnist_images_keep_their_shape(tmp_path, monkeypatch, images):
+    from fedsparse.data import named
+
+    monkeypatch.setattr(named, "_find_idx_set", _only_under(tmp_path, named._find_idx_set))
+    rng = np.random.default_rng(5)
+    imgs = rng.integers(0, 256, size=(6, 28, 28), dtype=np.uint8)
+    labels = rng.integers(0, 10, 6).astype(np.uint8)
+    for img, lab in named._IDX_FILES.values():
+        write(tmp_path / img, idx_bytes(imgs))
+        write(tmp_path / lab, idx_bytes(labels))
+    (X, y), (Xt, yt) = fashion_mnist(tmp_path, flatten=False)
+    assert X.shape == (6, 1, 28, 28) and Xt.shape == (6, 1, 28, 28) and X.dtype == np.float32
+    np.testing.assert_allclose(X[:, 0], imgs / 255.0, rtol=1e-6)
+    (Xf, _), _ = fashion_mnist(tmp_path)
+    np.testing.assert_array_equal(Xf, X.reshape(6, 784))
+
+
+def test_image_data_pass_through_partitioners(monkeypatch):
+    """(n, C, H, W) images reach from_arrays as per-client (n_i, C, H, W) arrays."""
+    pytest.importorskip("sklearn")
+    from fedsparse.data import federated
+    from fedsparse.data.partition import from_partitions, partition_clusters
+    from fedsparse.data.real import load_named, make_partition
+
+    X, y = load_named("digits", flatten=False, max_examples=300)
+    assert X.shape == (300, 1, 8, 8)
+    Xf, yf = load_named("digits", max_examples=300)
+    np.testing.assert_array_equal(X.reshape(300, 64), Xf)
+    with pytest.raises(ConfigError, match="flatten=False is invalid: data set 'diabetes' has "
+                       "no image shape"):
+        load_named("diabetes", flatten=False)
+    # K-means clusters the flattened images: the same parts as on (n, 64) rows
+    parts = partition_clusters(X, num_clients=5, num_clusters=2, parts_per_cluster=5, seed=1)
+    flat = partition_clusters(Xf, num_clients=5, num_clusters=2, parts_per_cluster=5, seed=1)
+    assert all(np.array_equal(a, b) for a, b in zip(parts, flat, strict=True))
+    assert len(make_partition("dirichlet", X, y, num_clients=4, seed=0)) == 4
+    seen = {}
+
+    def spy(xs, ys, **kwargs):
+        seen.update(xs=xs, ys=ys, **kwargs)
+        return "built"
+
+    monkeypatch.setattr(federated, "from_arrays", spy)
+    assert from_partitions(X, y, parts, test_fraction=0.25, seed=0) == "built"
+    for i, p in enumerate(parts):
+        n_test = len(seen["test_xs"][i])
+        assert seen["xs"][i].shape == (p.size - n_test, 1, 8, 8)
+        assert seen["test_xs"][i].shape == (n_test, 1, 8, 8)
+        # the rows are the partition's own images, not reshaped or reordered pixels
+        got = np.concatenate([seen["xs"][i], seen["test_xs"][i]]).reshape(p.size, 64)
+        assert {r.tobytes() for r in got} == {r.tobytes() for r in Xf[p]}
+
+
+def test_federated_real_keeps_images_for_cnns():
+    pytest.importorskip("sklearn")
+    from fedsparse.data.real import federated_real
+
+    data = federated_real("digits", flatten=False, partition="iid", num_clients=5, seed=0)
+    flat = federated_real("digits", partition="iid", num_clients=5, seed=0)
+    assert data.feature_shape == (1, 8, 8) and data.dim == 64
+    for i in range(5):
+        X, y = data.train.client(i)
+        Xf, yf = flat.train.client(i)
+        assert X.shape == (Xf.shape[0], 1, 8, 8)
+        assert torch.equal(X.reshape(Xf.shape), Xf) and torch.equal(y, yf)

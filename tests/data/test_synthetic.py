@@ -70,3 +70,31 @@ def test_from_arrays_validation():
         fs.data.from_arrays(good, ys, weights=[1.0, -1.0])
     with pytest.raises(ConfigError, match="xs"):
         fs.data.from_arrays([], [])
+
+
+@pytest.mark.parametrize("make", [
+    lambda tf: fs.data.fedht_simulation(num_clients=2, samples_per_client=10, dim=20,
+                                        support_size=2, test_fraction=tf),
+    lambda tf: fs.data.fedprox_synthetic(num_clients=2, test_fraction=tf),
+    lambda tf: fs.data.shifted_gaussian(num_clients=2, samples_per_client=10, dim=20,
+                                        sparsity=2, test_fraction=tf),
+])
+def test_generators_test_fraction(make):
+    for bad in (1.0, 3, -0.1, float("nan"), "0.2"):
+        with pytest.raises(ConfigError, match="test_fraction"):
+            make(bad)
+    # a small share still gives every client one test example (and keeps one to train)
+    d = make(0.01)
+    assert (d.test.counts == 1).all() and (d.train.counts >= 1).all()
+    d = make(0.99)
+    assert (d.train.counts == 1).all()
+    assert make(0.0).test is None
+
+
+def test_generator_test_split_needs_two_examples_per_client():
+    with pytest.raises(ConfigError, match="test_fraction=0.5 is invalid: needs at least 2 "
+                       "examples per client"):
+        fs.data.shifted_gaussian(num_clients=2, samples_per_client=1, dim=5, sparsity=1,
+                                 test_fraction=0.5)
+    d = fs.data.shifted_gaussian(num_clients=2, samples_per_client=1, dim=5, sparsity=1)
+    assert d.test is None and d.train.counts.tolist() == [1, 1]

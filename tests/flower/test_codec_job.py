@@ -86,8 +86,11 @@ def test_job_config_forms_and_errors():
         job_from_config(experiment, "c")
     with pytest.raises(ConfigError, match="sparsity"):
         job_from_config({**JOB, "algorithm": {"kind": "fed_ht", "sparsity": 0}})
+    # a channel applies on top of the network's own losses, as in the simulator
+    lossy = job_from_config({**JOB, "channel": {"kind": "bernoulli", "probability": 0.5}})
+    assert repr(lossy.build_channel()).startswith("BernoulliChannel")
     with pytest.raises(ConfigError, match="channel.kind"):
-        job_from_config({**JOB, "channel": {"kind": "bernoulli", "probability": 0.5}})
+        job_from_config({**JOB, "channel": {"kind": "lossy"}})
     with pytest.raises(ConfigError, match="unknown"):
         job_from_config({**JOB, "flower": {"timeout": 3}})
 

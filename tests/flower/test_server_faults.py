@@ -80,6 +80,8 @@ class FakeGrid:
                 reply = Message(Error(code=0, reason="node crashed"), reply_to=msg)
             else:
                 reply = self.app(msg, ctx)
+                if callable(fate):  # a faulty or hostile client rewrites its reply
+                    fate(reply.content)
             reply.metadata.__dict__["_src_node_id"] = msg.metadata.dst_node_id
             reply.metadata.__dict__["_reply_to_message_id"] = mid
             if fate != "drop":
@@ -212,7 +214,7 @@ def test_every_registered_algorithm_runs_unchanged_over_the_grid(kind):
     # Only the arguments the builder takes, and only where its default is not pinned
     # (Distributed-IHT accepts local_steps but requires 1).
     accepted = inspect.signature(REGISTRY[kind]).parameters
-    wanted = {"sparsity": 4, "local_steps": 2, "batch_size": 6}
+    wanted = {"sparsity": 4, "local_steps": 2, "batch_size": 6, "mu": 0.01, "density": 0.5}
     algorithm = {"kind": kind, **{k: v for k, v in wanted.items() if k in accepted
                                   and accepted[k].default not in (1,)}}
     job = job_from_config({**JOB, "clients_per_round": None, "algorithm": algorithm,
@@ -223,3 +225,65 @@ def test_every_registered_algorithm_runs_unchanged_over_the_grid(kind):
     torch.testing.assert_close(history.model, reference.model, rtol=1e-5, atol=1e-7)
     for column in ("bytes_up", "bytes_down", "clients_sampled"):
         assert history.column(column) == reference.column(column), column
+
+
+def _set_meta(key, value):
+    def corrupt(content):
+        content["upload.meta"][key] = value
+    return corrupt
+
+
+def _set_values(transform):
+    def corrupt(content):
+        from flwr.app import Array
+
+        arrays = content["upload"]
+        arrays["value"] = Array(transform(arrays["value"].numpy().copy()))
+    return corrupt
+
+
+def _sparse_index_out_of_range(content):
+    from flwr.app import Array
+
+    index = content["upload"]["index"].numpy().copy()
+    index[0] = 30  # P = 30: one past the end
+    content["upload"]["index"] = Array(index)
+
+
+CORRUPTIONS = {
+    "wrong length": _set_meta("shape", [31]),
+    "lying shape metadata": _set_meta("nnz", [3]),
+    "unknown encoding": _set_meta("encoding", "zip"),
+    "index out of range": _sparse_index_out_of_range,
+    "NaN values": _set_values(lambda v: v * float("nan")),
+    "inf values": _set_values(lambda v: v + float("inf")),
+    "values of another dtype": _set_values(lambda v: v.astype("float64")),
+    "missing upload": lambda content: content.pop("upload"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CORRUPTIONS))
+def test_a_malformed_or_nonfinite_reply_is_a_failed_upload_of_that_client(name):
+    """Client 1's reply in round 2 is corrupted: only that upload is lost, the record
+    counts it, and the model equals the simulator's with exactly that delivery pattern."""
+    job = job_from_config({**JOB, "clients_per_round": None})
+
+    def fate(kind, group, pid):
+        return CORRUPTIONS[name] if kind == "train" and group == "2" and pid == 1 else "ok"
+
+    history = run_on_grid(FakeGrid(job, range(4), fate), job)
+    assert history.column("rejected") == [0, 1, 0, 0]
+    assert history.column("delivered_clients")[1] == [0, 2, 3]
+    reference = _simulate(job, Replay(history.column("delivered_clients")))
+    torch.testing.assert_close(history.model, reference.model, rtol=1e-5, atol=1e-7)
+
+
+def test_max_update_norm_drops_uploads_far_from_the_broadcast():
+    job = job_from_config({**JOB, "clients_per_round": None})
+    assert run_on_grid(FakeGrid(job, range(4)), job).column("rejected") == [0, 0, 0, 0]
+    tight = job_from_config({**JOB, "clients_per_round": None,
+                             "flower": {**JOB["flower"], "max_update_norm": 1e-12}})
+    with pytest.warns(RuntimeWarning, match="no upload was delivered"):
+        history = run_on_grid(FakeGrid(tight, range(4)), tight)
+    assert history.column("rejected") == [4, 4, 4, 4]
+    assert torch.count_nonzero(history.model) == 0  # x_0 = 0 was kept

@@ -182,3 +182,24 @@ def test_restricted_lipschitz_bounds_the_dictionary_l2_hessian():
     separate = 0.25 * torch.linalg.matrix_norm(gram, ord=2) + \
         5.0 * torch.linalg.matrix_norm(metric, ord=2)
     assert (bound <= 1.06 * separate).all()
+
+
+def test_singular_systems_fall_back_to_least_squares():
+    from fedsparse._linalg import solve_or_lstsq
+
+    A = torch.tensor([[[1.0, 0.0], [0.0, 0.0]], [[2.0, 0.0], [0.0, 4.0]]], dtype=torch.float64)
+    b = torch.tensor([[1.0, 1.0], [2.0, 4.0]], dtype=torch.float64)
+    # the singular system gets its minimum-norm least-squares solution, the other is exact
+    assert torch.equal(solve_or_lstsq(A, b), torch.tensor([[1.0, 0.0], [1.0, 1.0]],
+                                                           dtype=torch.float64))
+
+
+def test_fedgradmp_logistic_on_separable_float32_clients_runs():
+    """30 examples per client and up to 30 restricted columns: the logistic restricted
+    problem is separable, its float32 Hessian saturates to singular, and Newton must go on
+    (before, torch.linalg.solve raised from inside LAPACK)."""
+    data = fs.data.fedht_simulation("classification", seed=0, num_clients=10,
+                                    samples_per_client=30, dim=50, support_size=10)
+    history = fs.simulate(fs.algorithms.fed_grad_mp(sparsity=10, batch_size=8),
+                          fs.problems.logistic(), data, rounds=3, seed=1)
+    assert len(history.records) == 3 and torch.isfinite(history.model).all()

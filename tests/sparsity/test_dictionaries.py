@@ -78,6 +78,79 @@ def test_as_dictionary_specs_and_errors(tmp_path):
         as_dictionary(torch.zeros(5, 2), dim=5)
 
 
+def test_dictionary_refuses_nan_and_bad_matrices():
+    for bad in (float("nan"), float("inf"), -float("inf")):
+        m = torch.randn(5, 3, dtype=DT)
+        m[2, 1] = bad
+        with pytest.raises(ConfigError, match=r"dictionary holds NaN or infinite entries "
+                           r"\(the first at row 2, atom 1"):
+            as_dictionary(m, dim=5)
+        with pytest.raises(ConfigError, match="NaN or infinite"):
+            Dictionary(m)
+        with pytest.raises(ConfigError, match="NaN or infinite"):
+            approx_projection(torch.ones(5, dtype=DT), 1, m)
+        with pytest.raises(ConfigError, match="NaN or infinite"):
+            fs.problems.DictionaryProblem(fs.problems.least_squares(), m.numpy())
+    # float64 entries beyond float32's range overflow when cast: refused, not inf
+    with pytest.raises(ConfigError, match="NaN or infinite"):
+        as_dictionary(torch.full((5, 2), 1e300, dtype=DT), dim=5, dtype=torch.float32)
+    for bad, pattern in [(torch.ones(5, 0), r"shape \(5, 0\)"), (torch.ones(5), r"shape \(5,\)"),
+                         (torch.ones(5, 2, dtype=torch.complex128), "complex128"),
+                         (torch.ones(5, 2, dtype=torch.bool), "torch.bool"),
+                         (np.array([["a", "b"]] * 5), "real numbers")]:
+        with pytest.raises(ConfigError, match=pattern):
+            Dictionary(bad)
+    # arrays and integer matrices are accepted (as float64)
+    D = Dictionary(np.arange(1, 11).reshape(5, 2))
+    assert D.matrix.dtype == DT and D.atoms == 2
+    with pytest.raises(ConfigError, match="dictionary='gaussian' is invalid"):
+        as_dictionary("gaussian", dim=5)
+
+
+def test_dictionary_file_errors_name_the_file(tmp_path):
+    missing = tmp_path / "nope.npy"
+    with pytest.raises(ConfigError, match=f"dictionary file '{missing}' does not exist"):
+        as_dictionary({"kind": "file", "path": str(missing)}, dim=5)
+    with pytest.raises(ConfigError, match="is not a regular file"):
+        as_dictionary({"kind": "file", "path": str(tmp_path)}, dim=5)
+    with pytest.raises(ConfigError, match="a file dictionary needs path="):
+        as_dictionary({"kind": "file"}, dim=5)
+    with pytest.raises(ConfigError, match="dictionary path=3 is invalid"):
+        as_dictionary({"kind": "file", "path": 3}, dim=5)
+    m = np.ones((5, 3))
+    m[4, 2] = np.nan
+    np.save(tmp_path / "nan.npy", m)
+    with pytest.raises(ConfigError, match=r"dictionary file '.*nan.npy' holds NaN or infinite "
+                       r"entries \(the first at row 4, atom 2"):
+        as_dictionary({"kind": "file", "path": str(tmp_path / "nan.npy")}, dim=5)
+    np.save(tmp_path / "wide.npy", np.ones((4, 3)))
+    with pytest.raises(ConfigError, match=r"wide.npy': dictionary shape \(4, 3\) is invalid.*"
+                       "feature dimension 5"):
+        as_dictionary({"kind": "file", "path": str(tmp_path / "wide.npy")}, dim=5)
+    (tmp_path / "junk.npy").write_bytes(b"\x93NUMPY garbage")
+    with pytest.raises(ConfigError, match="junk.npy' could not be read as a .npy array"):
+        as_dictionary({"kind": "file", "path": str(tmp_path / "junk.npy")}, dim=5)
+    np.save(tmp_path / "obj.npy", np.array([[1, None]] * 5, dtype=object))
+    with pytest.raises(ConfigError, match="obj.npy' could not be read"):
+        as_dictionary({"kind": "file", "path": str(tmp_path / "obj.npy")}, dim=5)
+    np.savez(tmp_path / "d.npz", a=np.ones((5, 2)))
+    with pytest.raises(ConfigError, match=r"d.npz' is a zip archive \(.npz\?\)"):
+        as_dictionary({"kind": "file", "path": str(tmp_path / "d.npz")}, dim=5)
+    # a header claiming a (10^6, 10^6) array in a 192-byte file: refused, not allocated
+    import numpy.lib.format as fmt
+
+    with open(tmp_path / "huge.npy", "wb") as fh:
+        fmt.write_array_header_1_0(fh, {"descr": "<f8", "fortran_order": False,
+                                        "shape": (10**6, 10**6)})
+        fh.write(bytes(64))
+    with pytest.raises(ConfigError, match="huge.npy' could not be read"):
+        as_dictionary({"kind": "file", "path": str(tmp_path / "huge.npy")}, dim=10**6)
+    # a big-endian file (written on another machine) is read like any other
+    np.save(tmp_path / "be.npy", np.arange(1, 11, dtype=">f8").reshape(5, 2))
+    D = as_dictionary({"kind": "file", "path": str(tmp_path / "be.npy")}, dim=5)
+    assert D.matrix[4, 1].item() == 10.0 and D.spec["kind"] == "file"
+
+
 def test_omp_recovers_exactly_sparse_codes():
     D = fs.sparsity.gaussian_dictionary(dim=40, atoms=60, seed=0)
     D = D / torch.linalg.vector_norm(D, dim=0)

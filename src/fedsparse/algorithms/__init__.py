@@ -1,9 +1,12 @@
 """Federated algorithms. Each builder returns an :class:`Algorithm`."""
 
-from .base import Algorithm, ClientContext, weighted_mean
+from .base import Algorithm, ClientContext, Cohort, DataSpec, weighted_mean
+from .compensation import SimilarityCompensation, similarity_compensation
 from .composite import FederatedComposite, fed_dual_avg, fed_mid
+from .fedavg import FederatedAveraging, fed_avg, fed_prox
 from .gradmp import FedGradMP, fed_grad_mp
 from .hard_thresholding import FederatedHardThresholding, distributed_iht, fed_ht, fed_iter_ht
+from .safari import SparseTraining, safari
 
 #: Builders by name, as used in experiment configs (``algorithm.kind``).
 REGISTRY = {
@@ -13,20 +16,32 @@ REGISTRY = {
     "fed_grad_mp": fed_grad_mp,
     "fed_mid": fed_mid,
     "fed_dual_avg": fed_dual_avg,
+    "fed_avg": fed_avg,
+    "fed_prox": fed_prox,
+    "safari": safari,
 }
 
 __all__ = [
     "REGISTRY",
     "Algorithm",
     "ClientContext",
+    "Cohort",
+    "DataSpec",
     "FedGradMP",
+    "FederatedAveraging",
+    "SimilarityCompensation",
+    "SparseTraining",
     "FederatedComposite",
     "FederatedHardThresholding",
     "distributed_iht",
+    "fed_avg",
     "fed_dual_avg",
     "fed_grad_mp",
     "fed_mid",
+    "fed_prox",
     "fed_ht",
+    "safari",
+    "similarity_compensation",
     "fed_iter_ht",
     "weighted_mean",
 ]

@@ -1,19 +1,23 @@
 """The Algorithm interface: pure server and client halves over explicit state.
 
-A round of any algorithm is::
+A run binds the algorithm first (``algo = algo.bind(problem, spec, stats)``), then a
+round is::
 
-    payload = algo.broadcast(state)                                  # server -> clients
+    payload = algo.broadcast(state, clients)                         # server -> clients
     uploads, client_state, info = algo.client_update(payload, ctx)   # all sampled clients at once
-    state = algo.aggregate(state, uploads, weights, delivered)       # server
+    state = algo.aggregate(state, uploads, cohort)                   # server
 
 ``ctx`` (a :class:`ClientContext`) gives the client half the data of the sampled
 clients, stacked along a leading axis S, and their mini-batches, drawn from
 counter-based random numbers so the result does not depend on how clients are
-grouped. Nothing is mutated in place: each call returns new state.
+grouped. Nothing is mutated in place: each call returns new state. :mod:`fedsparse.rounds`
+holds the one round loop that the simulator and the Flower server share.
 """
 
 from __future__ import annotations
 
+import copy
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -58,10 +62,13 @@ class ClientContext:
         return int(self.clients.shape[0])
 
     def full(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """All local training data: ``X`` (S, n_max, d), ``y`` (S, n_max), ``w`` (S, n_max)."""
+        """All local training data: ``X`` (S, n_max, *feature_shape), ``y`` (S, n_max),
+        ``w`` (S, n_max); pooled data are padded for this (S clients only)."""
         if self._full_weights is None:
             self._full_weights = self.data.mean_weights()
-        return self.data.X, self.data.y, self._full_weights
+        X = self.data.X if isinstance(self.data.X, (torch.Tensor, SparseRows)) \
+            else self.data.dense_X()
+        return X, self.data.y, self._full_weights
 
     def batch(self, step: int, batch_size: int | None) -> tuple[torch.Tensor, torch.Tensor,
                                                                  torch.Tensor]:
@@ -74,16 +81,7 @@ class ClientContext:
         if self.is_full_batch(batch_size):
             return self.full()
         index, w = self.batch_index(step, batch_size)
-        X = self.data.X
-        if isinstance(X, SparseRows):  # CSR data: copy only the rows' non-zeros
-            Xb = X.gather_rows(index)
-        else:
-            # One index_select of whole contiguous rows: an element-wise gather of the
-            # same rows costs several times more (as much as the gradient itself).
-            S, n_max, d = X.shape
-            rows = (torch.arange(S)[:, None] * n_max + index).reshape(-1)
-            Xb = torch.index_select(X.reshape(S * n_max, d), 0, rows).reshape(S, batch_size, d)
-        return Xb, torch.gather(self.data.y, 1, index), w
+        return self.data.gather(index), torch.gather(self.data.y, 1, index), w
 
     def is_full_batch(self, batch_size: int | None) -> bool:
         """True if :meth:`batch` returns the full local data (``None`` or ``b >= max n_i``)."""
@@ -93,25 +91,85 @@ class ClientContext:
         """The draw behind :meth:`batch`: ``index`` (S, b) example positions and ``w``
         (S, b) their weights, 1/b each (0 on padding where a client has fewer than ``b``
         examples; the rest share the weight equally)."""
-        counts = self.data.counts
+        counts = self.data.counts.cpu()
         n_max = self.data.X.shape[1]
-        keys = rng.uniform(self.seed, rng.BATCH, self.round, self.clients[:, None], step,
+        keys = rng.uniform(self.seed, rng.BATCH, self.round, self.clients.cpu()[:, None], step,
                            torch.arange(n_max)[None, :])
         valid = torch.arange(n_max)[None, :] < counts[:, None]
         index, picked = rng.choose_without_replacement(keys, valid, batch_size)
         w = picked.to(self.data.X.dtype)
-        return index, w / w.sum(-1, keepdim=True)
+        device = self.data.y.device
+        return index.to(device), (w / w.sum(-1, keepdim=True)).to(device)
 
     def random(self, *counters) -> torch.Tensor:
         """Uniforms for algorithm-specific draws, keyed by (seed, round, client, counters)."""
         return rng.uniform(self.seed, rng.ALGORITHM, self.round, self.clients, *counters)
 
 
+@dataclass(frozen=True)
+class DataSpec:
+    """What the server may know of the federated data: never a client's examples.
+
+    Attributes
+    ----------
+    num_clients : N.
+    feature_shape : shape of one example's features, e.g. ``(784,)`` or ``(1, 28, 28)``.
+    dtype : floating dtype of data and model.
+    weights : (N,) float64 client weights p_i (0 for a client with no node on Flower).
+    device : where the model lives.
+    """
+
+    num_clients: int
+    feature_shape: tuple[int, ...]
+    dtype: torch.dtype
+    weights: torch.Tensor
+    device: torch.device = torch.device("cpu")
+
+    @property
+    def dim(self) -> int:
+        """Number of features d (the product of ``feature_shape``)."""
+        return math.prod(self.feature_shape)
+
+    @classmethod
+    def of(cls, data: FederatedDataset) -> DataSpec:
+        """The spec of a whole data set (what the simulator binds with)."""
+        shape = getattr(data, "feature_shape", None) or (data.dim,)
+        device = getattr(data.train.X, "device", torch.device("cpu"))
+        return cls(data.num_clients, tuple(shape), data.dtype, data.weights, device)
+
+
+@dataclass(frozen=True)
+class Cohort:
+    """The clients of one round, as :meth:`Algorithm.aggregate` sees them.
+
+    Attributes
+    ----------
+    round : 0-based round index.
+    clients : (S,) int64 sampled client ids, ascending.
+    weights : (S,) float64 their weights p_i.
+    delivered : (S,) bool, True where the upload arrived and passed validation. Rows
+        of ``uploads`` that were not delivered are zero and must not be used.
+    """
+
+    round: int
+    clients: torch.Tensor
+    weights: torch.Tensor
+    delivered: torch.Tensor
+
+    @property
+    def size(self) -> int:
+        return int(self.clients.shape[0])
+
+
 class Algorithm:
     """Base class of every federated algorithm.
 
     Subclasses set :attr:`name`, :attr:`requires` (problem capabilities),
-    :attr:`upload_encoding` and implement the four halves.
+    :attr:`upload_encoding` and implement the client and server halves. A builder
+    returns an unbound algorithm (hyper-parameters only); :meth:`bind` returns a copy
+    with everything derived from the problem and the data spec, and only a bound
+    algorithm runs. The simulator and the Flower runtime bind the same way, with the
+    same per-client statistics (:meth:`statistics`), so they run the same algorithm.
     """
 
     name = "algorithm"
@@ -121,32 +179,75 @@ class Algorithm:
     broadcast_encoding = "sparse"
     #: True if the algorithm keeps per-client state between rounds.
     stateful_clients = False
+    #: True if uploads are models (or model deltas) in the space of the broadcast, so that
+    #: distances between uploads mean something (similarity compensation needs this).
+    uploads_are_models = True
     #: Cohort size the algorithm asks for (None = all clients); ``simulate`` uses it when
     #: it is not given its own ``clients_per_round``.
     clients_per_round: int | None = None
+    #: Set by :meth:`bind`.
+    spec: DataSpec | None = None
 
     def hyperparameters(self) -> dict[str, Any]:
         """The keyword arguments that rebuild this algorithm (recorded with each run)."""
         return {}
 
-    def check(self, problem: Problem, data: FederatedDataset) -> None:
-        """Raise a clear error if this algorithm cannot run on (problem, data)."""
+    # -- binding ------------------------------------------------------------------------
+    def statistics(self, problem: Problem, split: ClientSplit) -> dict[str, torch.Tensor]:
+        """Per-client statistics :meth:`bind` needs, computed where the data lives.
+
+        Returns a dict of (S,) tensors for the S clients of ``split`` (empty by default).
+        The simulator computes them on all clients at once; on Flower each node computes
+        its own and sends them in the handshake.
+        """
+        return {}
+
+    def bind(self, problem: Problem, spec: DataSpec | FederatedDataset,
+             stats: dict[str, torch.Tensor] | None = None) -> Algorithm:
+        """A copy of this algorithm bound to ``problem`` and ``spec``.
+
+        Raises a clear error if the algorithm cannot run on them. ``stats`` are the
+        per-client statistics of :meth:`statistics` for all N clients (on the server);
+        clients bind without them. Given a whole :class:`FederatedDataset` instead of a
+        spec, the spec and the statistics are taken from it (what ``simulate`` does).
+        """
+        if isinstance(spec, FederatedDataset):
+            stats = self.statistics(problem, spec.train) if stats is None else stats
+            spec = DataSpec.of(spec)
         missing = set(self.requires) - set(problem.capabilities)
         if missing:
             raise ConfigError(f"{self.name} needs the problem capabilities {sorted(missing)}, "
                               f"which {problem.name} does not provide")
+        bound = copy.copy(self)
+        bound.spec = spec
+        bound._bind(problem, spec, stats or {})
+        return bound
 
-    def init(self, problem: Problem, data: FederatedDataset) -> ServerState:
-        """Initial server state: x_0 = 0 unless the algorithm says otherwise."""
-        P = problem.param_dim(data.dim)
-        return {"model": torch.zeros(P, dtype=data.dtype)}
+    def _bind(self, problem: Problem, spec: DataSpec, stats: dict) -> None:
+        """Derive what the algorithm needs from (problem, spec, stats); set it on ``self``
+        (a fresh copy made by :meth:`bind`)."""
 
-    def init_clients(self, problem: Problem, data: FederatedDataset) -> dict | None:
-        """Initial per-client state (dict of (N, ...) tensors), or None."""
+    def _require_bound(self) -> DataSpec:
+        if self.spec is None:
+            raise ConfigError(f"{self.name} is not bound: call algorithm.bind(problem, spec) "
+                              "first (fs.simulate does this for you)")
+        return self.spec
+
+    # -- server half ----------------------------------------------------------------------
+    def init(self, problem: Problem, seed: int = 0) -> ServerState:
+        """Initial server state: the problem's initial model (0 for linear models)."""
+        spec = self._require_bound()
+        model = problem.init_params(spec.dim, seed, spec.dtype)
+        return {"model": model.to(spec.device)}
+
+    def init_clients(self, problem: Problem, clients: torch.Tensor, seed: int = 0
+                     ) -> dict | None:
+        """Initial state of the clients ``clients`` (S,): a dict of (S, ...) tensors, or None."""
         return None
 
-    def broadcast(self, state: ServerState) -> torch.Tensor:
-        """The payload every sampled client receives."""
+    def broadcast(self, state: ServerState, clients: torch.Tensor) -> torch.Tensor:
+        """What the sampled clients ``clients`` (S,) receive: one (P,) payload for all of
+        them, or (S, P), one row per client."""
         return state["model"]
 
     def client_config(self, state: ServerState) -> dict[str, Any]:
@@ -156,6 +257,11 @@ class Algorithm:
     def client_update(self, payload: torch.Tensor, ctx: ClientContext):
         """Run the local work of all sampled clients at once.
 
+        Parameters
+        ----------
+        payload : (P,) shared or (S, P) per-client broadcast.
+        ctx : the sampled clients' data, state and random streams.
+
         Returns
         -------
         uploads : (S, P) tensor.
@@ -164,36 +270,57 @@ class Algorithm:
         """
         raise NotImplementedError
 
-    def aggregate(self, state: ServerState, uploads: torch.Tensor, weights: torch.Tensor,
-                  delivered: torch.Tensor) -> ServerState:
-        """New server state from the uploads that arrived (``delivered`` is (S,) bool)."""
+    def aggregate(self, state: ServerState, uploads: torch.Tensor, cohort: Cohort
+                  ) -> ServerState:
+        """New server state from the uploads (S, P) of ``cohort``; rows that were not
+        delivered are zero and carry no information."""
         raise NotImplementedError
 
     def model(self, state: ServerState) -> torch.Tensor:
         """The (P,) global model to evaluate."""
         return state["model"]
 
+    def round_metrics(self, state: ServerState) -> dict[str, float]:
+        """Scalars the server records about the round it just aggregated (e.g. how many lost
+        uploads a compensation replaced); empty by default."""
+        return {}
+
+    def personalized(self, state: ServerState, client_state: dict | None
+                     ) -> torch.Tensor | None:
+        """(N, P) personalised models of all clients, or None (no personalisation)."""
+        return None
+
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={v!r}" for k, v in self.hyperparameters().items())
         return f"{self.name}({args})"
 
 
-def weighted_mean(uploads: torch.Tensor, weights: torch.Tensor,
-                  delivered: torch.Tensor) -> torch.Tensor:
-    """``sum_i p_i x_i / sum_i p_i`` over delivered uploads (weights renormalised).
+def payload_rows(payload: torch.Tensor, size: int) -> torch.Tensor:
+    """A broadcast as (S, P) local iterates: a shared (P,) payload is copied S times."""
+    if payload.ndim == 1:
+        return payload.expand(size, -1).clone()
+    return payload.clone()
+
+
+def weighted_mean(uploads: torch.Tensor, cohort: Cohort) -> torch.Tensor:
+    """``sum_i p_i x_i / sum_i p_i`` over the delivered uploads (weights renormalised).
+
+    Rows that were not delivered are left out of the product, so nothing in them (not
+    even a NaN) reaches the result.
 
     Parameters
     ----------
-    uploads : (S, P); weights : (S,) float64; delivered : (S,) bool with at least one True.
+    uploads : (S, P); cohort : its weights (S,) and delivered mask (S,), at least one True.
     """
-    w = torch.where(delivered, weights, torch.zeros_like(weights))
-    w = (w / w.sum()).to(uploads.dtype)
-    return w @ uploads
+    rows = cohort.delivered
+    w = cohort.weights[rows]
+    w = (w / w.sum()).to(uploads.dtype).to(uploads.device)
+    return w @ uploads[rows.to(uploads.device)]
 
 
-def check_sparsity(sparsity: int, problem: Problem, data: FederatedDataset) -> None:
+def check_sparsity(sparsity: int, problem: Problem, spec: DataSpec) -> None:
     """sparsity must fit in one block of the model (a class row for softmax)."""
-    block = problem.param_dim(data.dim) // problem.blocks
+    block = problem.param_dim(spec.dim) // problem.blocks
     what = "the model dimension" if problem.blocks == 1 else "the class-row length"
     check_int("sparsity", sparsity, minimum=1)
     if sparsity > block:
@@ -210,9 +337,26 @@ def check_step_size(name: str, value):
     return value
 
 
-def resolve_step_size(step_size, problem: Problem, data: FederatedDataset) -> float:
-    """A number, or "auto" = 1 / max_i L_i from the problem's Lipschitz estimate."""
+def lipschitz_statistics(step_size, problem: Problem, split: ClientSplit
+                         ) -> dict[str, torch.Tensor]:
+    """``{"lipschitz": (S,) L_i}`` when ``step_size`` is "auto" (else nothing needed)."""
+    if step_size != "auto":
+        return {}
+    if "lipschitz" not in problem.capabilities:
+        raise fail("step_size", "auto", f"needs a Lipschitz estimate, which {problem.name} "
+                   "does not provide; give a number")
+    if not isinstance(split.X, (torch.Tensor, SparseRows)):  # pooled rows: pad them
+        split = split.padded(flatten=True)
+    return {"lipschitz": problem.lipschitz(split.X, split.mean_weights())}
+
+
+def resolve_step_size(step_size, stats: dict[str, torch.Tensor]) -> float:
+    """A number, or "auto" = 1 / max_i L_i from the clients' ``stats["lipschitz"]``."""
     if step_size != "auto":
         return float(step_size)
-    X, w = data.train.X, data.train.mean_weights()
-    return float(1.0 / problem.lipschitz(X, w).max())
+    if "lipschitz" not in stats:
+        raise ConfigError('step_size="auto" needs the clients\' Lipschitz statistics; bind '
+                          "the algorithm with the stats of algorithm.statistics()")
+    L = stats["lipschitz"]
+    L = L[torch.isfinite(L)]  # clients that reported nothing (no node) carry NaN
+    return float(1.0 / L.max())

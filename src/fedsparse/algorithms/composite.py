@@ -9,7 +9,7 @@ import torch
 
 from .._validation import check_choice, check_float, check_int, fail
 from ..sparsity import hard_threshold_blocks
-from .base import Algorithm, ClientContext, check_sparsity, weighted_mean
+from .base import Algorithm, ClientContext, check_sparsity, payload_rows, weighted_mean
 
 REGULARIZERS = ("l0_constraint", "l0", "l1")
 
@@ -62,7 +62,7 @@ class FederatedComposite(Algorithm):
         self.dual = name == "fed_dual_avg"
         self.upload_encoding = "dense" if self.dual or regularizer != "l0_constraint" else "sparse"
         self.broadcast_encoding = "dense" if self.dual else "sparse"
-        self._blocks = 1
+        self.blocks = 1  # set by bind: class rows thresholded separately (softmax)
 
     def hyperparameters(self):
         return {"sparsity": self.sparsity, "client_lr": self.client_lr,
@@ -70,31 +70,29 @@ class FederatedComposite(Algorithm):
                 "batch_size": self.batch_size, "regularizer": self.regularizer,
                 "penalty": self.penalty}
 
-    def check(self, problem, data):
-        super().check(problem, data)
+    def _bind(self, problem, spec, stats):
+        self.blocks = problem.blocks
         if self.sparsity is not None:
-            check_sparsity(self.sparsity, problem, data)
+            check_sparsity(self.sparsity, problem, spec)
 
     def prox(self, v: torch.Tensor, step: float) -> torch.Tensor:
         """prox_{step psi}(v), batched over leading axes."""
         if self.regularizer == "l0_constraint":
-            return hard_threshold_blocks(v, self.sparsity, self._blocks)
+            return hard_threshold_blocks(v, self.sparsity, self.blocks)
         if self.regularizer == "l0":
             # argmin_x (1/2)(x - v)^2 + step*lambda*[x != 0]: keep v where v^2/2 > step*lambda.
             return torch.where(v.abs() > math.sqrt(2 * self.penalty * step), v,
                                torch.zeros_like(v))
         return torch.sign(v) * torch.clamp(v.abs() - self.penalty * step, min=0.0)
 
-    def init(self, problem, data):
-        self.check(problem, data)
-        self._blocks = problem.blocks
-        state = super().init(problem, data)
+    def init(self, problem, seed=0):
+        state = super().init(problem, seed)
         state["round"] = 0
         if self.dual:
             state["dual"] = state["model"].clone()
         return state
 
-    def broadcast(self, state):
+    def broadcast(self, state, clients):
         return state["dual"] if self.dual else state["model"]
 
     def client_config(self, state):
@@ -102,7 +100,7 @@ class FederatedComposite(Algorithm):
 
     def client_update(self, payload: torch.Tensor, ctx: ClientContext):
         eta = self.client_lr
-        v = payload.expand(ctx.size, -1).clone()
+        v = payload_rows(payload, ctx.size)
         base = self.server_lr * eta * self.local_steps * ctx.config["round"]
         for k in range(self.local_steps):
             X, y, w = ctx.batch(k, self.batch_size)
@@ -113,14 +111,14 @@ class FederatedComposite(Algorithm):
                 v = self.prox(v - eta * ctx.problem.grad(v, X, y, w), eta)
         return v, None, {}
 
-    def aggregate(self, state, uploads, weights, delivered):
+    def aggregate(self, state, uploads, cohort):
         t = state["round"] + 1
         if self.dual:
-            z = state["dual"] + self.server_lr * (weighted_mean(uploads, weights, delivered)
+            z = state["dual"] + self.server_lr * (weighted_mean(uploads, cohort)
                                                   - state["dual"])
             step = self.server_lr * self.client_lr * self.local_steps * t
             return {**state, "dual": z, "model": self.prox(z, step), "round": t}
-        mean = weighted_mean(uploads, weights, delivered)
+        mean = weighted_mean(uploads, cohort)
         # eta_s = 1 is plain averaging; skip x_t + (mean - x_t), which can round differently.
         x = mean if self.server_lr == 1.0 else \
             state["model"] + self.server_lr * (mean - state["model"])

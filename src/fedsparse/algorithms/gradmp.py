@@ -7,7 +7,7 @@ import torch
 
 from .._validation import check_choice, check_float, check_int
 from ..problems.restricted import mask_to_index, restricted_lipschitz, restricted_loss_grad
-from .base import Algorithm, ClientContext, check_step_size, weighted_mean
+from .base import Algorithm, ClientContext, check_step_size, payload_rows, weighted_mean
 from .sparse_models import SparseModel, check_dictionary_arg, dictionary_spec
 
 INNER_SOLVERS = ("exact", "newton", "gd", "sgd")
@@ -75,7 +75,7 @@ class FedGradMP(Algorithm):
         self.inner_lr = check_step_size("inner_lr", inner_lr)
         self.inner_batch_size = check_int("inner_batch_size", inner_batch_size, minimum=1,
                                           allow_none=True)
-        self._geometry: dict = {}
+        self.geometry: SparseModel | None = None  # set by bind
 
     def hyperparameters(self):
         return {"sparsity": self.sparsity, "local_steps": self.local_steps,
@@ -85,31 +85,20 @@ class FedGradMP(Algorithm):
                 "inner_max_iter": self.inner_max_iter, "inner_steps": self.inner_steps,
                 "inner_lr": self.inner_lr, "inner_batch_size": self.inner_batch_size}
 
-    # -- geometry (dictionary, blocks) is a pure function of (problem, d, dtype) -----------
-    def _model(self, problem, dim: int, dtype: torch.dtype) -> SparseModel:
-        key = (id(problem), dim, dtype)
-        if key not in self._geometry:
-            self._geometry = {key: SparseModel.build(self.sparsity, self.dictionary, problem,
-                                                     dim, dtype, self.name)}
-        return self._geometry[key]
+    def _bind(self, problem, spec, stats):
+        # The geometry (dictionary, blocks) is a pure function of (problem, d, dtype).
+        self.geometry = SparseModel.build(self.sparsity, self.dictionary, problem, spec.dim,
+                                          spec.dtype, self.name)
 
-    def check(self, problem, data):
-        super().check(problem, data)
-        self._model(problem, data.dim, data.dtype)
-
-    def init(self, problem, data):
-        self.check(problem, data)
-        model = self._model(problem, data.dim, data.dtype)
-        P = model.wrap(problem).param_dim(data.dim)
-        return {"model": torch.zeros(P, dtype=data.dtype)}
+    def init(self, problem, seed=0):
+        spec = self._require_bound()
+        P = self.geometry.wrap(problem).param_dim(self.spec.dim)
+        return {"model": torch.zeros(P, dtype=spec.dtype, device=spec.device)}
 
     def model(self, state):
         # With dictionary=, the record evaluates the feature-space model x = A a (so the
         # objective, accuracy and the data set's ground truth all live in R^d).
-        geo = next(iter(self._geometry.values()), None)
-        if geo is None or geo.dictionary is None:
-            return state["model"]
-        return geo.signal(state["model"])
+        return self.geometry.signal(state["model"])
 
     def _inner_sgd(self, prob, ctx, k, index, valid, c, full):
         Z_full, _ = prob.restricted_features(index, full[0])
@@ -133,10 +122,10 @@ class FedGradMP(Algorithm):
 
     def client_update(self, payload: torch.Tensor, ctx: ClientContext):
         X_full, y_full, w_full = ctx.full()
-        geo = self._model(ctx.problem, X_full.shape[-1], X_full.dtype)
+        geo = self.geometry
         prob = geo.wrap(ctx.problem)
         S, P = ctx.size, payload.shape[-1]
-        a = payload.expand(S, -1).clone()
+        a = payload_rows(payload, S)
         lam = a != 0                        # Lambda = supp(x_t) at k = 1
         width = min(P, geo.blocks * 3 * self.sparsity)
         iters = []
@@ -161,11 +150,9 @@ class FedGradMP(Algorithm):
             a = geo.project_ball(a, self.radius)
         return a, None, {"inner_iterations": sum(iters) / len(iters)}
 
-    def aggregate(self, state, uploads, weights, delivered):
-        geo = next(iter(self._geometry.values()))
-        mean = weighted_mean(uploads, weights, delivered)
-        model, _ = geo.approx(mean)
-        return {**state, "model": geo.project_ball(model, self.radius)}
+    def aggregate(self, state, uploads, cohort):
+        model, _ = self.geometry.approx(weighted_mean(uploads, cohort))
+        return {**state, "model": self.geometry.project_ball(model, self.radius)}
 
 
 def fed_grad_mp(*, sparsity: int, local_steps: int = 3, batch_size: int | None = None,

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import torch
 
-from .._validation import check_int, fail
+from .._validation import ConfigError, check_int, fail
 from ..sparsity import hard_threshold_blocks
 from .base import (
     Algorithm,
     ClientContext,
     check_sparsity,
     check_step_size,
+    lipschitz_statistics,
+    payload_rows,
     resolve_step_size,
     weighted_mean,
 )
@@ -44,7 +46,7 @@ class FederatedHardThresholding(Algorithm):
             raise fail("dictionary", dictionary_spec(dictionary),
                        f"{name} does not take a dictionary (FedIter-HT and FedGradMP do)")
         self.dictionary = dictionary
-        self._geo = None
+        self.geometry: SparseModel | None = None  # set by bind when there is a dictionary
         self.sparsity = check_int("sparsity", sparsity, minimum=1)
         self.step_size = check_step_size("step_size", step_size)
         self.local_steps = check_int("local_steps", local_steps, minimum=1)
@@ -52,7 +54,7 @@ class FederatedHardThresholding(Algorithm):
         self.local_threshold = local_threshold
         # Thresholded local iterates are tau-sparse, so they travel as (index, value).
         self.upload_encoding = "sparse" if local_threshold else "dense"
-        self._blocks = 1
+        self.blocks = 1  # set by bind: class rows thresholded separately (softmax)
 
     def hyperparameters(self):
         out = {"sparsity": self.sparsity, "step_size": self.step_size,
@@ -63,25 +65,36 @@ class FederatedHardThresholding(Algorithm):
             out["dictionary"] = dictionary_spec(self.dictionary)
         return out
 
-    def check(self, problem, data):
-        super().check(problem, data)
-        if self.dictionary is None:
-            check_sparsity(self.sparsity, problem, data)
-        else:  # tau counts atoms, which SparseModel.build checks
-            self._geo = SparseModel.build(self.sparsity, self.dictionary, problem, data.dim,
-                                          data.dtype, self.name)
+    def _step_problem(self, problem):
+        """The problem the local step differentiates: with a dictionary, ``a -> f(A a)``."""
+        return problem if self.geometry is None else self.geometry.wrap(problem)
 
-    def init(self, problem, data):
-        self.check(problem, data)
-        self._blocks = problem.blocks
-        state = super().init(problem, data)
-        if self._geo is not None:  # the model is held as its dictionary coefficients
-            state["model"] = torch.zeros(self._geo.blocks * self._geo.dictionary.atoms,
-                                         dtype=data.dtype)
-        # "auto" is resolved once, on the server, and sent to the clients with the model;
-        # with a dictionary the step is taken on the coefficients, so L is f(A .)'s.
-        state["step_size"] = resolve_step_size(
-            self.step_size, problem if self._geo is None else self._geo.wrap(problem), data)
+    def statistics(self, problem, split):
+        if self.dictionary is not None:  # "auto" needs the smoothness of a -> f(A a)
+            problem = SparseModel.build(self.sparsity, self.dictionary, problem,
+                                        split.X.shape[-1], split.X.dtype, self.name).wrap(problem)
+        return lipschitz_statistics(self.step_size, problem, split)
+
+    def _bind(self, problem, spec, stats):
+        self.blocks = problem.blocks
+        if self.dictionary is None:
+            check_sparsity(self.sparsity, problem, spec)
+        else:  # tau counts atoms, which SparseModel.build checks
+            self.geometry = SparseModel.build(self.sparsity, self.dictionary, problem,
+                                              spec.dim, spec.dtype, self.name)
+        # "auto" is resolved once, on the server, and sent to the clients with the model.
+        self.resolved_step = resolve_step_size(self.step_size, stats) \
+            if stats or self.step_size != "auto" else None
+
+    def init(self, problem, seed=0):
+        state = super().init(problem, seed)
+        if self.geometry is not None:  # the model is held as its dictionary coefficients
+            state["model"] = torch.zeros(self.geometry.blocks * self.geometry.dictionary.atoms,
+                                         dtype=self.spec.dtype, device=self.spec.device)
+        if self.resolved_step is None:
+            raise ConfigError('step_size="auto" is resolved from the clients\' statistics: '
+                              "bind the algorithm with stats=algorithm.statistics(...)")
+        state["step_size"] = self.resolved_step
         return state
 
     def client_config(self, state):
@@ -89,20 +102,20 @@ class FederatedHardThresholding(Algorithm):
 
     def _threshold(self, x: torch.Tensor) -> torch.Tensor:
         """H_tau per block, or approx_tau on the coefficients with a dictionary."""
-        if self._geo is None:
-            return hard_threshold_blocks(x, self.sparsity, self._blocks)
-        return self._geo.approx(x)[0]
+        if self.geometry is None:
+            return hard_threshold_blocks(x, self.sparsity, self.blocks)
+        return self.geometry.approx(x)[0]
 
     def model(self, state):
-        if self._geo is None:
+        if self.geometry is None:
             return state["model"]
-        return self._geo.signal(state["model"])  # records evaluate x = A a
+        return self.geometry.signal(state["model"])  # records evaluate x = A a
 
     def client_update(self, payload: torch.Tensor, ctx: ClientContext):
         gamma = ctx.config["step_size"]
         # With a dictionary, x holds the coefficients a and the step is on a -> f(A a).
-        prob = ctx.problem if self._geo is None else self._geo.wrap(ctx.problem)
-        x = payload.expand(ctx.size, -1).clone()
+        prob = self._step_problem(ctx.problem)
+        x = payload_rows(payload, ctx.size)
         for k in range(self.local_steps):
             X, y, w = ctx.batch(k, self.batch_size)
             x = x - gamma * prob.grad(x, X, y, w)
@@ -110,8 +123,8 @@ class FederatedHardThresholding(Algorithm):
                 x = self._threshold(x)
         return x, None, {}
 
-    def aggregate(self, state, uploads, weights, delivered):
-        return {**state, "model": self._threshold(weighted_mean(uploads, weights, delivered))}
+    def aggregate(self, state, uploads, cohort):
+        return {**state, "model": self._threshold(weighted_mean(uploads, cohort))}
 
 
 def _build(name, sparsity, step_size, local_steps, batch_size, local_threshold,

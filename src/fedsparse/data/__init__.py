@@ -24,6 +24,7 @@ from .partition import (
     partition_label_skew,
     plot_partition,
 )
+from .pooled import PooledRows
 from .real import federated_real, libsvm_file
 from .sparse_rows import SparseRows
 from .synthetic import fedht_simulation, fedprox_synthetic, shifted_gaussian
@@ -71,5 +72,6 @@ __all__ = [
     "shifted_gaussian",
     "federated_real",
     "libsvm_file",
+    "PooledRows",
     "SparseRows",
 ]

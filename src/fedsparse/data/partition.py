@@ -16,6 +16,9 @@ Splits
 * :func:`partition_dirichlet` - per-label Dirichlet(alpha) client shares.
 * :func:`partition_clusters` - the split of paper 000: K-means clusters (or the
   labels) cut into equal parts, each client taking parts of distinct clusters.
+
+A bad argument, or a split that cannot be made, raises
+:class:`~fedsparse._validation.ConfigError` (a :class:`ValueError`) saying why.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from numbers import Real
 
 import numpy as np
 
-from .._validation import check_int
+from .._validation import ConfigError, check_int
 
 __all__ = [
     "describe_partition",
@@ -45,7 +48,7 @@ __all__ = [
 def _positive(name: str, value) -> float:
     if isinstance(value, bool) or not isinstance(value, Real) or not np.isfinite(value) \
             or value <= 0:
-        raise ValueError(f"{name}={value!r} is invalid: must be a positive finite number")
+        raise ConfigError(f"{name}={value!r} is invalid: must be a positive finite number")
     return float(value)
 
 
@@ -55,9 +58,9 @@ def _labels(y) -> tuple[np.ndarray, np.ndarray]:
         y = y.detach().cpu().numpy()
     y = np.asarray(y)
     if y.ndim != 1:
-        raise ValueError(f"y has shape {y.shape}; expected a 1-D array of labels")
+        raise ConfigError(f"y has shape {y.shape}; expected a 1-D array of labels")
     if y.shape[0] == 0:
-        raise ValueError("y is empty; expected at least one label")
+        raise ConfigError("y is empty; expected at least one label")
     classes, codes = np.unique(y, return_inverse=True)
     return classes, codes.reshape(-1).astype(np.int64)
 
@@ -88,7 +91,7 @@ def _allocate(codes: np.ndarray, holders: list[np.ndarray], client_weight: np.nd
         if who.size == 0:
             continue
         if idx.size < who.size:
-            raise ValueError(f"{what}: label index {c} has {idx.size} examples but "
+            raise ConfigError(f"{what}: label index {c} has {idx.size} examples but "
                              f"{who.size} clients hold it; every holder needs at least one "
                              "example (use fewer clients or fewer labels per client)")
         idx = rng.permutation(idx)
@@ -119,7 +122,7 @@ def partition_iid(n, num_clients, seed=0) -> list[np.ndarray]:
     n = check_int("n", n, minimum=1)
     num_clients = check_int("num_clients", num_clients, minimum=1)
     if num_clients > n:
-        raise ValueError(f"num_clients={num_clients} is invalid: must be at most the number "
+        raise ConfigError(f"num_clients={num_clients} is invalid: must be at most the number "
                          f"of examples n={n} (no client may be empty)")
     perm = np.random.default_rng(seed).permutation(n)
     return _finish(np.array_split(perm, num_clients))
@@ -142,7 +145,7 @@ def _client_sizes(num_clients: int, sizes: str, power: float,
     if sizes == "power_law":
         power = _positive("power", power)
         return rng.permutation(np.arange(1, num_clients + 1, dtype=np.float64) ** -power)
-    raise ValueError(f"sizes={sizes!r} is invalid: must be 'balanced' or 'power_law'")
+    raise ConfigError(f"sizes={sizes!r} is invalid: must be 'balanced' or 'power_law'")
 
 
 def partition_label_skew(y, num_clients=20, labels_per_client=2, *, sizes="balanced",
@@ -182,7 +185,7 @@ def partition_label_skew(y, num_clients=20, labels_per_client=2, *, sizes="balan
     num_clients = check_int("num_clients", num_clients, minimum=1)
     k = check_int("labels_per_client", labels_per_client, minimum=1)
     if k > classes.size:
-        raise ValueError(f"labels_per_client={k} is invalid: y has only {classes.size} distinct "
+        raise ConfigError(f"labels_per_client={k} is invalid: y has only {classes.size} distinct "
                          f"labels")
     rng = np.random.default_rng(seed)
     weight = _client_sizes(num_clients, sizes, power, rng)
@@ -223,11 +226,11 @@ def partition_groups(y, num_clients, num_groups, labels_per_group, seed=0, *,
     num_clients = check_int("num_clients", num_clients, minimum=1)
     num_groups = check_int("num_groups", num_groups, minimum=1)
     if num_groups > num_clients:
-        raise ValueError(f"num_groups={num_groups} is invalid: must be at most "
+        raise ConfigError(f"num_groups={num_groups} is invalid: must be at most "
                          f"num_clients={num_clients} (no group may be empty)")
     k = check_int("labels_per_group", labels_per_group, minimum=1)
     if k > classes.size:
-        raise ValueError(f"labels_per_group={k} is invalid: y has only {classes.size} distinct "
+        raise ConfigError(f"labels_per_group={k} is invalid: y has only {classes.size} distinct "
                          "labels")
     rng = np.random.default_rng(seed)
     groups = np.empty(num_clients, dtype=np.int64)
@@ -271,7 +274,7 @@ def partition_dirichlet(y, num_clients=20, alpha=0.5, seed=0, min_size=1,
     min_size = check_int("min_size", min_size, minimum=0)
     max_tries = check_int("max_tries", max_tries, minimum=1)
     if num_clients * min_size > n:
-        raise ValueError(f"min_size={min_size} is invalid: {num_clients} clients x {min_size} "
+        raise ConfigError(f"min_size={min_size} is invalid: {num_clients} clients x {min_size} "
                          f"exceeds the {n} examples")
     rng = np.random.default_rng(seed)
     by_class = [np.flatnonzero(codes == c) for c in range(classes.size)]
@@ -286,7 +289,7 @@ def partition_dirichlet(y, num_clients=20, alpha=0.5, seed=0, min_size=1,
         out = [np.concatenate(p) for p in parts]
         if min(p.size for p in out) >= min_size:
             return _finish(out)
-    raise ValueError(f"partition_dirichlet: no draw in {max_tries} tries gave every one of "
+    raise ConfigError(f"partition_dirichlet: no draw in {max_tries} tries gave every one of "
                      f"{num_clients} clients at least min_size={min_size} examples with "
                      f"alpha={alpha}; lower min_size, raise alpha or use fewer clients")
 
@@ -314,8 +317,9 @@ def partition_clusters(X, num_clients=100, num_clusters=10, parts_per_cluster=20
 
     Parameters
     ----------
-    X : array-like or scipy.sparse matrix, (n, d)
-        Features (only used for K-means; ignored when ``labels`` is given, may be None).
+    X : array-like or scipy.sparse matrix, (n, d) or (n, *feature_shape)
+        Features (only used for K-means, on the flattened examples; ignored when
+        ``labels`` is given, may be None).
     num_clients : int, default 100
     num_clusters : int, default 10
         With ``labels``, must equal the number of distinct labels.
@@ -334,7 +338,7 @@ def partition_clusters(X, num_clients=100, num_clusters=10, parts_per_cluster=20
 
     Raises
     ------
-    ValueError
+    ConfigError
         The parts cannot be assigned (too few parts, too few clusters, a cluster smaller
         than ``parts_per_cluster``).
     ImportError
@@ -345,11 +349,11 @@ def partition_clusters(X, num_clients=100, num_clusters=10, parts_per_cluster=20
     ppc = check_int("parts_per_cluster", parts_per_cluster, minimum=1)
     cpc = check_int("clusters_per_client", clusters_per_client, minimum=1)
     if cpc > num_clusters:
-        raise ValueError(f"clusters_per_client={cpc} is invalid: must be at most "
+        raise ConfigError(f"clusters_per_client={cpc} is invalid: must be at most "
                          f"num_clusters={num_clusters}")
     if num_clients * cpc > num_clusters * ppc or not _feasible(
             np.full(num_clusters, ppc), num_clients, cpc):
-        raise ValueError(f"cannot assign parts: {num_clients} clients x {cpc} clusters each "
+        raise ConfigError(f"cannot assign parts: {num_clients} clients x {cpc} clusters each "
                          f"need {num_clients * cpc} parts from distinct clusters, but "
                          f"{num_clusters} clusters x {ppc} parts_per_cluster give "
                          f"{num_clusters * ppc} (at most min(parts_per_cluster, num_clients) "
@@ -358,14 +362,14 @@ def partition_clusters(X, num_clients=100, num_clusters=10, parts_per_cluster=20
     if labels is not None:
         classes, codes = _labels(labels)
         if classes.size != num_clusters:
-            raise ValueError(f"num_clusters={num_clusters} is invalid: labels has "
+            raise ConfigError(f"num_clusters={num_clusters} is invalid: labels has "
                              f"{classes.size} distinct values; pass num_clusters={classes.size}")
         n = codes.size
         if X is not None and X.shape[0] != n:
-            raise ValueError(f"X has {X.shape[0]} rows but labels has {n} entries")
+            raise ConfigError(f"X has {X.shape[0]} rows but labels has {n} entries")
     else:
         if X is None:
-            raise ValueError("X=None is invalid without labels: K-means needs the features")
+            raise ConfigError("X=None is invalid without labels: K-means needs the features")
         try:
             from sklearn.cluster import KMeans
         except ImportError:
@@ -374,8 +378,12 @@ def partition_clusters(X, num_clients=100, num_clusters=10, parts_per_cluster=20
         if hasattr(X, "detach"):
             X = X.detach().cpu().numpy()
         n = X.shape[0]
+        if not hasattr(X, "tocsr"):
+            # K-means clusters feature vectors: images (n, C, H, W) become (n, C*H*W) rows
+            # for the clustering only; the parts index the original examples.
+            X = np.asarray(X).reshape(n, -1)
         if n < num_clusters:
-            raise ValueError(f"X has {n} rows; K-means needs at least num_clusters="
+            raise ConfigError(f"X has {n} rows; K-means needs at least num_clusters="
                              f"{num_clusters}")
         km = KMeans(n_clusters=num_clusters, random_state=seed, n_init=n_init)
         codes = km.fit_predict(X).astype(np.int64)
@@ -383,7 +391,7 @@ def partition_clusters(X, num_clients=100, num_clusters=10, parts_per_cluster=20
     for c in range(num_clusters):
         idx = rng.permutation(np.flatnonzero(codes == c))
         if idx.size < ppc:
-            raise ValueError(f"cluster {c} has {idx.size} examples, fewer than "
+            raise ConfigError(f"cluster {c} has {idx.size} examples, fewer than "
                              f"parts_per_cluster={ppc}; lower parts_per_cluster or "
                              "num_clusters")
         parts_of.append(np.array_split(idx, ppc))
@@ -440,7 +448,7 @@ def describe_partition(parts, y=None) -> dict:
         return out
     classes, codes = _labels(y)
     if allidx.size and (allidx.min() < 0 or allidx.max() >= codes.size):
-        raise ValueError(f"parts hold indices outside 0..{codes.size - 1} (len(y)={codes.size})")
+        raise ConfigError(f"parts hold indices outside 0..{codes.size - 1} (len(y)={codes.size})")
     hist = np.zeros((len(parts), classes.size), dtype=np.int64)
     for i, p in enumerate(parts):
         hist[i] = np.bincount(codes[p], minlength=classes.size)
@@ -510,7 +518,9 @@ def from_partitions(X, y, parts, *, test_fraction=0.2, seed=0, dtype=None, name=
 
     Parameters
     ----------
-    X : ndarray, torch.Tensor or scipy.sparse matrix, (n, d)
+    X : ndarray, torch.Tensor or scipy.sparse matrix, (n, d) or (n, *feature_shape)
+        Dense examples keep their shape: images (n, C, H, W) reach ``from_arrays`` as
+        per-client (n_i, C, H, W) arrays.
     y : array-like, (n,)
     parts : list of 1-D int arrays (e.g. from a partitioner)
     test_fraction : float in [0, 1), default 0.2
@@ -529,9 +539,9 @@ def from_partitions(X, y, parts, *, test_fraction=0.2, seed=0, dtype=None, name=
 
     if isinstance(test_fraction, bool) or not isinstance(test_fraction, Real) \
             or not 0 <= test_fraction < 1:
-        raise ValueError(f"test_fraction={test_fraction!r} is invalid: must be in [0, 1)")
+        raise ConfigError(f"test_fraction={test_fraction!r} is invalid: must be in [0, 1)")
     if len(parts) == 0:
-        raise ValueError("parts=[] is invalid: need at least one client")
+        raise ConfigError("parts=[] is invalid: need at least one client")
     sparse = is_sparse_matrix(X)
     if sparse:
         X = X.tocsr()
@@ -542,7 +552,7 @@ def from_partitions(X, y, parts, *, test_fraction=0.2, seed=0, dtype=None, name=
     y = np.asarray(y)
     n = X.shape[0]
     if y.shape != (n,):
-        raise ValueError(f"y has shape {y.shape}; expected ({n},), one target per row of X")
+        raise ConfigError(f"y has shape {y.shape}; expected ({n},), one target per row of X")
     rng = np.random.default_rng(seed)
 
     def rows(idx):
@@ -558,10 +568,10 @@ def from_partitions(X, y, parts, *, test_fraction=0.2, seed=0, dtype=None, name=
     for i, p in enumerate(parts):
         p = np.asarray(p, dtype=np.int64).reshape(-1)
         if p.size and (p.min() < 0 or p.max() >= n):
-            raise ValueError(f"parts[{i}] holds indices outside 0..{n - 1}")
+            raise ConfigError(f"parts[{i}] holds indices outside 0..{n - 1}")
         need = 2 if test_fraction > 0 else 1
         if p.size < need:
-            raise ValueError(f"parts[{i}] has {p.size} examples; each client needs at least "
+            raise ConfigError(f"parts[{i}] has {p.size} examples; each client needs at least "
                              f"{need} ({'one train and one test' if need == 2 else 'one'})")
         p = rng.permutation(p)
         n_test = 0

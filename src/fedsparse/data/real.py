@@ -22,7 +22,7 @@ from .federated import FederatedDataset
 from .loaders import load_libsvm
 from .sparse_rows import is_sparse_matrix
 
-__all__ = ["DATASETS", "PARTITIONS", "federated_real", "libsvm_file", "load_named",
+__all__ = ["DATASETS", "IMAGE_SHAPES", "PARTITIONS", "federated_real", "libsvm_file", "load_named",
            "make_partition"]
 
 #: Named data sets: name -> (needs a path?, one-line description).
@@ -40,12 +40,20 @@ DATASETS = {
     "libsvm": (True, "any LibSVM / svmlight file (path)"),
 }
 
+#: Image data sets and the shape of one example when loaded with ``flatten=False``.
+IMAGE_SHAPES = {
+    "digits": (1, 8, 8),
+    "mnist_5k": (1, 28, 28),
+    "fashion_mnist": (1, 28, 28),
+    "mnist": (1, 28, 28),
+}
+
 #: Partitioners by name (see :mod:`fedsparse.data.partition`).
 PARTITIONS = ("iid", "label_skew", "groups", "dirichlet", "clusters")
 
 
 def load_named(dataset: str, *, path=None, seed: int = 0, max_examples: int | None = None,
-               n_features: int | None = None):
+               n_features: int | None = None, flatten: bool = True):
     """Load a named data set as ``(X, y)``: X dense (n, d) or SciPy CSR, y (n,).
 
     Raises ConfigError (naming the path and what was expected) for a missing or
@@ -59,19 +67,29 @@ def load_named(dataset: str, *, path=None, seed: int = 0, max_examples: int | No
     seed : shuffles ``mnist_5k`` (stored sorted by label) and draws ``max_examples``.
     max_examples : keep this many examples, drawn without replacement (quick runs).
     n_features : for ``libsvm``: the feature count (default: the largest index seen).
+    flatten : ``False`` keeps the images of the data sets in :data:`IMAGE_SHAPES`:
+        X (n, 1, 28, 28) for the MNIST family, (n, 1, 8, 8) for ``digits`` (the input
+        of a CNN).
     """
     check_choice("dataset", dataset, DATASETS)
     max_examples = check_int("max_examples", max_examples, minimum=1, allow_none=True)
+    if not isinstance(flatten, bool):
+        raise fail("flatten", flatten, "must be True or False")
+    if not flatten and dataset not in IMAGE_SHAPES:
+        raise fail("flatten", flatten, f"data set {dataset!r} has no image shape to keep; "
+                   f"flatten=False applies to {', '.join(IMAGE_SHAPES)}")
     needs_path = DATASETS[dataset][0]
     if needs_path and path is None:
         raise fail("path", None, f"data set {dataset!r} is read from a file: give its path")
     try:
-        if dataset in ("digits", "breast_cancer", "diabetes"):
+        if dataset == "digits":
+            X, y = named.digits(flatten=flatten)
+        elif dataset in ("breast_cancer", "diabetes"):
             X, y = getattr(named, dataset)()
         elif dataset == "mnist_5k":
-            X, y = named.mnist_5k(seed)
+            X, y = named.mnist_5k(seed, flatten=flatten)
         elif dataset in ("fashion_mnist", "mnist"):
-            (X, y), _ = getattr(named, dataset)(path)
+            (X, y), _ = getattr(named, dataset)(path, flatten=flatten)
         elif dataset == "libsvm":
             X, y = load_libsvm(path, n_features=n_features)
         else:
@@ -117,7 +135,8 @@ def make_partition(kind: str, X, y, *, num_clients: int, seed: int = 0, **kwargs
     Parameters
     ----------
     kind : one of :data:`PARTITIONS`.
-    X : (n, d) features (used by ``clusters`` for K-means), y : (n,) labels.
+    X : (n, d) or (n, *feature_shape) features (used by ``clusters`` for K-means),
+    y : (n,) labels.
     num_clients : number of clients.
     seed : partition seed.
     **kwargs : the partitioner's own options (``labels_per_client``, ``alpha``,
@@ -153,7 +172,8 @@ def federated_real(dataset: str, *, partition: str = "clusters", num_clients: in
                    path=None, test_fraction: float = 0.2, seed: int = 0,
                    max_examples: int | None = None, scale: str | None = None,
                    n_features: int | None = None, standardize_target: bool = False,
-                   dtype: torch.dtype = torch.float32, **partition_kwargs) -> FederatedDataset:
+                   flatten: bool = True, dtype: torch.dtype = torch.float32,
+                   **partition_kwargs) -> FederatedDataset:
     """A named real data set, split among clients: the ``federated_real`` data kind.
 
     Parameters
@@ -169,6 +189,9 @@ def federated_real(dataset: str, *, partition: str = "clusters", num_clients: in
     n_features : feature count for ``libsvm`` files.
     standardize_target : regression: shift and scale the targets to mean 0, variance 1
         (the linear models here have no intercept).
+    flatten : ``False`` keeps image data sets as images (n, 1, H, W) per client, for a
+        CNN (see :func:`load_named`); scaling then acts per pixel, and the
+        ``clusters`` partition clusters the flattened images.
     dtype : floating dtype of the stored tensors.
 
     Returns
@@ -183,7 +206,7 @@ def federated_real(dataset: str, *, partition: str = "clusters", num_clients: in
         federated_real("mnist_5k", partition="clusters", by_labels=True, num_clients=100)
     """
     X, y = load_named(dataset, path=path, seed=seed, max_examples=max_examples,
-                      n_features=n_features)
+                      n_features=n_features, flatten=flatten)
     X = _scale(X, scale)
     if standardize_target:
         y = np.asarray(y, dtype=np.float64)

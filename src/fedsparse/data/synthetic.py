@@ -5,17 +5,35 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .._validation import check_choice, check_float, check_int
+from .._validation import check_choice, check_float, check_int, fail
 from .federated import FederatedDataset, from_arrays
 
 
+def _test_fraction(value) -> float:
+    """``test_fraction`` in [0, 1): the share of each client's examples held out."""
+    value = check_float("test_fraction", value, nonnegative=True)
+    if value >= 1:
+        raise fail("test_fraction", value, "must be in [0, 1): every client keeps at least "
+                   "one training example")
+    return value
+
+
 def _split(rng: np.random.Generator, x: np.ndarray, y: np.ndarray, test_fraction: float):
-    """Shuffle one client's examples and cut off a test part (at least one train example)."""
+    """Shuffle one client's examples and cut off a test part.
+
+    ``round(test_fraction * n)`` test examples, clipped to ``1 .. n-1`` as in
+    :func:`~fedsparse.data.partition.from_partitions`, so that every client keeps at
+    least one training and one test example.
+    """
     if test_fraction <= 0:
         return x, y, None, None
     n = x.shape[0]
+    if n < 2:
+        raise fail("test_fraction", test_fraction, f"needs at least 2 examples per client (one "
+                   f"train, one test), but a client has {n}; use test_fraction=0 or more "
+                   "examples per client")
     order = rng.permutation(n)
-    n_test = min(int(round(test_fraction * n)), n - 1)
+    n_test = min(max(int(round(test_fraction * n)), 1), n - 1)
     test, train = order[:n_test], order[n_test:]
     return x[train], y[train], x[test], y[test]
 
@@ -54,7 +72,7 @@ def fedht_simulation(task: str = "regression", alpha: float = 0.5, beta: float =
     support_size = check_int("support_size", support_size, minimum=1, maximum=dim)
     check_float("positive_fraction", positive_fraction, positive=True, maximum=1.0)
     check_float("mean", mean)
-    check_float("test_fraction", test_fraction, nonnegative=True)
+    test_fraction = _test_fraction(test_fraction)
     rng = np.random.default_rng(seed)
     sigma_sqrt = np.arange(1, dim + 1, dtype=np.float64) ** -0.6  # sqrt(j^-1.2)
     parts = []
@@ -97,7 +115,7 @@ def fedprox_synthetic(alpha: float = 0.5, beta: float = 0.5, *, num_clients: int
     check_int("size_scale", size_scale, minimum=1)
     alpha = check_float("alpha", alpha, nonnegative=True)
     beta = check_float("beta", beta, nonnegative=True)
-    check_float("test_fraction", test_fraction, nonnegative=True)
+    test_fraction = _test_fraction(test_fraction)
     rng = np.random.default_rng(seed)
     sizes = (rng.lognormal(4, 2, num_clients).astype(np.int64) + 50) * size_scale
     sigma_sqrt = np.arange(1, dim + 1, dtype=np.float64) ** -0.6
@@ -137,7 +155,7 @@ def shifted_gaussian(num_clients: int = 50, samples_per_client: int = 100, dim: 
     alpha = check_float("alpha", alpha, nonnegative=True)
     exponent = check_float("exponent", exponent)
     noise_std = check_float("noise_std", noise_std, nonnegative=True)
-    check_float("test_fraction", test_fraction, nonnegative=True)
+    test_fraction = _test_fraction(test_fraction)
     rng = np.random.default_rng(seed)
     truth = np.zeros(dim)
     values = rng.standard_normal(sparsity)

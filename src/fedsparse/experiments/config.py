@@ -23,22 +23,57 @@ Schema::
     y = ["objective"]        # metrics on the y axis (one figure each)
     x = ["round", "bytes_total"]
     logy = true
+    [compare]                # optional: rounds each run needs to reach a reference
+    reference = "Distributed-IHT"   # a run label
+    at_rounds = [100]        # the reference's rounds whose value is the target
+    metric = "objective"
+
+A run may also hold a ``[runs.flower]`` (or ``[defaults.flower]``) table: Flower-only
+settings read by ``fedsparse flower app`` (see :mod:`fedsparse.flower.job`).
+
+The whole file is checked before anything runs (:func:`check_config`,
+:func:`resolve_runs`): an unknown key or table anywhere, a value of the wrong type or a
+metric no run records is a :class:`~fedsparse.ConfigError` naming the key, with a
+did-you-mean suggestion where a known name is close.
 """
 
 from __future__ import annotations
 
 import copy
+import difflib
+import inspect
 import re
 import tomllib
+from collections.abc import Iterable
 from pathlib import Path
 
 import torch
 
-from .._validation import ConfigError, check_choice, fail
+from .._validation import ConfigError, check_choice, check_int, fail
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 RUN_KEYS = {"label", "panel", "rounds", "seed", "clients_per_round", "dtype", "channel", "data",
-            "problem", "algorithm", "checkpoint_every"}
+            "problem", "algorithm", "checkpoint_every", "flower"}
+#: Keys of a run that hold a table (``--set algorithm=3`` would replace one by a scalar).
+TABLE_KEYS = ("data", "problem", "algorithm", "channel", "flower")
+#: Top-level keys of an experiment config. ``short_title`` and ``fstar_rounds`` are read
+#: by the Figure 6 experiments (:mod:`fedsparse.experiments.real_data`).
+TOP_KEYS = ("title", "short_title", "description", "paper_claim", "fstar_rounds", "defaults",
+            "runs", "plot", "compare")
+PLOT_KEYS = ("y", "x", "logy")
+COMPARE_KEYS = ("reference", "at_rounds", "metric")
+#: Every numeric field a round record can hold (:func:`fedsparse.metrics.evaluate`, the
+#: round loop, personalised models' ``personal_*`` metrics, and algorithms' diagnostics:
+#: FedGradMP's ``inner_iterations``, the compensation's ``compensated`` and ``dropped``);
+#: a plot or comparison naming anything else is a typo. A new record field must be added
+#: here to be plotted from a config.
+METRICS = ("round", "objective", "accuracy", "test_objective", "test_accuracy", "rel_error",
+           "support_precision", "support_recall", "support_f1", "nnz", "density",
+           "bytes_up", "bytes_down", "bytes_up_total", "bytes_down_total", "bytes_total",
+           "clients_sampled", "delivered", "rejected", "seconds", "elapsed",
+           "inner_iterations", "compensated", "dropped", "personal_objective",
+           "personal_accuracy", "personal_test_objective", "personal_test_accuracy",
+           "mask_density")
 
 
 def load_config(path: str | Path) -> dict:
@@ -46,11 +81,15 @@ def load_config(path: str | Path) -> dict:
     path = Path(path)
     if not path.exists():
         raise ConfigError(f"config file {str(path)!r} does not exist")
+    if not path.is_file():
+        raise ConfigError(f"config file {str(path)!r} is not a file")
     try:
         with open(path, "rb") as fh:
             return tomllib.load(fh)
-    except tomllib.TOMLDecodeError as exc:
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(f"config file {str(path)!r} is not valid TOML: {exc}") from None
+    except OSError as exc:
+        raise ConfigError(f"config file {str(path)!r} cannot be read: {exc.strerror}") from None
 
 
 def deep_merge(base: dict, override: dict) -> dict:
@@ -61,37 +100,324 @@ def deep_merge(base: dict, override: dict) -> dict:
     return out
 
 
-def set_path(config: dict, dotted: str, value) -> None:
-    """Set ``a.b.c = value`` in a nested dict (used by ``--set`` and sweeps)."""
-    keys = dotted.split(".")
-    node = config
-    for k in keys[:-1]:
-        node = node.setdefault(k, {})
-        if not isinstance(node, dict):
-            raise ConfigError(f"cannot set {dotted!r}: {k!r} is not a table")
-    node[keys[-1]] = value
+def did_you_mean(name, choices: Iterable) -> str:
+    """`` (did you mean 'x'?)`` for the closest of ``choices`` to ``name``, or ""."""
+    choices = [str(c) for c in choices]
+    same = [c for c in choices if c.lower() == str(name).lower()]  # "b" for "B"
+    close = same or difflib.get_close_matches(str(name), choices, n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
-def resolve_runs(config: dict) -> list[dict]:
-    """Every run with the defaults merged in, validated."""
+def unknown_key(where: str, key, allowed: Iterable) -> ConfigError:
+    """The error for a key ``where`` does not know, naming the allowed ones."""
+    allowed = sorted(str(a) for a in allowed)
+    return ConfigError(f"{where} has an unknown key {key!r}{did_you_mean(key, allowed)}; "
+                       f"allowed: {', '.join(allowed)}")
+
+
+def _check_keys(where: str, table: dict, allowed: Iterable) -> None:
+    allowed = tuple(allowed)
+    for key in table:
+        if key not in allowed:
+            raise unknown_key(where, key, allowed)
+
+
+def _check_table(name: str, value) -> dict:
+    if not isinstance(value, dict):
+        raise fail(name, value, "must be a table")
+    return value
+
+
+def check_metric(name: str, value) -> str:
+    """``value`` is a field that round records can hold (see :data:`METRICS`)."""
+    if not isinstance(value, str) or value not in METRICS:
+        raise fail(name, value, f"must be a recorded metric{did_you_mean(value, METRICS)}: "
+                   + ", ".join(METRICS))
+    return value
+
+
+def _metric_list(name: str, value) -> list[str]:
+    if isinstance(value, str) or not isinstance(value, list):
+        raise fail(name, value, 'must be a list of metric names, e.g. ["objective"]')
+    return [check_metric(f"{name}[{i}]", v) for i, v in enumerate(value)]
+
+
+def check_config(config: dict) -> dict:
+    """Check an experiment config's top level, ``[plot]`` and ``[compare]``.
+
+    Parameters
+    ----------
+    config : a parsed experiment TOML file (see the module docstring).
+
+    Returns
+    -------
+    dict
+        ``config`` itself (not copied).
+
+    Raises
+    ------
+    ConfigError
+        naming the first unknown key or table (with the closest known one), or the key
+        whose value has the wrong type.
+    """
+    if not isinstance(config, dict):
+        raise fail("config", type(config).__name__, "must be a table (a parsed TOML file)")
+    for key in config:
+        if key not in TOP_KEYS:
+            hint = ""
+            if key == "flower":  # the one table other commands read, so say where it goes
+                hint = ("; Flower settings of an experiment config go in [defaults.flower] "
+                        "(every run) or [runs.flower] (one run)")
+            what = f"table [{key}]" if isinstance(config[key], dict) else f"key {key!r}"
+            close = difflib.get_close_matches(key, TOP_KEYS, n=1, cutoff=0.6)
+            if close:
+                hint = f" (did you mean {close[0]!r}?)" + hint
+            raise ConfigError(f"unknown top-level {what}{hint}; allowed: "
+                              f"{', '.join(TOP_KEYS)}")
+    for key in ("title", "short_title", "description", "paper_claim"):
+        if key in config and not isinstance(config[key], str):
+            raise fail(key, config[key], "must be a string")
+    if "fstar_rounds" in config:
+        check_int("fstar_rounds", config["fstar_rounds"], minimum=1)
+    _check_table("defaults", config.get("defaults", {}))
     runs = config.get("runs")
     if not runs:
         raise ConfigError("an experiment config needs at least one [[runs]] entry")
+    if not isinstance(runs, list) or not all(isinstance(r, dict) for r in runs):
+        raise fail("runs", runs, "must be an array of tables ([[runs]] entries)")
+    plot = _check_table("plot", config.get("plot", {}))
+    _check_keys("[plot]", plot, PLOT_KEYS)
+    for axis in ("y", "x"):
+        if axis in plot:
+            _metric_list(f"plot.{axis}", plot[axis])
+    if not isinstance(plot.get("logy", False), bool):
+        raise fail("plot.logy", plot["logy"], "must be true or false")
+    compare = _check_table("compare", config.get("compare", {}))
+    if compare:
+        _check_keys("[compare]", compare, COMPARE_KEYS)
+        if not isinstance(compare.get("reference"), str):
+            raise fail("compare.reference", compare.get("reference"),
+                       "must name the label of the run to compare with")
+        at = compare.get("at_rounds", [])
+        if not isinstance(at, list) or not at:
+            raise fail("compare.at_rounds", at, "must be a non-empty list of rounds")
+        for i, r in enumerate(at):
+            check_int(f"compare.at_rounds[{i}]", r, minimum=1)
+        check_metric("compare.metric", compare.get("metric", "objective"))
+    return config
+
+
+def run_label(run: dict) -> str:
+    """A run's label: its own, or its algorithm's kind (what :func:`resolve_runs` uses)."""
+    label = run.get("label")
+    if label is None and isinstance(run.get("algorithm"), dict):
+        label = run["algorithm"].get("kind")
+    return label
+
+
+def materialize_runs(config: dict) -> dict:
+    """A copy of ``config`` with ``[defaults]`` merged into every run and emptied.
+
+    Overrides then apply to each run as it will run (a value set on a run itself no
+    longer wins over an override of the defaults).
+    """
+    check_config(config)
+    config = copy.deepcopy(config)
+    defaults = _check_table("defaults", config.get("defaults", {}))
+    config["runs"] = [deep_merge(defaults, run) for run in config["runs"]]
+    config["defaults"] = {}
+    return config
+
+
+def _run_names(config: dict) -> list[tuple[str, set[str]]]:
+    """("panel/label" or "label", every name a user may give) of each run, in order."""
+    defaults = config.get("defaults", {}) if isinstance(config.get("defaults"), dict) else {}
+    out = []
+    for run in config["runs"]:
+        run = deep_merge(defaults, run) if isinstance(run, dict) else {}
+        label, panel = str(run_label(run)), str(run.get("panel", "") or "")
+        slug = slugify(f"{panel}-{label}" if panel else label)
+        out.append((f"{panel}/{label}" if panel else label, {label, f"{panel}/{label}", slug}))
+    return out
+
+
+def run_choices(config: dict) -> list[str]:
+    """The names that tell the runs of an experiment config apart (``panel/label`` where
+    a panel is set), in order."""
+    return [name for name, _ in _run_names(config)]
+
+
+def pick_run(config: dict, run: str | int | None) -> int:
+    """The index of one run of an experiment config.
+
+    Parameters
+    ----------
+    run : 0-based index, label, ``panel/label`` or run folder name (slug); None picks the
+        first run.
+
+    Raises
+    ------
+    ConfigError
+        when ``run`` matches no run (with the closest name), or a label shared by runs of
+        several panels (listing the ``panel/label`` names that tell them apart).
+    """
+    runs = config.get("runs")
+    if not isinstance(runs, list) or not runs:
+        raise ConfigError("the experiment config has no [[runs]] entry")
+    if run is None:
+        return 0
+    if isinstance(run, int) and not isinstance(run, bool):
+        return check_int("run", run, minimum=0, maximum=len(runs) - 1)
+    names = _run_names(config)
+    hits = [i for i, (_, keys) in enumerate(names) if str(run) in keys]
+    choices = [n for n, _ in names]
+    if not hits:
+        every = sorted(set().union(*(keys for _, keys in names)))
+        raise fail("run", run, f"must be a run of the config{did_you_mean(run, every)}: "
+                   + ", ".join(choices) + f", or an index 0..{len(runs) - 1}")
+    if len(hits) > 1:
+        raise fail("run", run, "is ambiguous, it names several runs: "
+                   + ", ".join(f"{i} ({choices[i]})" for i in hits)
+                   + "; give panel/label or the index")
+    return hits[0]
+
+
+def select_runs(config: dict, only: Iterable[str]) -> dict:
+    """A copy of ``config`` keeping the runs named in ``only``.
+
+    Parameters
+    ----------
+    only : labels, ``panel/label`` or run folder names (slugs). A ``[compare]`` table
+        whose reference run is not kept is dropped.
+
+    Raises
+    ------
+    ConfigError
+        for a name that matches no run, listing the run labels.
+    """
+    config = materialize_runs(config)
+    names = _run_names(config)
+    choices = [n for n, _ in names]
+    keep = set()
+    for name in only:
+        hits = {i for i, (_, keys) in enumerate(names) if name in keys}
+        if not hits:
+            raise fail("--only", name, f"must name a run{did_you_mean(name, choices)}; runs: "
+                       + ", ".join(choices))
+        keep |= hits
+    config["runs"] = [r for i, r in enumerate(config["runs"]) if i in keep]
+    compare = config.get("compare")
+    if compare and compare.get("reference") not in {run_label(r) for r in config["runs"]}:
+        del config["compare"]  # its reference run is not selected: nothing to compare with
+    return config
+
+
+def set_path(config: dict, dotted: str, value) -> None:
+    """Set ``a.b.c = value`` in a nested dict (used by ``--set`` and sweeps).
+
+    Missing tables on the way are created; a scalar on the way is an error, and a table
+    given as ``value`` is merged into an existing table.
+    """
+    keys = dotted.split(".")
+    if not all(keys):
+        raise fail("field", dotted, "must be dotted names such as algorithm.step_size")
+    node = config
+    for depth, k in enumerate(keys[:-1]):
+        node = node.setdefault(k, {})
+        if not isinstance(node, dict):
+            where = ".".join(keys[:depth + 1])
+            raise ConfigError(f"cannot set {dotted!r}: {where} is {node!r}, not a table")
+    last = keys[-1]
+    if isinstance(value, dict) and isinstance(node.get(last), dict):
+        node[last] = deep_merge(node[last], value)
+    else:
+        node[last] = value
+
+
+def set_run_field(run: dict, dotted: str, value) -> None:
+    """``--set`` on one run: the field must be a run key and keep tables tables."""
+    top = dotted.split(".")[0]
+    if top not in RUN_KEYS:
+        raise unknown_key("a run", top, RUN_KEYS)
+    if top in TABLE_KEYS and "." not in dotted and value is not None \
+            and not isinstance(value, dict):
+        raise fail(dotted, value, f"[{top}] is a table: set one of its keys, e.g. "
+                   f"--set {top}.{'kind' if top != 'algorithm' else 'step_size'}=...")
+    set_path(run, dotted, value)
+
+
+def apply_overrides(config: dict, assignments: Iterable[tuple[str, object]] = (),
+                    rounds: int | None = None) -> dict:
+    """A copy of ``config`` with ``--set`` assignments and ``--rounds`` applied.
+
+    Parameters
+    ----------
+    assignments : ``(field, value)`` pairs; ``field`` is a dotted run field
+        (``algorithm.step_size``) applied to every run, or ``LABEL:field`` applied to the
+        runs labelled ``LABEL`` only (or named ``panel/label``, or by their folder).
+    rounds : the number of rounds of every run (None: unchanged).
+    """
+    config = materialize_runs(config)
+    names = _run_names(config)
+    for field, value in assignments or ():
+        targets = config["runs"]
+        if ":" in field:
+            label, field = field.split(":", 1)
+            targets = [r for r, (_, keys) in zip(config["runs"], names, strict=True)
+                       if label in keys]
+            if not targets:
+                choices = [n for n, _ in names]
+                every = sorted(set().union(*(keys for _, keys in names)))
+                raise fail("--set", f"{label}:{field}", f"{label!r} is not a run label"
+                           f"{did_you_mean(label, every)}; runs: {', '.join(choices)}")
+        for run in targets:
+            set_run_field(run, field.strip(), value)
+    if rounds is not None:
+        for run in config["runs"]:
+            run["rounds"] = rounds
+    return config
+
+
+def resolve_runs(config: dict) -> list[dict]:
+    """Every run with the defaults merged in, validated.
+
+    Raises
+    ------
+    ConfigError
+        for an unknown key anywhere in the config, a run field of the wrong type, two
+        runs with the same panel and label, or a ``[compare]`` reference that is not a
+        run label.
+    """
+    check_config(config)
     defaults = config.get("defaults", {})
     out, seen = [], set()
-    for i, run in enumerate(runs):
+    for i, run in enumerate(config["runs"]):
         run = deep_merge(defaults, run)
-        unknown = set(run) - RUN_KEYS
-        if unknown:
-            raise ConfigError(f"runs[{i}] has unknown keys {sorted(unknown)}; allowed: "
-                              f"{sorted(RUN_KEYS)}")
+        for key in run:
+            if key not in RUN_KEYS:
+                raise unknown_key(f"runs[{i}]", key, RUN_KEYS)
         for table in ("data", "problem", "algorithm"):
-            if "kind" not in run.get(table, {}):
+            if table not in run:
+                raise ConfigError(f"runs[{i}] needs a [{table}] table with a kind "
+                                  f"(in [defaults.{table}] or [runs.{table}])")
+            _check_table(f"runs[{i}].{table}", run[table])
+            if "kind" not in run[table]:
                 raise ConfigError(f"runs[{i}] needs {table}.kind")
+        for table in ("channel", "flower"):
+            if run.get(table) is not None:
+                _check_table(f"runs[{i}].{table}", run[table])
+        if run.get("flower"):
+            _check_flower(f"runs[{i}].flower", run["flower"])
         run.setdefault("label", run["algorithm"]["kind"])
         run.setdefault("panel", "")
-        run.setdefault("rounds", 100)
-        run.setdefault("seed", 0)
+        for key in ("label", "panel"):
+            if not isinstance(run[key], str):
+                raise fail(f"runs[{i}].{key}", run[key], "must be a string")
+        check_int(f"runs[{i}].rounds", run.setdefault("rounds", 100), minimum=1)
+        check_int(f"runs[{i}].seed", run.setdefault("seed", 0), minimum=0)
+        check_int(f"runs[{i}].clients_per_round", run.get("clients_per_round"), minimum=1,
+                  allow_none=True)
+        check_int(f"runs[{i}].checkpoint_every", run.get("checkpoint_every", 10), minimum=1)
         check_choice(f"runs[{i}].dtype", run.setdefault("dtype", "float32"), DTYPES)
         slug = slugify(f"{run['panel']}-{run['label']}" if run["panel"] else run["label"])
         if slug in seen:
@@ -99,7 +425,24 @@ def resolve_runs(config: dict) -> list[dict]:
         seen.add(slug)
         run["slug"] = slug
         out.append(run)
+    compare = config.get("compare")
+    if compare:
+        labels = sorted({r["label"] for r in out})
+        ref = compare["reference"]
+        if ref not in labels:
+            raise fail("compare.reference", ref, f"must be a run label"
+                       f"{did_you_mean(ref, labels)}: {', '.join(labels)}")
     return out
+
+
+def _check_flower(name: str, table: dict) -> None:
+    # The keys live with the Flower integration, which needs flwr; without it the table
+    # is only checked where it is used (``fedsparse flower app`` needs flwr as well).
+    try:
+        from ..flower.job import FLOWER_DEFAULTS
+    except ImportError:
+        return
+    _check_keys(f"[{name}]", table, FLOWER_DEFAULTS)
 
 
 def slugify(text: str) -> str:
@@ -110,21 +453,63 @@ def _kwargs(table: dict) -> dict:
     return {k: v for k, v in table.items() if k != "kind"}
 
 
+def builder_arguments(fn) -> tuple[str, ...] | None:
+    """The keyword arguments ``fn`` takes (None when it takes ``**kwargs``)."""
+    params = inspect.signature(fn).parameters.values()
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+        return None
+    return tuple(p.name for p in params
+                 if p.kind in (inspect.Parameter.KEYWORD_ONLY,
+                               inspect.Parameter.POSITIONAL_OR_KEYWORD))
+
+
 def _build(table: str, registry: dict, spec: dict, **extra):
-    """``registry[spec["kind"]](**rest of spec, **extra)``; an unknown kind or keyword is a
-    ConfigError naming the table."""
-    kind = check_choice(f"{table}.kind", spec["kind"], registry)
+    """``registry[spec["kind"]](**rest of spec, **extra)``; an unknown kind or keyword, or
+    a value the builder cannot take, is a ConfigError naming the table and the key."""
+    spec = _check_table(table, spec)
+    kind = spec.get("kind")
+    if not isinstance(kind, str) or kind not in registry:
+        raise fail(f"{table}.kind", kind, f"must be one of {', '.join(map(repr, registry))}"
+                   f"{did_you_mean(kind, registry)}")
+    fn, kwargs = registry[kind], _kwargs(spec)
+    allowed = builder_arguments(fn)
+    if allowed is not None:
+        allowed = [a for a in allowed if a not in extra]
+        for key in kwargs:
+            if key not in allowed:
+                why = (f"{table}.{key} is set by the run itself" if key in extra else
+                       f"{table} {kind!r} takes no argument {key!r}{did_you_mean(key, allowed)}")
+                raise ConfigError(f"{why}; its arguments: {', '.join(allowed) or '(none)'}")
     try:
-        return registry[kind](**_kwargs(spec), **extra)
-    except TypeError as exc:  # e.g. an unexpected keyword argument
+        return fn(**kwargs, **extra)
+    except ConfigError:
+        raise
+    except ValueError as exc:  # e.g. a DataFormatError naming the file and the line
         raise ConfigError(f"{table} {kind!r}: {exc}") from None
+    except (TypeError, RuntimeError, OverflowError) as exc:
+        # a value of the wrong type that slipped past the builder's own checks: name the
+        # table and its arguments rather than show a traceback from inside torch/numpy
+        raise ConfigError(f"{table} {kind!r} cannot be built from {kwargs}: "
+                          f"{type(exc).__name__}: {exc}") from None
 
 
 def build_data(spec: dict, dtype: torch.dtype):
     """The FederatedDataset of a ``[data]`` table (``kind`` = a key of GENERATORS)."""
     from .. import data as data_mod
 
-    return _build("data", data_mod.GENERATORS, spec, dtype=dtype)
+    path = spec.get("path") if isinstance(spec, dict) else None
+    hint = "; point it at your copy with --set data.path=/path/to/file"
+    if isinstance(path, str) and path and not Path(path).expanduser().exists():
+        raise ConfigError(f"data.path={path!r} does not exist{hint}")
+    try:
+        return _build("data", data_mod.GENERATORS, spec, dtype=dtype)
+    except ConfigError as exc:
+        if str(exc).startswith("path=None"):  # a data set read from a file, no path given
+            raise ConfigError(f"{exc}{hint}") from None
+        raise
+    except FileNotFoundError as exc:  # e.g. a named data set that is not installed
+        raise ConfigError(f"data {spec.get('kind')!r}: {exc}"
+                          f"{hint if isinstance(path, str) else ''}") from None
 
 
 def build_problem(spec: dict):

@@ -66,7 +66,8 @@ def central_optimum(problem, data, sparsity: int, rounds: int,
     {"f_star": lowest objective seen, "rounds", "step_size", "final": last objective,
     "pilot": {multiplier: pilot objective}}
     """
-    L = problem.lipschitz(data.train.X, data.train.mean_weights()).to(torch.float64)
+    train = data.train.padded(flatten=True)
+    L = problem.lipschitz(train.X, train.mean_weights()).to(torch.float64)
     base = float(1.0 / (data.weights @ L))
 
     def run(step, n):

@@ -1,27 +1,51 @@
-"""Run an experiment config: every run, its files, the plots and a summary."""
+"""Run an experiment config: every run, its files, the plots and a summary.
+
+The output folder is guarded (:func:`prepare_output`, :func:`output_guard`): results
+already in it are never replaced silently, and a run that fails leaves either nothing or
+a ``FAILED`` file saying what went wrong.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import datetime
 import json
 import math
+import os
+import shutil
 import time
+import traceback
 import warnings
 from pathlib import Path
 
 import tomli_w
 
-from .._validation import fail
+from .._validation import ConfigError, fail
 from ..history import History
 from ..report.plots import plot_panels
 from ..simulate import DivergenceError, simulate
 from .config import (
     DTYPES,
+    METRICS,
     build_algorithm,
     build_channel,
     build_data,
     build_problem,
     resolve_runs,
 )
+from .seeds import check_seeds, report_row, run_seeds, strict_json
+
+#: Written into every output folder a ``fedsparse run`` creates: it marks the folder as
+#: fedsparse's, which is what allows ``--force`` to empty it.
+MARKER = ".fedsparse-run"
+#: Written into the output folder when a run fails: the error and how to continue.
+FAILED = "FAILED"
+#: Files of a run folder (:meth:`History.save`, checkpoints).
+RUN_FILES = ("history.jsonl", "history.csv", "model.npy", "checkpoint.pt")
+#: Metrics that only some runs record (the rest are recorded by every run).
+_CONDITIONAL = {"accuracy", "test_objective", "test_accuracy", "rel_error",
+                "support_precision", "support_recall", "support_f1", "personal_objective",
+                "personal_accuracy", "personal_test_objective", "personal_test_accuracy"}
 
 
 def _data_key(run: dict) -> str:
@@ -31,10 +55,7 @@ def _data_key(run: dict) -> str:
 def execute_run(run: dict, out: Path | None, *, data_cache: dict, resume: bool = False,
                 progress: bool | None = None) -> tuple[History, str | None]:
     """Build and simulate one resolved run; returns (history, divergence message or None)."""
-    key = _data_key(run)
-    if key not in data_cache:
-        data_cache[key] = build_data(run["data"], DTYPES[run["dtype"]])
-    data = data_cache[key]
+    data = _data(run, data_cache)
     problem = build_problem(run["problem"])
     algorithm = build_algorithm(run["algorithm"])
     run_dir = None if out is None else out / run["slug"]
@@ -53,18 +74,109 @@ def execute_run(run: dict, out: Path | None, *, data_cache: dict, resume: bool =
     return history, error
 
 
+def higher_is_better(metric: str) -> bool:
+    """Accuracy-like metrics (accuracy, precision, recall, F1) are maximised."""
+    return any(word in metric for word in ("accuracy", "precision", "recall", "f1"))
+
+
 def rounds_to_reach(history: History, target: float, metric: str = "objective") -> int | None:
-    """First round whose ``metric`` is at most ``target`` (None if never)."""
+    """First round whose ``metric`` reaches ``target``: at most the target for losses and
+    errors, at least the target for accuracy-like metrics (None if never)."""
+    up = higher_is_better(metric)
     for r in history.records:
         v = r.get(metric)
-        if v is not None and v <= target:
+        if v is not None and (v >= target if up else v <= target):
             return r["round"]
     return None
 
 
-def _comparisons(config: dict, panels: dict[str, dict[str, History]]) -> list[dict]:
+def recordable_metrics(data, problem, algorithm=None) -> set[str]:
+    """The record fields a run on ``data`` with ``problem`` (and ``algorithm``) can fill.
+
+    Accuracy needs a classification problem, test metrics a test split, the relative
+    error and support scores a ground truth, the ``personal_*`` metrics an algorithm with
+    personalised models (one that overrides ``Algorithm.personalized``); the other fields
+    of :data:`METRICS` are recorded by every run (algorithm diagnostics are not checked).
+    """
+    from ..algorithms.base import Algorithm
+
+    names = set(METRICS) - _CONDITIONAL
+    classification = getattr(problem, "task", "") == "classification"
+    test = getattr(data, "test", None) is not None
+    if classification:
+        names.add("accuracy")
+    if test:
+        names.add("test_objective")
+        if classification:
+            names.add("test_accuracy")
+    if getattr(data, "ground_truth", None) is not None:
+        names |= {"rel_error", "support_precision", "support_recall", "support_f1"}
+    personal = getattr(type(algorithm), "personalized", None)
+    if algorithm is not None and personal is not Algorithm.personalized:
+        names.add("personal_objective")
+        names |= {"personal_accuracy"} if classification else set()
+        names |= {"personal_test_objective"} if test else set()
+        names |= {"personal_test_accuracy"} if test and classification else set()
+    return names
+
+
+def check_runs_buildable(config: dict, runs: list[dict], data_cache: dict) -> None:
+    """Build every run's data, problem and algorithm, and check the metrics that
+    ``[plot]`` and ``[compare]`` name are recorded by some run -- before any run starts,
+    so a mistake in the last run does not surface hours later.
+
+    Raises
+    ------
+    ConfigError
+        naming the run and the table that cannot be built, or the metric no run records.
+    """
+    recorded: dict[str, set[str]] = {}
+    for run in runs:
+        try:
+            data = _data(run, data_cache)
+            problem = build_problem(run["problem"])
+            algorithm = build_algorithm(run["algorithm"])
+            build_channel(run.get("channel"))
+            cpr = run.get("clients_per_round")
+            if cpr is not None and cpr > data.num_clients:
+                raise fail("clients_per_round", cpr, "must be at most the number of clients "
+                           f"{data.num_clients}")
+        except ConfigError as exc:
+            raise ConfigError(f"run {run['label']!r}: {exc}") from None
+        recorded[run["label"]] = recorded.get(run["label"], set()) | \
+            recordable_metrics(data, problem, algorithm)
+    every = set().union(*recorded.values())
+    plot = config.get("plot", {})
+    for axis in ("y", "x"):
+        for name in plot.get(axis, []):
+            if name not in every:
+                raise fail(f"plot.{axis}", name, "no run records it; these runs record "
+                           + ", ".join(m for m in METRICS if m in every))
+    compare = config.get("compare")
+    if compare:
+        metric = compare.get("metric", "objective")
+        ref = recorded[compare["reference"]]
+        if metric not in ref:
+            raise fail("compare.metric", metric, f"the reference run "
+                       f"{compare['reference']!r} does not record it; it records "
+                       + ", ".join(m for m in METRICS if m in ref))
+
+
+def _data(run: dict, data_cache: dict):
+    key = _data_key(run)
+    if key not in data_cache:
+        data_cache[key] = build_data(run["data"], DTYPES[run["dtype"]])
+    return data_cache[key]
+
+
+def _comparisons(config: dict, panels: dict[str, dict[str, History]],
+                 notes: list[str] | None = None) -> list[dict]:
     """``[compare] reference = LABEL, at_rounds = [...], metric = "objective"``: in each panel,
-    how many rounds every other run needs to reach the reference run's value at those rounds."""
+    how many rounds every other run needs to reach the reference run's value at those rounds.
+
+    A round the reference did not run (a shorter ``--rounds``, or a divergence) is not
+    compared; ``notes`` receives one line saying so."""
+    notes = [] if notes is None else notes
     spec = config.get("compare")
     if not spec:
         return []
@@ -75,40 +187,72 @@ def _comparisons(config: dict, panels: dict[str, dict[str, History]]) -> list[di
         if ref is None:
             continue
         for at in spec.get("at_rounds", [len(ref.records)]):
-            if at > len(ref.records):
+            if at > len(ref.records):  # a shorter run (--rounds), or the reference diverged
+                notes.append(f"  {f'[{panel}] ' if panel else ''}no comparison at round "
+                             f"{at}: {spec['reference']} ran {len(ref.records)} rounds")
                 continue
-            target = ref.records[at - 1][metric]
+            target = ref.records[at - 1].get(metric)
+            if target is None:
+                continue
             for label, h in runs.items():
                 if label != spec["reference"]:
                     rows.append({"panel": panel, "reference": spec["reference"],
-                                 "reference_round": at, "target": target, "run": label,
+                                 "reference_round": at, "metric": metric, "target": target,
+                                 "run": label, "rounds_run": len(h.records),
                                  "rounds_needed": rounds_to_reach(h, target, metric)})
     return rows
 
 
+def format_comparison(c: dict) -> str:
+    """One line: the round a run reaches the reference's value, or that it does not."""
+    metric = c.get("metric", "objective")
+    what = f"{c['reference']}'s round-{c['reference_round']} {metric} {c['target']:.4g}"
+    where = f"  [{c['panel']}] " if c["panel"] else "  "
+    if c["rounds_needed"] is None:
+        return (f"{where}{c['run']} does not reach {what}: not reached within "
+                f"{c.get('rounds_run', '?')} rounds")
+    return f"{where}{c['run']} reaches {what} at round {c['rounds_needed']}"
+
+
 def run_experiment(config: dict, out: str | Path, *, resume: bool = False,
-                   progress: bool | None = None, log=print) -> dict:
+                   progress: bool | None = None, log=print, seeds: int | None = None) -> dict:
     """Run every run of ``config``, write its outputs under ``out``, return the summary.
 
     Writes ``out/<run>/history.{jsonl,csv}``, ``model.npy`` and ``checkpoint.pt`` per run,
     ``out/config.toml`` (the resolved config), ``out/<y>_vs_<x>.png`` and
-    ``out/summary.json``.
+    ``out/summary.json`` (strict JSON; each run's hyper-parameters under ``params``).
+    With ``seeds=n`` every run is repeated over n seeds (:mod:`.seeds`): the replicates go
+    to ``out/<run>/seed-<s>/``, ``out/<run>/`` holds their mean, the plots draw mean ± std
+    and each summary row gets a ``seeds`` entry (mean, std and n of final and best values).
     """
+    if seeds is not None:
+        check_seeds(seeds)
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
     runs = resolve_runs(config)
-    if config.get("compare") and "reference" not in config["compare"]:  # before hours of runs
-        raise fail("compare.reference", None, "must name the label of the run to compare with")
-    with open(out / "config.toml", "wb") as fh:
-        tomli_w.dump({k: v for k, v in config.items() if k != "runs"} | {
-            "runs": [{k: v for k, v in r.items() if k != "slug"} for r in runs]}, fh)
+    data_cache: dict = {}
+    check_runs_buildable(config, runs, data_cache)  # before hours of runs
+    out.mkdir(parents=True, exist_ok=True)
+
+    def write_config() -> None:
+        with open(out / "config.toml", "wb") as fh:
+            tomli_w.dump({k: v for k, v in config.items() if k != "runs"} | {
+                "runs": [{k: v for k, v in r.items() if k != "slug"} for r in runs]}, fh)
+
+    # first, so a crashed run leaves its config; but a resume keeps the config its
+    # checkpoints belong to until its runs have been continued
+    resuming = resume and (out / "config.toml").exists()
+    if not resuming:
+        write_config()
     panels: dict[str, dict[str, History]] = {}
     summary_runs = []
-    data_cache: dict = {}
     tic = time.perf_counter()
     for run in runs:
-        history, error = execute_run(run, out, data_cache=data_cache, resume=resume,
-                                     progress=progress)
+        if seeds:
+            history, error = run_seeds(run, seeds, lambda r: execute_run(
+                r, out, data_cache=data_cache, resume=resume, progress=progress), out)
+        else:
+            history, error = execute_run(run, out, data_cache=data_cache, resume=resume,
+                                         progress=progress)
         panels.setdefault(run["panel"], {})[run["label"]] = history
         final = history.records[-1] if history.records else history.initial
         row = {"label": run["label"], "panel": run["panel"], "dir": run["slug"],
@@ -116,10 +260,13 @@ def run_experiment(config: dict, out: str | Path, *, resume: bool = False,
                **{k: final.get(k) for k in ("objective", "rel_error", "support_f1", "accuracy",
                                             "test_accuracy", "density", "bytes_total",
                                             "elapsed")}}
+        row = report_row(row, run, history, error)  # params, divergence marks, seed stats
         summary_runs.append(row)
         if error:
             warnings.warn(f"{run['slug']}: {error}", RuntimeWarning, stacklevel=2)
         log(_format_row(row))
+    if resuming:
+        write_config()
     plot = config.get("plot", {})
     plots = []
     # rel. error is plotted wherever a ground truth makes it defined
@@ -129,14 +276,16 @@ def run_experiment(config: dict, out: str | Path, *, resume: bool = False,
             if plot_panels(panels, y=y, x=x, path=path, logy=plot.get("logy", False),
                            title=config.get("title", "")):
                 plots.append(path.name)
+    notes: list[str] = []
     summary = {"title": config.get("title", ""), "paper_claim": config.get("paper_claim", ""),
-               "runs": summary_runs, "comparisons": _comparisons(config, panels),
-               "plots": plots, "seconds": time.perf_counter() - tic}
+               "runs": summary_runs, "comparisons": _comparisons(config, panels, notes),
+               "plots": plots, "seconds": time.perf_counter() - tic, "seeds": seeds or 1}
     with open(out / "summary.json", "w") as fh:
-        json.dump(summary, fh, indent=2, default=_json_default)
+        json.dump(strict_json(summary), fh, indent=2, default=_json_default, allow_nan=False)
     for c in summary["comparisons"]:
-        log(f"  [{c['panel']}] {c['run']} reaches {c['reference']}'s round-"
-            f"{c['reference_round']} objective {c['target']:.4g} at round {c['rounds_needed']}")
+        log(format_comparison(c))
+    for note in notes:
+        log(note)
     return summary
 
 
@@ -154,3 +303,180 @@ def _format_row(row: dict) -> str:
     if row["diverged"]:
         parts.append("DIVERGED")
     return " ".join(parts)
+
+
+# ---------------------------------------------------------------------------------------
+# The output folder: never replace results silently, never leave a half-written run
+# unmarked.
+
+
+def check_out_dir(out: str | Path, option: str = "--out") -> Path:
+    """``out`` is a directory, or a path where one can be created and written to.
+
+    Raises
+    ------
+    ConfigError
+        when ``out`` is a file, lies under a file, or its nearest existing parent is not
+        writable.
+    """
+    out = Path(out).expanduser()
+    if out.exists() and not out.is_dir():
+        raise fail(option, str(out), "is a file; give a directory")
+    parent = out.absolute()
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise fail(option, str(out), f"cannot be created: {str(parent)!r} is a file")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise fail(option, str(out), f"cannot be written: {str(parent)!r} is not writable")
+    return out
+
+
+def _is_run_dir(path: Path) -> bool:
+    return path.is_dir() and any((path / f).exists() for f in RUN_FILES)
+
+
+def _looks_like_fedsparse_output(out: Path) -> bool:
+    """A folder a ``fedsparse run`` wrote: it has the marker, or (written before the
+    marker existed) a config.toml/summary.json and nothing but fedsparse's kinds of files."""
+    if (out / MARKER).exists():
+        return True
+    names = {p.name for p in out.iterdir()}
+    if not names & {"config.toml", "summary.json", FAILED}:
+        return False
+    suffixes = {".toml", ".json", ".png", ".csv", ".jsonl", ".npy", ".pt", ".tmp"}
+    return all(p.suffix in suffixes or p.name == FAILED or _is_run_dir(p)
+               or (p.is_dir() and p.name == "data") for p in out.iterdir())
+
+
+def _describe(out: Path, limit: int = 4) -> str:
+    names = sorted(p.name + ("/" if p.is_dir() else "") for p in out.iterdir()
+                   if p.name != MARKER)
+    more = f", ... ({len(names)} entries)" if len(names) > limit else ""
+    failed = " -- a FAILED run (see its FAILED file)" if (out / FAILED).exists() else ""
+    return ", ".join(names[:limit]) + more + failed
+
+
+def prepare_output(out: str | Path, *, resume: bool = False, force: bool = False,
+                   slugs: list[str] | None = None) -> bool:
+    """Make ``out`` ready for a run, refusing to mix or silently replace results.
+
+    * a new or empty folder is used as is;
+    * a non-empty folder is refused, unless ``resume`` (continue its runs from their
+      checkpoints: ``slugs`` are the run folders of the config, and a run folder of
+      another config in ``out`` is refused, since its results would be mixed with the new
+      ones) or ``force`` (empty the folder first -- only a folder a ``fedsparse run``
+      wrote, so a mistyped ``--out`` cannot erase unrelated files).
+
+    Returns
+    -------
+    bool
+        True if ``out`` did not exist before (a failure may then remove it entirely).
+
+    Raises
+    ------
+    ConfigError
+        naming ``--resume`` and ``--force`` when ``out`` already holds results.
+    """
+    out = check_out_dir(out)
+    if resume and force:
+        raise ConfigError("--resume and --force exclude each other: --resume continues the "
+                          "runs in --out, --force replaces them")
+    created = not out.exists()
+    if out.exists() and any(out.iterdir()):
+        if not (resume or force):
+            raise fail("--out", str(out), f"already holds results ({_describe(out)}); "
+                       "continue them with --resume, replace them with --force, or choose "
+                       "another --out")
+        if not _looks_like_fedsparse_output(out):
+            raise fail("--out", str(out), f"holds files fedsparse did not write "
+                       f"({_describe(out)}); --resume and --force only apply to a folder a "
+                       "fedsparse run wrote: choose an empty or new folder")
+        if force:
+            for p in out.iterdir():  # the old run's files; the folder itself stays
+                if p.is_dir() and not p.is_symlink():
+                    shutil.rmtree(p)
+                else:
+                    p.unlink()
+        elif slugs is not None:
+            stale = sorted(p.name for p in out.iterdir() if _is_run_dir(p)
+                           and p.name not in slugs)
+            if stale:
+                raise fail("--resume", str(out), f"holds runs this config does not have "
+                           f"({', '.join(stale)}), which would be mixed with its results; "
+                           "use --force to replace them or choose another --out")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        if not (out / MARKER).exists():  # an existing one keeps the earlier run's status
+            _write_marker(out, "new")
+    except OSError as exc:
+        raise fail("--out", str(out), f"cannot be written: {exc.strerror}") from None
+    return created
+
+
+def _write_marker(out: Path, status: str, **extra) -> None:
+    info = {"status": status, "time": datetime.datetime.now().isoformat(timespec="seconds"),
+            **extra}
+    (out / MARKER).write_text(json.dumps(info, indent=2) + "\n")
+
+
+@contextlib.contextmanager
+def output_guard(out: str | Path, *, created: bool):
+    """Mark ``out`` done when the block succeeds; when it raises, remove what it wrote if
+    that is nothing but bookkeeping, or else write ``out/FAILED`` with the error.
+
+    Parameters
+    ----------
+    created : ``out`` did not exist before the run (from :func:`prepare_output`): a
+        failure before any result is written then removes the folder itself.
+    """
+    out = Path(out).expanduser()
+    before = _snapshot(out)
+    marker = (out / MARKER).read_text() if (out / MARKER).exists() else None
+    if out.is_dir():
+        _write_marker(out, "running")
+    try:
+        yield out
+    except BaseException as exc:
+        if before and _snapshot(out) == before:
+            # refused before writing anything (e.g. a checkpoint of another run on
+            # --resume): the earlier results stay exactly as they were, marker included
+            if marker is not None:
+                (out / MARKER).write_text(marker)
+            raise
+        _mark_failed(out, exc, created=created)
+        raise
+    (out / FAILED).unlink(missing_ok=True)
+    if out.is_dir():
+        _write_marker(out, "done")
+
+
+def _snapshot(out: Path) -> dict:
+    """{file: (size, modification time)} of everything in ``out`` but the marker."""
+    if not out.is_dir():
+        return {}
+    return {p: (st.st_size, st.st_mtime_ns) for p in out.rglob("*")
+            if p.is_file() and p.name != MARKER for st in [p.stat()]}
+
+
+def _mark_failed(out: Path, exc: BaseException, *, created: bool) -> None:
+    if not out.is_dir():
+        return
+    bookkeeping = {MARKER, "config.toml", FAILED}
+    entries = list(out.iterdir())
+    if all(p.name in bookkeeping for p in entries):  # no result written yet: leave no trace
+        for p in entries:
+            p.unlink()
+        if created:
+            with contextlib.suppress(OSError):
+                out.rmdir()
+        return
+    what = "interrupted" if isinstance(exc, KeyboardInterrupt) else \
+        f"{type(exc).__name__}: {exc}"
+    detail = "" if isinstance(exc, ConfigError | KeyboardInterrupt) else \
+        "\n" + "".join(traceback.format_exception(exc))
+    (out / FAILED).write_text(
+        f"This run did not finish: {what}\n\nThe runs that finished are complete; the "
+        "others may be partial. Continue from the checkpoints with `fedsparse run ... "
+        "--resume --out DIR`, or start over with --force.\n" + detail)
+    _write_marker(out, "failed", error=what)

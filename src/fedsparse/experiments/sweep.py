@@ -1,66 +1,330 @@
-"""Grid search over any config field (the papers choose step sizes this way)."""
+"""Grid search over any config field (the papers choose step sizes this way).
+
+``run_sweep(config, {"algorithm.step_size": [1, 0.1, 0.01]}, metric="objective")`` runs
+every run of the config at every grid point (optionally over seeds and in parallel
+processes), compares the metric at the last round and writes
+
+* ``sweep.csv``: one row per run and grid point (value null/empty when it diverged);
+* ``best.json``: ``{run label: {"params": {field: value}, "value": best value}}``;
+* ``sweep.png``: the metric against the swept value, one line per run;
+* ``tuned.toml``: the config with each run's winning values, so ``fedsparse run
+  tuned.toml`` reproduces the winners.
+
+The direction follows the metric: accuracy-like metrics (names containing accuracy, f1,
+precision or recall) are maximised, everything else (objective, errors, bytes) is
+minimised; ``maximize=True/False`` overrides. A grid point where the run diverged (for
+any seed) never wins; it is recorded as in :mod:`fedsparse.experiments.seeds`.
+"""
 
 from __future__ import annotations
 
+import copy
 import csv
 import itertools
 import json
-import math
+import multiprocessing
+import os
 from collections.abc import Iterable
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-from .._validation import fail
-from .config import resolve_runs, set_path
-from .runner import execute_run
+import tomli_w
+
+from .._validation import ConfigError, check_int, fail
+from .config import METRICS, RUN_KEYS, build_algorithm, build_problem, resolve_runs, set_path
+from .runner import _data, execute_run, recordable_metrics
+from .seeds import best_direction, check_seeds, divergence, spread, strict_json, with_seed
+
+#: Data sets built by a worker process of a parallel sweep, reused by its later points.
+_WORKER_DATA: dict = {}
 
 
 def run_sweep(config: dict, grid: dict[str, list], *, out: str | Path | None = None,
-              metric: str = "objective", log=print) -> dict:
+              metric: str = "objective", maximize: bool | None = None,
+              seeds: int | None = None, jobs: int = 1, log=print) -> dict:
     """Run every run of ``config`` at every point of ``grid``; pick the best point per run.
 
     Parameters
     ----------
-    grid : {dotted field of a run (e.g. "algorithm.step_size"): list of values}.
-    metric : record field compared at the last round; lower is better. A run that
-        diverges, or ends with NaN, scores +inf.
+    config : an experiment config (:mod:`fedsparse.experiments.config`).
+    grid : {dotted field of a run (e.g. "algorithm.step_size"): list of values}; the
+        points are every combination.
+    out : folder for ``sweep.csv``, ``best.json``, ``sweep.png`` and ``tuned.toml``.
+    metric : record field compared at the last round.
+    maximize : True to maximise, False to minimise; None = by the metric's name
+        (accuracy, f1, precision, recall: maximised; the rest minimised).
+    seeds : run each point over this many seeds (:func:`.seeds.with_seed`) and compare
+        the mean; a point diverged if any seed diverged.
+    jobs : grid points run in this many worker processes (spawned; each uses
+        ``cpu_count // jobs`` torch threads). Every point is a function of its config and
+        seeds only, so the results are those of a serial sweep.
+    log : called with each progress line and the pivot table.
 
     Returns
     -------
-    {"rows": [...], "best": {run slug: {"point": {...}, metric: value}}}; with ``out``
-    also written as ``sweep.csv`` and ``best.json``.
+    dict
+        ``rows`` (one per run and point: run, grid fields, metric value, diverged,
+        diverged_round; with seeds also ``<metric>_std`` and ``n_seeds``), ``best``
+        ({run: {"params", "value"}}), ``pivot`` (the printed table), ``metric``,
+        ``maximize``, ``files`` (names written to ``out``).
+
+    Raises
+    ------
+    ConfigError
+        for an empty grid or value list, a field that cannot be set, a run that cannot
+        be built at some point, or a metric the runs do not record (listing those they do).
     """
-    if not grid:
+    grid = _check_grid(grid)
+    jobs = check_int("jobs", jobs, minimum=1)
+    n_seeds = 1 if seeds is None else check_seeds(seeds)
+    if not isinstance(metric, str) or metric not in METRICS:
+        raise fail("metric", metric, "must be a record field: " + ", ".join(METRICS))
+    up = best_direction(metric, maximize)
+    names = list(grid)
+    points = [dict(zip(names, values, strict=True))
+              for values in itertools.product(*(grid[n] for n in names))]
+    base_runs = resolve_runs(config)
+    keys = _run_keys(base_runs)
+    cache: dict = {}
+    point_runs = [_runs_at(config, point, cache, metric) for point in points]
+    tasks = [(p, i, with_seed(run, k) if seeds else run)
+             for p, runs in enumerate(point_runs) for i, run in enumerate(runs)
+             for k in range(n_seeds)]
+    results = _execute([t[2] for t in tasks], metric, jobs, cache)
+    by_cell: dict[tuple[int, int], list[dict]] = {}
+    for (p, i, _), res in zip(tasks, results, strict=True):
+        _check_recorded(res, metric, keys[i])
+        by_cell.setdefault((p, i), []).append(res)
+    rows, best = [], {}
+    for p, point in enumerate(points):
+        for i, key in enumerate(keys):
+            row = _row(key, point, metric, by_cell[(p, i)], seeds is not None)
+            rows.append(row)
+            log(_progress_line(row, point, metric))
+    for i, key in enumerate(keys):
+        cells = [(points[p], rows[p * len(keys) + i]) for p in range(len(points))]
+        best[key] = _best(cells, metric, up, seeds is not None)
+    pivot = pivot_table(rows, points, keys, metric, best, up)
+    log(pivot)
+    files = []
+    if out is not None:
+        files = _write(Path(out), config, rows, best, points, keys, names, metric, up,
+                       n_seeds)
+    return {"rows": rows, "best": best, "pivot": pivot, "metric": metric, "maximize": up,
+            "files": files}
+
+
+def _check_grid(grid) -> dict[str, list]:
+    if not isinstance(grid, dict) or not grid:
         raise fail("grid", grid, "give at least one field with a list of values")
     checked = {}
+    settable = sorted(RUN_KEYS - {"label", "panel"})
     for name, values in grid.items():
+        if not isinstance(name, str) or name.split(".")[0] not in settable:
+            raise fail("grid field", name, "must be a run field such as algorithm.step_size;"
+                       " it starts with one of " + ", ".join(settable))
         listed = [] if isinstance(values, str | bytes | dict) or \
             not isinstance(values, Iterable) else list(values)
         if not listed:  # an empty list would run nothing and leave no row to write
             raise fail(f"grid[{name!r}]", values, "must be a non-empty list of values")
         checked[name] = listed
-    grid = checked
-    names = list(grid)
-    rows, best = [], {}
-    data_cache: dict = {}
-    for values in itertools.product(*(grid[n] for n in names)):
-        point = dict(zip(names, values, strict=True))
-        for run in resolve_runs(config):
-            for name, value in point.items():
-                set_path(run, name, value)
-            history, error = execute_run(run, None, data_cache=data_cache, progress=False)
-            final = history.records[-1].get(metric) if history.records and not error else None
-            score = math.inf if final is None or not math.isfinite(final) else final
-            rows.append({"run": run["slug"], **point, metric: score, "diverged": bool(error)})
-            log(f"{run['slug']} {point} -> {metric}={score:.6g}{' (diverged)' if error else ''}")
-            if score < best.get(run["slug"], {}).get(metric, math.inf) or run["slug"] not in best:
-                best[run["slug"]] = {"point": point, metric: score}
-    if out is not None:
-        out = Path(out)
-        out.mkdir(parents=True, exist_ok=True)
-        with open(out / "sweep.csv", "w", newline="") as fh:
-            writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
-            writer.writeheader()
-            writer.writerows(rows)
-        with open(out / "best.json", "w") as fh:
-            json.dump(best, fh, indent=2, default=str)
-    return {"rows": rows, "best": best}
+    return checked
+
+
+def _run_keys(runs: list[dict]) -> list[str]:
+    """Each run's name in the outputs: its label, or "panel / label" where labels repeat
+    across panels."""
+    labels = [r["label"] for r in runs]
+    return [r["label"] if labels.count(r["label"]) == 1 else f"{r['panel']} / {r['label']}"
+            for r in runs]
+
+
+def _runs_at(config: dict, point: dict, cache: dict, metric: str) -> list[dict]:
+    """The resolved runs at one grid point, each buildable and recording ``metric``
+    (checked before anything runs)."""
+    runs = resolve_runs(config)
+    for run in runs:
+        where = f"run {run['label']!r} at {_point_text(point)}"
+        for name, value in point.items():
+            set_path(run, name, value)
+        try:
+            data = _data(run, cache)
+            problem = build_problem(run["problem"])
+            build_algorithm(run["algorithm"])
+        except ConfigError as exc:
+            raise ConfigError(f"{where}: {exc}") from None
+        recorded = recordable_metrics(data, problem)
+        if metric not in recorded:
+            raise fail("metric", metric, f"{where} does not record it; it records "
+                       + ", ".join(m for m in METRICS if m in recorded))
+    return runs
+
+
+def _execute(runs: list[dict], metric: str, jobs: int, cache: dict) -> list[dict]:
+    if jobs == 1 or len(runs) == 1:
+        return [_evaluate(run, metric, cache) for run in runs]
+    jobs = min(jobs, len(runs))
+    cache.clear()  # the workers build their own data; free the copies the checks built
+    threads = max(1, (os.cpu_count() or 1) // jobs)
+    # spawn, not fork: a forked child inherits torch's thread pool in an undefined state
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=context, initializer=_init_worker,
+                             initargs=(threads,)) as pool:
+        futures = [pool.submit(_evaluate, run, metric) for run in runs]
+        return [f.result() for f in futures]
+
+
+def _init_worker(threads: int) -> None:
+    import torch
+
+    torch.set_num_threads(threads)
+
+
+def _evaluate(run: dict, metric: str, cache: dict | None = None) -> dict:
+    """Simulate one run (no files) and keep what the sweep compares."""
+    history, error = execute_run(run, None, data_cache=_WORKER_DATA if cache is None else cache,
+                                 progress=False)
+    diverged = divergence(history, error, metric)
+    return {"value": None if diverged is not None else history.final(metric),
+            "diverged_round": diverged, "error": error, "seed": run.get("seed"),
+            "recorded": history.recorded()}
+
+
+def _check_recorded(res: dict, metric: str, key: str) -> None:
+    if res["diverged_round"] is None and res["value"] is None:
+        raise fail("metric", metric, f"run {key!r} has no value of it at the last round; "
+                   "it records " + ", ".join(res["recorded"]))
+
+
+def _row(key: str, point: dict, metric: str, results: list[dict], with_seeds: bool) -> dict:
+    gone = [r["diverged_round"] for r in results if r["diverged_round"] is not None]
+    s = spread(r["value"] for r in results)
+    row = {"run": key, **point, metric: None if gone else s["mean"]}
+    if with_seeds:
+        row[f"{metric}_std"] = None if gone else s["std"]
+        row["n_seeds"] = len(results)
+        row["diverged_seeds"] = len(gone)
+    row["diverged"] = bool(gone)
+    row["diverged_round"] = min(gone) if gone else None
+    return row
+
+
+def _best(cells: list[tuple[dict, dict]], metric: str, up: bool, with_seeds: bool) -> dict:
+    ok = [(point, row) for point, row in cells if row[metric] is not None]
+    if not ok:
+        return {"params": None, "value": None, "diverged": True}
+    # max/min keep the first of equal values: ties go to the earlier grid point
+    pick = max if up else min
+    point, row = pick(ok, key=lambda c: c[1][metric])
+    best = {"params": dict(point), "value": row[metric]}
+    if with_seeds:
+        best.update(std=row[f"{metric}_std"], n=row["n_seeds"])
+    return best
+
+
+def _point_text(point: dict) -> str:
+    return ", ".join(f"{k}={v!r}" for k, v in point.items())
+
+
+def _column_name(point: dict) -> str:
+    if len(point) == 1:
+        return f"{next(iter(point.values()))!r}"
+    return ", ".join(f"{k.rsplit('.', 1)[-1]}={v!r}" for k, v in point.items())
+
+
+def _progress_line(row: dict, point: dict, metric: str) -> str:
+    value = "diverged at round " + str(row["diverged_round"]) if row["diverged"] \
+        else f"{row[metric]:.6g}"
+    return f"{row['run']} {_point_text(point)} -> {metric} = {value}"
+
+
+def pivot_table(rows: list[dict], points: list[dict], keys: list[str], metric: str,
+                best: dict, up: bool) -> str:
+    """The sweep as text: one line per run, one column per grid point, ``*`` on each run's
+    best point, ``div@r`` where the run diverged at round r."""
+    header = ["run"] + [_column_name(p) for p in points]
+    table = [header]
+    for i, key in enumerate(keys):
+        line = [key]
+        for p in range(len(points)):
+            row = rows[p * len(keys) + i]
+            if row["diverged"]:
+                line.append(f"div@{row['diverged_round']}")
+                continue
+            mark = "*" if best[key]["params"] == points[p] else ""
+            line.append(f"{row[metric]:.4g}{mark}")
+        table.append(line)
+    widths = [max(len(r[c]) for r in table) for c in range(len(header))]
+    fields = ", ".join(points[0]) if points else ""
+    title = (f"{metric} at the last round by {fields} ({'higher' if up else 'lower'} is "
+             "better; * = best per run, div@r = diverged at round r)")
+    lines = ["  ".join(cell.rjust(w) if c else cell.ljust(w) for c, (cell, w) in
+                       enumerate(zip(r, widths, strict=True))) for r in table]
+    return "\n".join([title, *lines])
+
+
+def _write(out: Path, config: dict, rows, best, points, keys, names, metric, up,
+           n_seeds) -> list[str]:
+    from ..report.plots import plot_sweep
+
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / "sweep.csv", "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows({k: "" if v is None else v for k, v in r.items()} for r in rows)
+    with open(out / "best.json", "w") as fh:
+        json.dump(strict_json(best), fh, indent=2, allow_nan=False)
+    files = ["sweep.csv", "best.json"]
+    if plot_sweep(_plot_table(rows, points, keys, names, metric), field=_plot_field(points,
+                  names), metric=metric, path=out / "sweep.png", maximize=up,
+                  title=_plot_title(config, metric, up, n_seeds)):
+        files.append("sweep.png")
+    with open(out / "tuned.toml", "wb") as fh:
+        tomli_w.dump(tuned_config(config, best, keys, metric, up), fh)
+    files.append("tuned.toml")
+    return files
+
+
+def _plot_field(points: list[dict], names: list[str]) -> str:
+    """The field on the sweep plot's x axis: the first numeric one (else the first)."""
+    for name in names:
+        if all(isinstance(p[name], int | float) and not isinstance(p[name], bool)
+               for p in points):
+            return name
+    return names[0]
+
+
+def _plot_table(rows, points, keys, names, metric) -> dict[str, list[dict]]:
+    field = _plot_field(points, names)
+    others = [n for n in names if n != field]
+    table: dict[str, list[dict]] = {}
+    for p, point in enumerate(points):
+        for i, key in enumerate(keys):
+            row = rows[p * len(keys) + i]
+            rest = ", ".join(f"{n.rsplit('.', 1)[-1]}={point[n]!r}" for n in others)
+            label = f"{key} ({rest})" if rest else key
+            table.setdefault(label, []).append({
+                "x": point[field], "value": row[metric], "std": row.get(f"{metric}_std"),
+                "diverged": row["diverged"]})
+    return table
+
+
+def _plot_title(config: dict, metric: str, up: bool, n_seeds: int) -> str:
+    what = config.get("short_title") or config.get("title") or "sweep"
+    spread_note = f"; mean ± std over {n_seeds} seeds" if n_seeds > 1 else ""
+    return (f"{what}: {metric} at the last round ({'higher' if up else 'lower'} is better, "
+            f"star = best{spread_note})")
+
+
+def tuned_config(config: dict, best: dict, keys: list[str], metric: str, up: bool) -> dict:
+    """``config`` with each run's winning grid values set on the run itself; a run
+    whose every point diverged keeps its values."""
+    tuned = copy.deepcopy(config)
+    for key, run in zip(keys, tuned["runs"], strict=True):
+        for name, value in (best[key]["params"] or {}).items():
+            set_path(run, name, value)
+    fields = sorted({n for b in best.values() for n in (b["params"] or {})})
+    note = (f"Tuned by fedsparse sweep over {', '.join(fields) or 'nothing'} "
+            f"({metric} at the last round, {'maximised' if up else 'minimised'}).")
+    tuned["description"] = f"{config.get('description', '')} {note}".strip()
+    return tuned

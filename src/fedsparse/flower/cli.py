@@ -14,8 +14,7 @@ import tomllib
 from pathlib import Path
 
 from .._validation import ConfigError
-from ..experiments.config import load_config
-from .app_project import write_app_project
+from .app_project import connections, write_app_project
 from .job import flatten, job_from_config
 
 
@@ -42,8 +41,9 @@ def add_flower_parser(subparsers) -> argparse.ArgumentParser:
         description="Write a Flower app project (pyproject.toml with the job as run config, "
                     "ServerApp/ClientApp modules, SuperLink connections) so that `flwr run` "
                     "works on it.")
-    app.add_argument("config", help="TOML file: a job (rounds, data, problem, algorithm) or an "
-                     "experiment config with [[runs]]")
+    app.add_argument("config", help="a named experiment (see `fedsparse list`) or a TOML file: "
+                     "a job (rounds, data, problem, algorithm) or an experiment config with "
+                     "[[runs]]")
     app.add_argument("--out", required=True, help="directory to write the project to")
     app.add_argument("--run", default=None,
                      help="label or index of the run of an experiment config (default first)")
@@ -60,6 +60,7 @@ def add_flower_parser(subparsers) -> argparse.ArgumentParser:
                      help="override a job value, e.g. --set rounds=5 --set algorithm.sparsity=3")
     app.add_argument("--force", action="store_true", help="write into a non-empty directory")
     app.set_defaults(func=flower_app_command)
+    _add_demo_parser(sub)
     return flower
 
 
@@ -82,12 +83,12 @@ def flower_app_command(args: argparse.Namespace) -> int:
     int
         The exit code: 0, or 2 after printing a configuration error.
     """
-    path = Path(args.config)
     try:
-        config = load_config(path)
+        config = _resolve_config(args.config)
         run = args.run
         if run is not None and run.isdigit():
             run = int(run)
+        _check_run_given(config, run)
         if args.set:
             overrides = {}
             for item in args.set:
@@ -107,5 +108,128 @@ def flower_app_command(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(f"wrote the Flower app project {out}")
-    print(f"  run it:  flwr run {out} fedsparse-local   (see {out / 'README.md'})")
+    _print_connections(out, args)
+    return 0
+
+
+def _check_run_given(config: dict, run) -> None:
+    """An app project holds one job: with several runs, the user says which (a silent
+    first-run default would drop the others)."""
+    from ..experiments.config import run_choices
+
+    runs = config.get("runs")
+    if run is None and isinstance(runs, list) and len(runs) > 1:
+        names = run_choices(config)
+        raise ConfigError(f"the config has {len(runs)} runs and an app project holds one: "
+                          f"choose it with --run LABEL or --run INDEX; runs: "
+                          + ", ".join(f"{i} {n!r}" for i, n in enumerate(names)))
+
+
+def _resolve_config(name_or_path: str) -> dict:
+    """The TOML config of a named experiment or a file, as ``fedsparse run`` finds it."""
+    from ..cli import resolve_experiment
+
+    name, config, _ = resolve_experiment(name_or_path)
+    if config is None:
+        raise ConfigError(f"experiment {name!r} is a Python experiment; Flower runs TOML "
+                          "configs (a job or an experiment with [[runs]])")
+    return config
+
+
+def _print_connections(out: Path, args: argparse.Namespace) -> None:
+    """Say which SuperLink connections were written, TLS first when certificates were given."""
+    links = connections(address=args.address, root_certificates=args.root_certificates,
+                        sim_address=args.sim_address)["superlink"]
+    where = f"{out / 'flower-config.toml'}"
+    if args.flwr_home:
+        where += f", merged into {Path(args.flwr_home) / 'config.toml'}"
+    print(f"  SuperLink connections ({where}):")
+    tls = links["fedsparse-tls"]
+    ca = tls.get("root-certificates")
+    rows = [("fedsparse-tls", tls["address"], "TLS, CA " + ca if ca else
+             "TLS, trusting the system's CA certificates (no --root-certificates given)"),
+            ("fedsparse-local", links["fedsparse-local"]["address"], "insecure (no TLS)"),
+            ("fedsparse-sim", links["fedsparse-sim"]["address"],
+             "insecure, a SuperLink started with --simulation")]
+    if not ca:  # without a CA of its own, the insecure link is what a local test uses
+        rows[:2] = rows[1::-1]
+    for conn, address, how in rows:
+        print(f"    {conn:<16} {address:<22} {how}")
+    print(f"  run it:  flwr run {out} {rows[0][0]} --stream   (see {out / 'README.md'})")
+
+
+def _add_demo_parser(sub) -> None:
+    demo = sub.add_parser(
+        "demo", help="run a job on a local SuperLink and two SuperNodes, then stop them",
+        description="Start a SuperLink and SuperNodes on 127.0.0.1 (free ports, insecure: "
+                    "nothing leaves the machine), run the job with `flwr run`, print where the "
+                    "history went and stop every process, also on errors and Ctrl-C. Each "
+                    "SuperNode holds one client and regenerates the job's seeded data.")
+    demo.add_argument("config", nargs="?", default=None,
+                      help="a named experiment or a TOML file (job or experiment config); "
+                           "default a small FedIter-HT regression job")
+    demo.add_argument("--rounds", type=int, default=None, help="override the number of rounds")
+    demo.add_argument("--run", default=None,
+                      help="label or index of the run of an experiment config (default first)")
+    demo.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                      help="override a job value, e.g. --set algorithm.sparsity=3")
+    demo.add_argument("--nodes", type=int, default=2,
+                      help="number of SuperNodes; the job gets one client per node (default 2)")
+    demo.add_argument("--out", default="runs/flower-demo",
+                      help="directory for the history and model (default runs/flower-demo)")
+    demo.add_argument("--timeout", type=float, default=600.0,
+                      help="seconds the run may take before it is stopped (default 600)")
+    demo.add_argument("--force", action="store_true", help="write into a non-empty --out")
+    demo.set_defaults(func=flower_demo_command)
+
+
+def flower_demo_command(args: argparse.Namespace) -> int:
+    """``fedsparse flower demo [CONFIG]``: a local deployment, run and stopped.
+
+    Parameters
+    ----------
+    args : the parsed arguments of the ``demo`` parser.
+
+    Returns
+    -------
+    int
+        0; 2 after a configuration error; 1 when a Flower process failed or timed out.
+    """
+    from .demo import FlowerProcessError, run_demo
+
+    try:
+        config, run = None, args.run
+        if args.config is not None:
+            config = _resolve_config(args.config)
+            if run is not None and run.isdigit():
+                run = int(run)
+            _check_run_given(config, run)
+            if "runs" in config:
+                config = job_from_config(config, run).to_dict()
+                run = None
+        elif run is not None:
+            raise ConfigError(f"--run {run!r} needs a CONFIG with [[runs]]")
+        if args.set:
+            from .demo import DEMO_JOB
+
+            flat = flatten(config if config is not None else DEMO_JOB)
+            for item in args.set:
+                if "=" not in item:
+                    raise ConfigError(f"--set {item!r} is invalid: must be KEY=VALUE")
+                key, value = item.split("=", 1)
+                flat[key.strip()] = _parse_value(value.strip())
+            config = flat
+        result = run_demo(config, args.out, rounds=args.rounds, run=run, nodes=args.nodes,
+                          timeout=args.timeout, overwrite=args.force, echo=print)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except FlowerProcessError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        print("every process the demo started has been stopped", file=sys.stderr)
+        return 1
+    print(f"demo: done; the SuperLink and {args.nodes} SuperNodes are stopped")
+    print(f"  history: {result.history} (and history.csv, model.npy in {result.out})")
+    print(f"  Flower app project, logs: {result.workdir}")
+    print(f"  read it back: fedsparse.History.load({str(result.out)!r})")
     return 0

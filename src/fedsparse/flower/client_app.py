@@ -4,8 +4,10 @@ Three message types:
 
 * ``query`` -- the handshake: the node tells the server which fedsparse client it is
   (``partition-id``), how many examples it holds, its aggregation weight, the feature
-  dimension and, when the problem has one, its smoothness constant L_i (so the server
-  can resolve ``step_size="auto"`` = 1 / max_i L_i without seeing any data);
+  shape and the per-client statistics the algorithm binds with
+  (:meth:`~fedsparse.algorithms.Algorithm.statistics`, e.g. its smoothness constant L_i
+  for ``step_size="auto"``), so the server binds exactly as the simulator does without
+  seeing any data;
 * ``train`` -- decode the broadcast payload, run ``algorithm.client_update`` with
   S = 1 and ``clients = tensor([partition_id])``, so the counter-based random numbers
   draw the same mini-batches as the embedded simulator, and reply with the encoded
@@ -16,14 +18,15 @@ Three message types:
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from flwr.app import ConfigRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
-from ..algorithms.base import ClientContext
+from ..algorithms.base import ClientContext, DataSpec
 from ..data.federated import FederatedDataset
+from ..metrics import evaluate as evaluate_model
 from . import codec
 from .job import Job, NodeData, job_from_config, load_node_data
 
@@ -53,19 +56,27 @@ def _runtime(default_job: Job | None, default_key: dict | None, context: Context
             raise RuntimeError("this ClientApp has no fedsparse job: the run config is empty "
                                "and make_client_app() was given none")
         problem = job.build_problem()
-        algorithm = job.build_algorithm()
-        rt = _Runtime(job, problem, algorithm, load_node_data(job, node_config))
-        problem.check_data(_local_dataset(rt))
+        node = load_node_data(job, node_config)
+        if not problem.pooled_ok:  # linear models read the padded (1, n, d) layout
+            node = replace(node, train=node.train.padded(flatten=True),
+                           test=None if node.test is None else node.test.padded(flatten=True))
+        local = _local_dataset(node)
+        problem.check_data(local)
+        # Bound like the server's copy (same N, feature shape, dtype); what needs every
+        # client's statistics (an "auto" step) comes from the server in client_config.
+        spec = DataSpec(job.num_clients, DataSpec.of(local).feature_shape, job.torch_dtype,
+                        torch.ones(job.num_clients, dtype=torch.float64))
+        rt = _Runtime(job, problem, job.build_algorithm().bind(problem, spec, {}), node)
         if len(_RUNTIMES) > 64:  # a long-lived process serving many runs: do not grow forever
             _RUNTIMES.clear()
         _RUNTIMES[key] = rt
     return _RUNTIMES[key]
 
 
-def _local_dataset(rt: _Runtime) -> FederatedDataset:
+def _local_dataset(node: NodeData) -> FederatedDataset:
     """The node's data as a one-client data set (its weight is irrelevant here)."""
-    return FederatedDataset(train=rt.node.train, weights=torch.ones(1, dtype=torch.float64),
-                            test=rt.node.test, name=rt.node.source)
+    return FederatedDataset(train=node.train, weights=torch.ones(1, dtype=torch.float64),
+                            test=node.test, name=node.source)
 
 
 def _client_state(rt: _Runtime, context: Context) -> dict | None:
@@ -73,7 +84,8 @@ def _client_state(rt: _Runtime, context: Context) -> dict | None:
         return codec.record_to_tensors(context.state[STATE_KEY])
     if not rt.algorithm.stateful_clients:
         return None
-    return rt.algorithm.init_clients(rt.problem, _local_dataset(rt))
+    return rt.algorithm.init_clients(rt.problem, torch.tensor([rt.node.partition_id]),
+                                     rt.job.seed)
 
 
 def _store_state(context: Context, state: dict | None) -> None:
@@ -112,11 +124,12 @@ def make_client_app(job: Job | None = None) -> ClientApp:
         node = rt.node
         info = {"partition_id": node.partition_id, "num_partitions": node.num_partitions,
                 "count": int(node.train.counts[0]), "weight": float(node.weight),
-                "dim": int(node.train.X.shape[-1]), "dtype": str(node.train.X.dtype),
-                "source": node.source}
-        if "lipschitz" in rt.problem.capabilities:
-            X, w = node.train.X, node.train.mean_weights()
-            info["lipschitz"] = float(rt.problem.lipschitz(X, w)[0])
+                "feature_shape": list(DataSpec.of(_local_dataset(node)).feature_shape),
+                "dtype": str(node.train.X.dtype), "source": node.source}
+        # The statistics the server's algorithm.bind needs (e.g. L_i for an "auto" step),
+        # computed here on the node's own data: the server never sees the data.
+        for name, value in rt.algorithm.statistics(rt.problem, node.train).items():
+            info[f"stat.{name}"] = float(value[0])
         return Message(RecordDict({"node": ConfigRecord(info)}), reply_to=msg)
 
     @app.train()
@@ -148,14 +161,11 @@ def make_client_app(job: Job | None = None) -> ClientApp:
                    "num-examples": int(rt.node.train.counts[0])}
         if rt.node.test is not None:
             metrics["test-examples"] = int(rt.node.test.counts[0])
-        for name, split in (("", rt.node.train), ("test_", rt.node.test)):
-            if split is None:
-                continue
-            w = split.mean_weights()
-            metrics[f"{name}objective"] = float(rt.problem.loss(model, split.X, split.y, w)[0])
-            acc = rt.problem.accuracy(model, split.X, split.y, w)
-            if acc is not None:
-                metrics[f"{name}accuracy"] = float(acc[0])
+        # The simulator's own evaluation (chunked for large or pooled data) on one client.
+        measured = evaluate_model(rt.problem, _local_dataset(rt.node), model)
+        for key in ("objective", "accuracy", "test_objective", "test_accuracy"):
+            if measured[key] is not None:
+                metrics[key] = float(measured[key])
         return Message(RecordDict({"metrics": MetricRecord(metrics)}), reply_to=msg)
 
     return app

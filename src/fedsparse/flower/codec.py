@@ -112,36 +112,115 @@ def encode(x: torch.Tensor, encoding: str = "auto") -> tuple[ArrayRecord, Config
     return ArrayRecord(arrays), meta
 
 
-def decode(arrays: ArrayRecord, meta: ConfigRecord) -> torch.Tensor:
-    """The tensor that :func:`encode` encoded (bit for bit).
+class MalformedPayload(ConfigError):
+    """A received payload does not decode to what its metadata claims (or to what was
+    expected); the message says what is wrong."""
+
+
+def _meta_field(meta: ConfigRecord, key: str):
+    try:
+        return meta[key]
+    except KeyError:
+        raise MalformedPayload(f"payload metadata has no {key!r}") from None
+
+
+def _int_list(value, what: str) -> list[int]:
+    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+        value = [value]
+    if not isinstance(value, (list, tuple)) or not all(
+            isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v >= 0
+            for v in value):
+        raise MalformedPayload(f"payload {what} {value!r} is not a list of non-negative "
+                               "integers")
+    return [int(v) for v in value]
+
+
+def _array_of(arrays: ArrayRecord, key: str) -> np.ndarray:
+    try:
+        return arrays[key].numpy()
+    except KeyError:
+        raise MalformedPayload(f"payload has no {key!r} array") from None
+    except Exception as exc:  # noqa: BLE001 - a corrupt array gets the same clear message
+        raise MalformedPayload(f"payload array {key!r} cannot be read: {exc}") from None
+
+
+def decode(arrays: ArrayRecord, meta: ConfigRecord,
+           expected_shape: tuple[int, ...] | None = None) -> torch.Tensor:
+    """The tensor that :func:`encode` encoded (bit for bit), after checking that every
+    array agrees with the metadata.
 
     Parameters
     ----------
     arrays, meta : the two records :func:`encode` returned.
+    expected_shape : the shape the receiver expects (None = whatever ``meta`` says).
 
     Returns
     -------
     torch.Tensor
         Of ``meta["shape"]`` and ``meta["dtype"]``.
+
+    Raises
+    ------
+    MalformedPayload
+        for a payload that is inconsistent (lengths, indices out of range or repeated,
+        unknown encoding or dtype) or not of ``expected_shape``; what a remote peer sends
+        never reaches torch unchecked.
     """
-    enc, shape, dtype = meta["encoding"], tuple(meta["shape"]), meta["dtype"]
-    check_choice("encoding", enc, _CONCRETE)
+    enc, dtype = _meta_field(meta, "encoding"), _meta_field(meta, "dtype")
+    shape = tuple(_int_list(_meta_field(meta, "shape"), "shape"))
+    if enc not in _CONCRETE:
+        raise MalformedPayload(f"payload encoding {enc!r} is not one of {list(_CONCRETE)}")
+    if dtype not in _VALUE_DTYPES:
+        raise MalformedPayload(f"payload dtype {dtype!r} is not one of "
+                               f"{sorted(_VALUE_DTYPES)}")
+    if not shape:
+        raise MalformedPayload("payload shape is empty; a payload has at least one axis")
+    if expected_shape is not None and shape != tuple(expected_shape):
+        raise MalformedPayload(f"payload shape {list(shape)} differs from the expected "
+                               f"{list(expected_shape)}")
     torch_dtype = _VALUE_DTYPES[dtype]
-    value = torch.from_numpy(arrays["value"].numpy().copy())
-    if torch_dtype == torch.bfloat16:
-        value = value.view(torch.bfloat16)
     P = shape[-1]
     R = int(np.prod(shape[:-1], dtype=np.int64))
+    raw = _array_of(arrays, "value").reshape(-1)
+    value_np = np.dtype(np.int16 if torch_dtype == torch.bfloat16 else
+                        str(torch.empty(0, dtype=torch_dtype).numpy().dtype))
+    if raw.dtype != value_np:
+        raise MalformedPayload(f"payload values are {raw.dtype}, but the metadata says {dtype}")
+    value = torch.from_numpy(raw.copy())
+    if torch_dtype == torch.bfloat16:
+        value = value.view(torch.bfloat16)
     if enc == "dense":
+        if value.numel() != R * P:
+            raise MalformedPayload(f"dense payload has {value.numel()} values for shape "
+                                   f"{list(shape)} ({R * P} expected)")
         return value.reshape(shape)
+    nnz = _int_list(_meta_field(meta, "nnz"), "nnz")
+    if len(nnz) != R or any(n > P for n in nnz) or sum(nnz) != value.numel():
+        raise MalformedPayload(f"payload nnz {nnz[:8]} does not fit {R} row(s) of length {P} "
+                               f"and {value.numel()} values")
     out = torch.zeros(R, P, dtype=torch_dtype)
     if enc == "sparse":
-        nnz = torch.tensor(meta["nnz"], dtype=torch.int64)
-        rows = torch.repeat_interleave(torch.arange(R), nnz)
-        cols = torch.from_numpy(arrays["index"].numpy().astype(np.int64))
-        out[rows, cols] = value
+        index = _array_of(arrays, "index").reshape(-1)
+        if index.dtype.kind not in "ui" or index.shape[0] != value.numel():
+            raise MalformedPayload(f"sparse payload has {index.shape[0]} {index.dtype} "
+                                   f"indices for {value.numel()} values")
+        cols = torch.from_numpy(index.astype(np.int64))
+        if cols.numel() and (int(cols.min()) < 0 or int(cols.max()) >= P):
+            raise MalformedPayload(f"sparse payload index out of range [0, {P}): "
+                                   f"{int(cols.min())}..{int(cols.max())}")
+        rows = torch.repeat_interleave(torch.arange(R), torch.tensor(nnz, dtype=torch.int64))
+        flat = rows * P + cols
+        if torch.unique(flat).numel() != flat.numel():
+            raise MalformedPayload("sparse payload repeats an index within a row")
+        out.view(-1)[flat] = value
     else:
-        bits = np.unpackbits(arrays["bitmap"].numpy(), axis=-1, count=P, bitorder="little")
+        bitmap = _array_of(arrays, "bitmap")
+        if bitmap.dtype != np.uint8 or bitmap.size != R * ((P + 7) // 8):
+            raise MalformedPayload(f"bitmap payload has a {bitmap.dtype} bitmap of shape "
+                                   f"{bitmap.shape}; expected uint8 {(R, (P + 7) // 8)}")
+        bits = np.unpackbits(bitmap.reshape(R, -1), axis=-1, count=P, bitorder="little")
+        if bits.sum(-1).tolist() != nnz:
+            raise MalformedPayload("bitmap payload's set bits do not match its nnz")
         out[torch.from_numpy(bits.astype(bool))] = value
     return out.reshape(shape)
 
@@ -176,8 +255,9 @@ def put(content: RecordDict, name: str, x: torch.Tensor, encoding: str = "auto")
     return encoded_bytes(arrays)
 
 
-def get(content: RecordDict, name: str) -> tuple[torch.Tensor, int]:
-    """Decode the payload :func:`put` stored under ``name``.
+def get(content: RecordDict, name: str, expected_shape: tuple[int, ...] | None = None
+        ) -> tuple[torch.Tensor, int]:
+    """Decode the payload :func:`put` stored under ``name`` (checked as :func:`decode`).
 
     Returns
     -------
@@ -188,15 +268,17 @@ def get(content: RecordDict, name: str) -> tuple[torch.Tensor, int]:
 
     Raises
     ------
-    ConfigError
-        if ``content`` holds no payload ``name``.
+    MalformedPayload
+        if ``content`` holds no payload ``name`` or it is malformed.
     """
     try:
         arrays, meta = content[name], content[name + ".meta"]
-    except KeyError:
-        raise ConfigError(f"the message has no payload {name!r}; records present: "
-                          f"{sorted(content)}") from None
-    return decode(arrays, meta), encoded_bytes(arrays)
+    except (KeyError, TypeError):
+        raise MalformedPayload(f"the message has no payload {name!r}; records present: "
+                               f"{sorted(content)}") from None
+    if not isinstance(arrays, ArrayRecord) or not isinstance(meta, ConfigRecord):
+        raise MalformedPayload(f"payload {name!r} is not an ArrayRecord with a ConfigRecord")
+    return decode(arrays, meta, expected_shape), encoded_bytes(arrays)
 
 
 def tensors_to_record(tensors: dict[str, torch.Tensor]) -> ArrayRecord:

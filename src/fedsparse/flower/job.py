@@ -51,14 +51,24 @@ from .._validation import ConfigError, check_choice, check_float, check_int, fai
 from ..algorithms import REGISTRY as ALGORITHMS
 from ..data import GENERATORS
 from ..data.federated import ClientSplit, FederatedDataset, from_arrays
-from ..experiments.config import DTYPES, build_algorithm, build_data, build_problem, deep_merge
+from ..experiments.config import (
+    DTYPES,
+    build_algorithm,
+    build_channel,
+    build_data,
+    build_problem,
+    check_config,
+    deep_merge,
+    pick_run,
+    unknown_key,
+)
 from ..problems import REGISTRY as PROBLEMS
 
 #: ``data.kind`` meaning "each node brings its own file" (node config ``data-path``).
 NODE_DATA = "node"
 FLOWER_DEFAULTS: dict[str, Any] = {"round_timeout": 120.0, "wait_timeout": 120.0,
                                    "min_nodes": 0, "evaluate_every": 0, "out_dir": "",
-                                   "poll_interval": 0.2}
+                                   "poll_interval": 0.2, "max_update_norm": 0.0}
 _TOP_KEYS = {"rounds", "seed", "clients_per_round", "dtype", "data", "problem", "algorithm",
              "flower", "label", "panel", "channel", "checkpoint_every", "slug"}
 
@@ -75,6 +85,8 @@ class Job:
     clients_per_round: int | None = None
     dtype: str = "float32"
     flower: dict = field(default_factory=lambda: dict(FLOWER_DEFAULTS))
+    #: Losses applied on top of the network's own, as in the simulator (experiments).
+    channel: dict = field(default_factory=dict)
 
     @property
     def torch_dtype(self) -> torch.dtype:
@@ -106,6 +118,12 @@ class Job:
         """
         return build_algorithm(self.algorithm)
 
+    def build_channel(self):
+        """The ``[channel]`` table as a channel (perfect when there is none)."""
+        from ..channels import PerfectChannel
+
+        return build_channel(self.channel) or PerfectChannel()
+
     def build_data(self) -> FederatedDataset:
         """The whole federated data set of a generator job (what the simulator uses)."""
         if self.data["kind"] == NODE_DATA:
@@ -120,6 +138,8 @@ class Job:
                "algorithm": dict(self.algorithm), "flower": dict(self.flower)}
         if self.clients_per_round is not None:
             out["clients_per_round"] = self.clients_per_round
+        if self.channel:
+            out["channel"] = dict(self.channel)
         return out
 
 
@@ -165,28 +185,23 @@ def job_from_config(config: dict, run: str | int | None = None) -> Job:
         config = deep_merge(config, _unflatten({k: v for k, v in config.items() if "." in k}))
         config = {k: v for k, v in config.items() if "." not in k}
     if "runs" in config:
-        runs = config["runs"]
-        if not runs:
-            raise ConfigError("the experiment config has no [[runs]] entry")
-        if run is None:
-            index = 0
-        elif isinstance(run, int):
-            index = check_int("run", run, minimum=0, maximum=len(runs) - 1)
-        else:
-            labels = [r.get("label", r.get("algorithm", {}).get("kind")) for r in runs]
-            index = labels.index(check_choice("run", run, labels))
-        config = deep_merge(config.get("defaults", {}), runs[index])
+        # the whole experiment config is checked: a top-level [flower] table, or any key
+        # the run does not inherit, would otherwise be dropped without a word
+        check_config(config)
+        index = pick_run(config, run)
+        config = deep_merge(config.get("defaults", {}), config["runs"][index])
     elif run is not None:
         raise fail("run", run, "is only allowed for an experiment config with [[runs]]")
-    unknown = set(config) - _TOP_KEYS
-    if unknown:
-        raise ConfigError(f"unknown job keys {sorted(unknown)}; allowed: {sorted(_TOP_KEYS)}")
+    for key in config:
+        if key not in _TOP_KEYS:
+            raise unknown_key("the job", key, _TOP_KEYS - {"slug"})
     for table in ("data", "problem", "algorithm"):
         if not isinstance(config.get(table), dict) or "kind" not in config[table]:
             raise ConfigError(f"the job needs a [{table}] table with a kind")
-    if config.get("channel") and config["channel"].get("kind", "perfect") != "perfect":
-        raise fail("channel.kind", config["channel"]["kind"],
-                   "cannot run on Flower: the network is the channel there; remove it")
+    if config.get("channel") is not None and not isinstance(config["channel"], dict):
+        raise fail("channel", config["channel"], "must be a table such as {kind='bernoulli', "
+                   "probability=0.8}")
+    build_channel(config.get("channel"))  # a bad channel fails here, not mid-run
     data_kind = config["data"]["kind"]
     check_choice("data.kind", data_kind, [*GENERATORS, NODE_DATA])
     if data_kind == NODE_DATA and "num_clients" not in config["data"]:
@@ -204,6 +219,7 @@ def job_from_config(config: dict, run: str | int | None = None) -> Job:
     check_int("flower.min_nodes", flower["min_nodes"], minimum=0)
     check_float("flower.poll_interval", flower["poll_interval"], positive=True)
     check_int("flower.evaluate_every", flower["evaluate_every"], minimum=-1)
+    check_float("flower.max_update_norm", flower["max_update_norm"], nonnegative=True)
     cpr = config.get("clients_per_round")
     cpr = None if cpr in (None, 0) else check_int("clients_per_round", cpr, minimum=1)
     job = Job(rounds=check_int("rounds", config.get("rounds", 100), minimum=1),
@@ -211,7 +227,7 @@ def job_from_config(config: dict, run: str | int | None = None) -> Job:
               data=dict(config["data"]), problem=dict(config["problem"]),
               algorithm=dict(config["algorithm"]), clients_per_round=cpr,
               dtype=check_choice("dtype", config.get("dtype", "float32"), DTYPES),
-              flower=flower)
+              flower=flower, channel=dict(config.get("channel") or {}))
     if cpr is not None and cpr > job.num_clients:
         raise fail("clients_per_round", cpr, f"must be at most the number of clients "
                    f"{job.num_clients}")
@@ -336,15 +352,3 @@ def _load_npz(path: Path, dtype: torch.dtype) -> tuple[ClientSplit, ClientSplit 
                      test_xs=None if test_x is None else [test_x],
                      test_ys=None if test_y is None else [test_y], dtype=dtype)
     return fd.train, fd.test
-
-
-def server_view(dim: int, dtype: torch.dtype, weights: torch.Tensor) -> FederatedDataset:
-    """A data-free stand-in for the federated data set, for ``algorithm.init`` on the server.
-
-    It has the right number of clients, feature dimension, dtype and client weights,
-    but one all-zero example per client: the server never sees client data.
-    """
-    N = int(weights.shape[0])
-    split = ClientSplit(torch.zeros(N, 1, dim, dtype=dtype), torch.zeros(N, 1, dtype=dtype),
-                        torch.ones(N, dtype=torch.int64))
-    return FederatedDataset(train=split, weights=weights, name="flower-server-view")

@@ -5,16 +5,19 @@ One run:
 1. wait for the nodes (``flower.min_nodes``, default one per client, at most
    ``flower.wait_timeout`` seconds), then a ``query`` handshake maps Flower's random
    node ids to fedsparse client ids (node config ``partition-id``) and collects each
-   client's weight, size, feature dimension and smoothness constant;
-2. ``algorithm.init`` on a data-free stand-in of the data set (right N, dimension,
-   dtype and weights); ``step_size="auto"`` is resolved from the reported L_i;
-3. each round: clients sampled with :func:`fedsparse.simulate.sample_clients` (seeded,
-   the same as the simulator), one ``train`` message per sampled client with the
+   client's weight, size, feature shape and the per-client statistics the algorithm
+   asks for (:meth:`Algorithm.statistics`, e.g. L_i for ``step_size="auto"``);
+2. ``algorithm.bind`` with a :class:`DataSpec` (N, feature shape, dtype, weights) and
+   those statistics -- exactly what the simulator binds with -- then ``init``;
+3. the rounds are :class:`fedsparse.rounds.RoundLoop`, the simulator's loop: clients
+   sampled with the same seeded draw, one ``train`` message per sampled client with its
    encoded broadcast and ``algorithm.client_config(state)``; replies within
-   ``flower.round_timeout`` seconds and without error are the delivered uploads,
-   the rest (error replies, timeouts, clients with no node) are not delivered;
-   ``algorithm.aggregate`` gets the ``delivered`` mask; a round with no delivered
-   upload warns and keeps the model;
+   ``flower.round_timeout`` seconds, without error and well-formed (right shape,
+   consistent encoding, finite, and within ``flower.max_update_norm`` of the broadcast
+   when set) are the received uploads; the rest (error replies, timeouts, malformed or
+   non-finite replies, clients with no node) are failed uploads, logged and counted in
+   the record's ``rejected``; never fatal. The job's ``channel`` applies on top, as
+   in the simulator; a round with no delivered upload warns and keeps the model;
 4. the history (bytes up/down per round, delivered counts, evaluation on the nodes
    every ``flower.evaluate_every`` rounds and at the end, never if it is -1) is saved to
    ``flower.out_dir`` if set.
@@ -24,7 +27,6 @@ from __future__ import annotations
 
 import copy
 import time
-import warnings
 from collections.abc import Callable
 from logging import INFO, WARNING
 from pathlib import Path
@@ -35,10 +37,11 @@ from flwr.common.logger import log
 from flwr.serverapp import Grid, ServerApp
 
 from .._validation import ConfigError
+from ..algorithms.base import DataSpec
 from ..history import History
-from ..simulate import sample_clients
+from ..rounds import ClientStore, Replies, RoundLoop
 from . import codec
-from .job import Job, job_from_config, server_view
+from .job import Job, job_from_config
 
 
 class FlowerRunError(RuntimeError):
@@ -96,6 +99,8 @@ def _handshake(grid: Grid, nodes: list[int], timeout: float, job: Job) -> dict[i
                 reply.error.reason)
             continue
         info = dict(reply.content["node"])
+        info["stats"] = {k.removeprefix("stat."): info.pop(k) for k in list(info)
+                         if k.startswith("stat.")}
         info["node_id"] = node
         pid = int(info["partition_id"])
         if pid in table and table[pid]["node_id"] != node:
@@ -124,8 +129,93 @@ def _add_joined(grid: Grid, table: dict[int, dict], nodes_now: set, timeout: flo
         table[pid] = info  # a restarted node comes back with a new node id
 
 
+def _node_statistics(table: dict[int, dict], N: int, dtype: torch.dtype
+                     ) -> dict[str, torch.Tensor]:
+    """The per-client statistics the nodes sent in the handshake, as (N,) tensors (NaN
+    for clients without a node), for ``algorithm.bind``."""
+    names = {k for info in table.values() for k in info.get("stats", {})}
+    out = {}
+    for name in sorted(names):
+        values = torch.full((N,), float("nan"), dtype=dtype)
+        for pid, info in table.items():
+            if name in info.get("stats", {}):
+                values[pid] = float(info["stats"][name])
+        out[name] = values
+    return out
+
+
+def _grid_executor(grid: Grid, job: Job, algorithm, table: dict[int, dict]):
+    """``execute`` for :class:`~fedsparse.rounds.RoundLoop`: one ``train`` message per
+    sampled client that has a live node; a reply that is an error, late, malformed or of
+    the wrong shape is a failed upload of that client (logged, never fatal)."""
+    fl = job.flower
+    timeout, poll = float(fl["round_timeout"]), float(fl["poll_interval"])
+
+    def execute(t: int, clients: torch.Tensor, payload: torch.Tensor, config: dict,
+                state_rows) -> Replies:
+        nodes_now = set(grid.get_node_ids())
+        _add_joined(grid, table, nodes_now, timeout, job)
+        S, P = int(clients.shape[0]), int(payload.shape[-1])
+        # A client whose node has gone offline is not sent anything (and so not delivered):
+        # waiting round_timeout for a node the SuperLink knows is gone would stall the run.
+        node_of = {pid: table[pid]["node_id"] for pid in clients.tolist()
+                   if pid in table and table[pid]["node_id"] in nodes_now}
+        shared = RecordDict()
+        if payload.ndim == 1:  # encoded once; every message gets its own copy
+            per_client = codec.put(shared, "payload", payload, algorithm.broadcast_encoding)
+        _put_config(shared, config)
+        msgs, bytes_down = [], 0
+        for row, pid in enumerate(clients.tolist()):
+            if pid not in node_of:
+                continue
+            content = RecordDict({k: copy.deepcopy(v) for k, v in shared.items()})
+            if payload.ndim == 1:
+                bytes_down += per_client
+            else:
+                bytes_down += codec.put(content, "payload", payload[row],
+                                        algorithm.broadcast_encoding)
+            content["fedsparse"] = ConfigRecord({
+                "round": t, "partition_id": pid, "upload_encoding": algorithm.upload_encoding})
+            msgs.append(Message(content, node_of[pid], MessageType.TRAIN, group_id=str(t + 1)))
+        row_of_node = {node: row for row, pid in enumerate(clients.tolist())
+                       if (node := node_of.get(pid)) is not None}
+        uploads = torch.zeros(S, P, dtype=payload.dtype)
+        received = torch.zeros(S, dtype=torch.bool)
+        problems: dict[int, str] = {}
+        bytes_up, infos = 0, []
+        for reply in exchange(grid, msgs, timeout, poll):
+            node = reply.metadata.src_node_id
+            row = row_of_node.get(node)
+            if row is None:
+                continue
+            if reply.has_error():
+                log(WARNING, "fedsparse: round %d: client %d (node %s) failed: %s", t + 1,
+                    int(clients[row]), node, reply.error.reason)
+                continue
+            try:
+                up, nbytes = codec.get(reply.content, "upload", expected_shape=(P,))
+                metrics = dict(reply.content["metrics"]) if "metrics" in reply.content else {}
+                info = {k: float(v) for k, v in metrics.items() if k != "num-examples"}
+            except (ConfigError, TypeError, ValueError) as exc:
+                problems[row] = f"malformed reply: {exc}"
+                continue
+            uploads[row] = up.to(payload.dtype)
+            received[row] = True
+            bytes_up += nbytes
+            infos.append(info)
+        mean_info = {k: sum(i[k] for i in infos if k in i) / sum(k in i for i in infos)
+                     for k in sorted({k for i in infos for k in i})}
+        return Replies(uploads=uploads, received=received, bytes_up=bytes_up, info=mean_info,
+                       problems=problems, bytes_down=bytes_down)
+
+    return execute
+
+
 def run_on_grid(grid: Grid, job: Job, *, callback: Callable | None = None) -> History:
     """Run ``job`` over ``grid``; return its :class:`~fedsparse.History`.
+
+    The rounds are :class:`fedsparse.rounds.RoundLoop`, the simulator's own loop, with
+    the clients' work sent as messages and the evaluation done on the nodes.
 
     Parameters
     ----------
@@ -160,28 +250,20 @@ def run_on_grid(grid: Grid, job: Job, *, callback: Callable | None = None) -> Hi
     if missing:
         log(WARNING, "fedsparse: no node holds clients %s%s; their uploads never arrive",
             missing[:10], " ..." if len(missing) > 10 else "")
-    dims = {int(i["dim"]) for i in table.values()}
-    if len(dims) != 1:
-        raise FlowerRunError(f"the nodes' data have different feature dimensions {sorted(dims)}")
-    dim, dtype = dims.pop(), job.torch_dtype
+    shapes = {tuple(int(v) for v in i["feature_shape"]) for i in table.values()}
+    if len(shapes) != 1:
+        raise FlowerRunError(f"the nodes' data have different feature shapes {sorted(shapes)}")
+    dtype = job.torch_dtype
     # Clients without a node get weight 0: they are never delivered, so the renormalised
     # mean over delivered uploads does not use it.
     weights = torch.zeros(N, dtype=torch.float64)
     for pid, info in table.items():
         weights[pid] = float(info["weight"])
-    if getattr(algorithm, "step_size", None) == "auto":
-        if "lipschitz" not in problem.capabilities:
-            raise ConfigError(f'step_size="auto" needs a Lipschitz estimate, which '
-                              f"{problem.name} does not provide")
-        # The same float arithmetic as resolve_step_size on the full data (1 / max L_i
-        # in the data dtype): only the power iteration's round-off may differ.
-        L = torch.tensor([float(i["lipschitz"]) for i in table.values()], dtype=dtype)
-        algorithm = copy.copy(algorithm)
-        algorithm.step_size = float(1.0 / L.max())
+    spec = DataSpec(N, shapes.pop(), dtype, weights)
+    bound = algorithm.bind(problem, spec, _node_statistics(table, N, dtype))
     # As in simulate: the job's cohort size, else the one the algorithm asks for.
     per_round = job.clients_per_round or getattr(algorithm, "clients_per_round", None)
-    view = server_view(dim, dtype, weights)
-    state = algorithm.init(problem, view)
+    state = bound.init(problem, job.seed)
 
     history = History(config={"algorithm": repr(algorithm), "problem": problem.name,
                               "data": repr(job.data), "seed": job.seed,
@@ -190,83 +272,31 @@ def run_on_grid(grid: Grid, job: Job, *, callback: Callable | None = None) -> Hi
     history.initial = {"round": 0, "bytes_up": 0, "bytes_down": 0, "bytes_up_total": 0,
                        "bytes_down_total": 0, "bytes_total": 0, "clients_sampled": 0,
                        "delivered": 0, "seconds": 0.0, "elapsed": 0.0}
-    up_total = down_total = 0
-    elapsed = 0.0
-    for t in range(job.rounds):
-        tic = time.perf_counter()
-        nodes_now = set(grid.get_node_ids())
-        _add_joined(grid, table, nodes_now, timeout, job)
-        clients = sample_clients(job.seed, t, N, per_round)
-        payload = algorithm.broadcast(state)
-        config = algorithm.client_config(state)
-        # A client whose node has gone offline is not sent anything (and so not delivered):
-        # waiting round_timeout for a node the SuperLink knows is gone would stall the run.
-        node_of = {pid: table[pid]["node_id"] for pid in clients.tolist()
-                   if pid in table and table[pid]["node_id"] in nodes_now}
-        # Encoded once; every message gets its own copy of the records.
-        shared = RecordDict()
-        per_client = codec.put(shared, "payload", payload, algorithm.broadcast_encoding)
-        _put_config(shared, config)
-        msgs = []
-        for pid, node in node_of.items():
-            content = RecordDict({k: copy.deepcopy(v) for k, v in shared.items()})
-            content["fedsparse"] = ConfigRecord({
-                "round": t, "partition_id": pid, "upload_encoding": algorithm.upload_encoding})
-            msgs.append(Message(content, node, MessageType.TRAIN, group_id=str(t + 1)))
-        bytes_down = per_client * len(msgs)
-        row_of_node = {node: row for row, pid in enumerate(clients.tolist())
-                       if (node := node_of.get(pid)) is not None}
-        S = int(clients.shape[0])
-        uploads = None
-        delivered = torch.zeros(S, dtype=torch.bool)
-        bytes_up, infos = 0, []
-        for reply in exchange(grid, msgs, timeout, poll):
-            node = reply.metadata.src_node_id
-            row = row_of_node.get(node)
-            if row is None:
-                continue
-            if reply.has_error():
-                log(WARNING, "fedsparse: round %d: client %d (node %s) failed: %s", t + 1,
-                    int(clients[row]), node, reply.error.reason)
-                continue
-            up, nbytes = codec.get(reply.content, "upload")
-            if uploads is None:
-                uploads = torch.zeros(S, *up.shape, dtype=up.dtype)
-            uploads[row] = up
-            delivered[row] = True
-            bytes_up += nbytes
-            if "metrics" in reply.content:
-                infos.append(dict(reply.content["metrics"]))
-        if delivered.any():
-            state = algorithm.aggregate(state, uploads, weights[clients], delivered)
-        else:
-            message = (f"round {t + 1}: no upload was delivered ({len(msgs)} sent, "
-                       f"{S} sampled); the model is kept")
-            warnings.warn(message, RuntimeWarning, stacklevel=2)
-            log(WARNING, "fedsparse: %s", message)
-        seconds = time.perf_counter() - tic
-        up_total, down_total, elapsed = up_total + bytes_up, down_total + bytes_down, \
-            elapsed + seconds
-        record = {"round": t + 1, "bytes_up": bytes_up, "bytes_down": bytes_down,
-                  "bytes_up_total": up_total, "bytes_down_total": down_total,
-                  "bytes_total": up_total + down_total, "clients_sampled": S,
-                  "delivered": int(delivered.sum()),
-                  "delivered_clients": clients[delivered].tolist(), "seconds": seconds,
-                  "elapsed": elapsed}
-        for k in sorted({k for i in infos for k in i} - {"num-examples"}):
-            vals = [float(i[k]) for i in infos if k in i]
-            record[k] = sum(vals) / len(vals)
-        model = algorithm.model(state)
+    rounds_done = []
+
+    def evaluate(model, state, store) -> dict:
+        t = len(rounds_done)
+        rounds_done.append(t)
+        out: dict = {}
         if every >= 0 and (t + 1 == job.rounds or (every and (t + 1) % every == 0)):
-            record.update(_evaluate(grid, table, model, t, timeout, poll))
-        record["nnz"] = int((model != 0).sum())
-        record["density"] = record["nnz"] / model.numel()
-        history.records.append(record)
-        log(INFO, "fedsparse: round %d/%d: %d/%d delivered, %d B up, %d B down", t + 1,
-            job.rounds, record["delivered"], S, bytes_up, bytes_down)
+            out.update(_evaluate(grid, table, model, t, timeout, poll))
+        out["nnz"] = int((model != 0).sum())
+        out["density"] = out["nnz"] / model.numel()
+        return out
+
+    def logged(record, state):
+        log(INFO, "fedsparse: round %d/%d: %d/%d delivered, %d rejected, %d B up, %d B down",
+            record["round"], job.rounds, record["delivered"], record["clients_sampled"],
+            record["rejected"], record["bytes_up"], record["bytes_down"])
         if callback is not None:
             callback(record, state)
-    history.model = algorithm.model(state)
+
+    loop = RoundLoop(bound, weights, job.seed, per_round, job.build_channel(),
+                     _grid_executor(grid, job, bound, table), evaluate, ClientStore(None),
+                     max_update_norm=fl.get("max_update_norm") or None,
+                     stop_on_nonfinite_upload=False)
+    state = loop.run(state, history, 0, job.rounds, callback=logged, progress=False)
+    history.model = bound.model(state)
     return history
 
 

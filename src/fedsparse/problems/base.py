@@ -35,6 +35,10 @@ class Problem:
     def check_data(self, data) -> None:
         """Raise a clear error if the data set does not fit this problem (e.g. label set)."""
 
+    def init_params(self, feature_dim: int, seed: int, dtype: torch.dtype) -> torch.Tensor:
+        """(P,) initial model of every algorithm: 0 for linear models (seed unused)."""
+        return torch.zeros(self.param_dim(feature_dim), dtype=dtype)
+
     def loss(self, params, X, y, w) -> torch.Tensor:  # pragma: no cover - interface
         """(S,) weighted mean loss per client."""
         raise NotImplementedError
@@ -108,6 +112,38 @@ class Problem:
         ``L_i = curvature_scale * lambda_max(sum_j w_j z_j z_j^T) + l2``.
         """
         return self.curvature_scale() * gram_lambda_max(X, w, iterations) + self.l2()
+
+    # Model-track additions: every problem, linear or neural, exposes its flat layout and
+    # per-example metrics for chunked evaluation.
+
+    #: True if loss/grad/accuracy are only called on small dense chunks gathered from a pooled
+    #: data layout (neural problems); linear problems keep the padded (N, n_max, d) layout.
+    pooled_ok = False
+
+    def layout(self, feature_dim: int):
+        """The :class:`~fedsparse.models.ParamLayout` of the flat vector: one dense tensor."""
+        from ..models.layout import ParamLayout
+
+        return ParamLayout.dense(self.param_dim(feature_dim))
+
+    def example_metrics(self, params, X, y) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Per-example loss and correctness of one shared model on a chunk of examples.
+
+        Each example is evaluated as a one-example client of weight 1, so that
+        ``sum_j w_j loss_j`` equals :meth:`loss` whenever the weights sum to 1.
+
+        Parameters
+        ----------
+        params : (P,) shared model; X : (n, *feature_shape); y : (n,) targets.
+
+        Returns
+        -------
+        loss : (n,) per-example loss; correct : (n,) bool, or None for regression.
+        """
+        ones = torch.ones(X.shape[0], 1, dtype=params.dtype, device=params.device)
+        loss = self.loss(params, X.unsqueeze(1), y.unsqueeze(1), ones)
+        acc = self.accuracy(params, X.unsqueeze(1), y.unsqueeze(1), ones)
+        return loss, None if acc is None else acc > 0.5
 
 
 def gram_lambda_max(X, w, iterations: int = 50) -> torch.Tensor:

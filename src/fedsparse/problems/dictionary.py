@@ -38,7 +38,7 @@ class DictionaryProblem(Problem):
             raise ConfigError("a DictionaryProblem cannot wrap another DictionaryProblem")
         self.base = problem
         self.dictionary = dictionary if isinstance(dictionary, Dictionary) else \
-            Dictionary(torch.as_tensor(dictionary))
+            Dictionary(dictionary)
         self.name = f"{problem.name}@dictionary"
         self.base_name = problem.name
         self.blocks = problem.blocks

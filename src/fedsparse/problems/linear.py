@@ -37,6 +37,11 @@ class LeastSquares(Problem):
     def grad(self, params, X, y, w):
         return linear_gradient(params, X, lambda z, rows: w[rows] * (z - y[rows]))
 
+    def example_metrics(self, params, X, y):
+        """``0.5 (z_j.x - y_j)^2`` per example (n,) of one shared model; no correctness."""
+        r = X @ params - y
+        return 0.5 * r * r, None
+
 
 class Logistic(Problem):
     """``f_i(x) = 1/n_i sum_j [log(1 + exp(z_j.x)) - y01_j z_j.x] + (l2/2)||x||^2``.
@@ -79,6 +84,18 @@ class Logistic(Problem):
 
     def accuracy(self, params, X, y, w):
         return (w * ((scores(params, X) > 0) == (y > 0)).to(X.dtype)).sum(-1)
+
+    def example_metrics(self, params, X, y):
+        """Per-example loss (n,) consistent with :meth:`loss` and correctness (n,) bool.
+
+        The l2 term is added to every example, so ``sum_j w_j loss_j`` equals :meth:`loss`
+        for weights summing to 1.
+        """
+        z = X @ params
+        loss = F.softplus(z) - (y > 0).to(z.dtype) * z
+        if self._l2:
+            loss = loss + 0.5 * self._l2 * (params * params).sum()
+        return loss, (z > 0) == (y > 0)
 
 
 class Softmax(Problem):
@@ -132,6 +149,19 @@ class Softmax(Problem):
     def accuracy(self, params, X, y, w):
         pred = self._logits(params, X).argmax(-1)
         return (w * (pred == y.long()).to(X.dtype)).sum(-1)
+
+    def example_metrics(self, params, X, y):
+        """Per-example loss (n,) consistent with :meth:`loss` and correctness (n,) bool.
+
+        The l2 term is added to every example, so ``sum_j w_j loss_j`` equals :meth:`loss`
+        for weights summing to 1.
+        """
+        logits = X @ params.reshape(self.blocks, -1).T
+        labels = y.long()
+        loss = torch.logsumexp(logits, -1) - logits.gather(-1, labels[:, None])[:, 0]
+        if self._l2:
+            loss = loss + 0.5 * self._l2 * (params * params).sum()
+        return loss, logits.argmax(-1) == labels
 
 
 def least_squares() -> LeastSquares:

@@ -32,6 +32,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from .._linalg import solve_or_lstsq
 from .._validation import check_choice
 
 METHODS = ("exact", "newton", "gd")
@@ -179,7 +180,7 @@ def _newton(problem, c, Z, cls, y, w, valid, metric, tol, max_iter):
         # invertible without changing the well-posed directions measurably.
         scale = H.diagonal(dim1=-2, dim2=-1).abs().amax(-1).clamp(min=1.0)
         H = H + torch.diag_embed(1 - vmask) + (1e-12 * scale)[:, None, None] * eye
-        step = -torch.linalg.solve(H, grad.unsqueeze(-1)).squeeze(-1)
+        step = -solve_or_lstsq(H, grad)
         decrement = -(grad * step).sum(-1)          # Newton decrement squared
         t = torch.ones_like(loss)
         new_c = c + step

@@ -1,5 +1,5 @@
-"""Reports: plots of run histories."""
+"""Reports: plots of run histories and sweeps."""
 
-from .plots import plot_panels
+from .plots import format_bytes, panels_figure, plot_panels, plot_sweep, sweep_figure
 
-__all__ = ["plot_panels"]
+__all__ = ["format_bytes", "panels_figure", "plot_panels", "plot_sweep", "sweep_figure"]

@@ -37,3 +37,27 @@ __all__ = [
     "support_union",
     "top_indices",
 ]
+
+from .masks import (  # noqa: E402  (appended: pruning masks of SPEC.md section 5.2)
+    fedspa_drop_fraction,
+    fedspa_update,
+    layer_densities,
+    magnitude_mask,
+    random_masks,
+    synflow_mask,
+    synflow_scores,
+)
+
+__all__ += [
+    "fedspa_drop_fraction",
+    "fedspa_update",
+    "layer_densities",
+    "magnitude_mask",
+    "random_masks",
+    "synflow_mask",
+    "synflow_scores",
+]
+
+from .smooth import log_cosh, phi_rho, phi_rho_grad, zero_small  # noqa: E402  (FedMac, SPEC 5.3)
+
+__all__ += ["log_cosh", "phi_rho", "phi_rho_grad", "zero_small"]

@@ -23,7 +23,10 @@ from its own seed (shared by server and clients, never derived from client data)
 
 from __future__ import annotations
 
+import os
+import zipfile
 from collections.abc import Mapping
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -65,17 +68,48 @@ class Dictionary:
 
     Parameters
     ----------
-    matrix : (d, m) atoms as columns. Zero columns are not allowed.
+    matrix : (d, m) tensor or array of real numbers, atoms as columns. It must be
+        finite, and zero columns are not allowed; integers are cast to float64.
     spec : a short JSON-able description (used in run records instead of the matrix).
+
+    Raises
+    ------
+    ConfigError
+        A matrix that is not 2-D, empty, not real numbers, holds NaN or infinite
+        entries, or has a zero column; the message names the dictionary (its file, for
+        a ``{kind="file"}`` spec).
     """
 
-    def __init__(self, matrix: torch.Tensor, spec=None):
-        if matrix.ndim != 2:
-            raise fail("dictionary shape", tuple(matrix.shape), "must be (dim, atoms)")
+    def __init__(self, matrix, spec=None):
+        label = _label(spec)
+        if not isinstance(matrix, torch.Tensor):
+            try:
+                arr = np.asarray(matrix)
+                if arr.dtype.byteorder not in "=|":  # e.g. a big-endian .npy file
+                    arr = arr.astype(arr.dtype.newbyteorder("="))
+                matrix = torch.as_tensor(arr)
+            except (TypeError, ValueError, RuntimeError):
+                raise ConfigError(f"{label} is invalid: a {type(matrix).__name__} of "
+                                  f"{getattr(matrix, 'dtype', 'objects')}; it must be a "
+                                  "(dim, atoms) tensor or array of real numbers") from None
+        if matrix.ndim != 2 or 0 in matrix.shape:
+            raise ConfigError(f"{label}: dictionary shape {tuple(matrix.shape)} is invalid: "
+                              "must be (dim, atoms) with dim >= 1 and atoms >= 1")
+        if matrix.is_complex() or matrix.dtype == torch.bool:
+            raise ConfigError(f"{label} has dtype {matrix.dtype}; it must hold real numbers "
+                              "(float or integer)")
+        if not matrix.is_floating_point():
+            matrix = matrix.to(torch.float64)
+        finite = torch.isfinite(matrix)
+        if not bool(finite.all()):
+            i, j = (int(k) for k in torch.nonzero(~finite)[0])
+            raise ConfigError(f"{label} holds NaN or infinite entries (the first at row {i}, "
+                              f"atom {j}: {matrix[i, j].item()}); every entry must be finite")
         self.matrix = matrix
         self.norms = torch.linalg.vector_norm(matrix, dim=0)
         if bool((self.norms == 0).any()):
-            raise ConfigError("dictionary has a zero atom (column); remove it")
+            j = int(torch.nonzero(self.norms == 0)[0])
+            raise ConfigError(f"{label} has a zero atom (column {j}); remove it")
         self.spec = spec if spec is not None else f"matrix{tuple(matrix.shape)}"
 
     @property
@@ -140,7 +174,15 @@ def as_dictionary(spec, *, dim: int, dtype: torch.dtype = torch.float64) -> Dict
 
     Accepted: None or "identity" (standard basis: no dictionary), a (dim, m) tensor or
     array, or a spec dict (usable in TOML): ``{kind="gaussian", atoms=200, seed=0}``,
-    ``{kind="identity"}``, ``{kind="file", path="D.npy"}`` (a saved (dim, m) array).
+    ``{kind="identity"}``, ``{kind="file", path="D.npy"}`` (a (dim, m) array saved by
+    :func:`numpy.save`).
+
+    Raises
+    ------
+    ConfigError
+        An unknown spec, a file that does not exist or is not a readable ``.npy``
+        array, or a matrix that :class:`Dictionary` refuses (NaN, zero atom, ...) or
+        whose dim is not ``dim``; the message names the dictionary (and its file).
     """
     if spec is None or (isinstance(spec, str) and spec == "identity"):
         return None
@@ -159,18 +201,56 @@ def as_dictionary(spec, *, dim: int, dtype: torch.dtype = torch.float64) -> Dict
             m = gaussian_dictionary(dim=dim, atoms=spec["atoms"], seed=spec.get("seed", 0),
                                     dtype=dtype)
             return Dictionary(m, dict(spec))
-        m = torch.as_tensor(np.load(spec["path"]), dtype=dtype)
-        matrix = m
+        if "path" not in spec:
+            raise fail("dictionary", dict(spec), "a file dictionary needs path= (a .npy file "
+                       "holding a (dim, atoms) array, as written by numpy.save)")
+        matrix = _load_file(spec["path"])
     elif isinstance(spec, (torch.Tensor, np.ndarray)):
-        matrix = torch.as_tensor(spec).to(dtype)
+        matrix = spec
     else:
-        raise fail("dictionary", type(spec).__name__,
-                   "must be None, a (dim, atoms) tensor/array or a spec dict like "
+        raise fail("dictionary", spec if isinstance(spec, str) else type(spec).__name__,
+                   "must be None, 'identity', a (dim, atoms) tensor/array or a spec dict like "
                    "{'kind': 'gaussian', 'atoms': 200, 'seed': 0}")
-    if matrix.ndim != 2 or matrix.shape[0] != dim:
-        raise fail("dictionary shape", tuple(matrix.shape),
-                   f"must be (dim, atoms) with dim = the model's feature dimension {dim}")
-    return Dictionary(matrix, spec if isinstance(spec, Mapping) else None)
+    spec = spec if isinstance(spec, Mapping) else None
+    D = Dictionary(matrix, spec)
+    if D.dim != dim:
+        raise ConfigError(f"{_label(spec)}: dictionary shape {tuple(D.matrix.shape)} is "
+                          "invalid: must be (dim, atoms) with dim = the model's feature "
+                          f"dimension {dim}")
+    return D.to(dtype)
+
+
+def _label(spec) -> str:
+    """How errors name a dictionary: its file when it came from one."""
+    if isinstance(spec, Mapping) and spec.get("kind") == "file" and "path" in spec:
+        return f"dictionary file {str(spec['path'])!r}"
+    return "dictionary"
+
+
+def _load_file(path) -> np.ndarray:
+    """The (dim, atoms) array of a ``.npy`` dictionary file, with clear errors.
+
+    Memory-mapped first, so a header that claims more data than the file holds is
+    refused by the mapping instead of allocating what it claims.
+    """
+    if not isinstance(path, (str, os.PathLike)):
+        raise fail("dictionary path", path, "must be a file path (str)")
+    p = Path(os.fspath(path)).expanduser()
+    where = f"dictionary file {str(p)!r}"
+    if not p.is_file():
+        raise ConfigError(f"{where} does not exist" if not p.exists() else
+                          f"{where} is not a regular file")
+    if zipfile.is_zipfile(p):
+        raise ConfigError(f"{where} is a zip archive (.npz?); expected a .npy file holding one "
+                          "(dim, atoms) array, as written by numpy.save")
+    try:
+        mapped = np.load(p, mmap_mode="r", allow_pickle=False)
+        return np.array(mapped)
+    except Exception as exc:
+        # Nothing in the file can run (pickles are refused), so any failure of the
+        # reader (a bad header, a truncated file, an object array) means a bad file.
+        raise ConfigError(f"{where} could not be read as a .npy array: "
+                          f"{type(exc).__name__}: {exc}") from None
 
 
 def approx_projection(w: torch.Tensor | None, sparsity: int, dictionary=None, *,

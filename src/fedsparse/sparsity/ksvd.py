@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from .._linalg import solve_or_lstsq
 from .._validation import check_int, fail
 
 
@@ -51,7 +52,7 @@ def omp(dictionary: torch.Tensor, signals: torch.Tensor, sparsity: int) -> torch
         # A tiny ridge guards against (near-)duplicate atoms; it is far below the data scale.
         eps = 1e-12 * G.diagonal(dim1=-2, dim2=-1).amax(-1).clamp(min=1e-300)
         G = G + eps[:, None, None] * torch.eye(G.shape[-1], dtype=G.dtype)
-        x = torch.linalg.solve(G, rhs.unsqueeze(-1)).squeeze(-1)
+        x = solve_or_lstsq(G, rhs)
         codes = torch.zeros_like(codes).scatter_(1, chosen, x)
     return codes
 

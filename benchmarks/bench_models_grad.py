@@ -1,0 +1,93 @@
+"""Per-client gradients of a neural problem: torch.func vmap against a per-client loop.
+
+``fs.problems.neural`` computes the (S, P) gradients of S clients either vectorised over
+the client axis (``functional_call`` + ``vmap(grad)``) or one client after another
+(``functional_call`` + autograd). This script times both, side by side in one run, on the
+shapes the automatic rule (``fedsparse.problems.neural._auto_path``) was chosen from:
+
+(a) FedMac's MLP (784-100-10, 79,510 parameters), S = 100 clients x b = 20 examples;
+(b) the small CNN (``fs.models.cnn()``, 28 x 28 x 1, 215,370 parameters), S = 20 x b = 20;
+and a few neighbours of those shapes (fewer clients, other batch sizes, ResNet-20, VGG) so
+the rule's boundary is visible; ``--threads 1`` repeats them on one torch thread. Each
+timing is the best of several repeats of one ``grad`` call with distinct per-client
+parameters, in float32, on this machine's CPU.
+
+Run: python benchmarks/bench_models_grad.py [--quick] [--threads N]
+
+Other processes on the same cores inflate multi-threaded timings of both paths (torch's
+worker threads wait for cores); the two paths are therefore timed alternately.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import torch
+
+import fedsparse as fs
+import fedsparse.models as models
+
+
+def best_of_pair(first, second, repeats: int) -> tuple[float, float]:
+    """Best times of two functions, run alternately so both see the same machine load."""
+    first(), second()  # warm up (also builds the cached module copies)
+    times: tuple[list[float], list[float]] = ([], [])
+    for _ in range(repeats):
+        for fn, out in zip((first, second), times, strict=True):
+            tic = time.perf_counter()
+            fn()
+            out.append(time.perf_counter() - tic)
+    return min(times[0]), min(times[1])
+
+
+def case(label: str, module, feature_shape: tuple[int, ...], S: int, b: int,
+         repeats: int) -> None:
+    g = torch.Generator().manual_seed(0)
+    X = torch.randn(S, b, *feature_shape, generator=g)
+    y = torch.randint(0, 10, (S, b), generator=g).float()
+    w = torch.full((S, b), 1.0 / b)
+    vm = fs.problems.neural(module, path="vmap")
+    lp = fs.problems.neural(module, path="loop")
+    base = vm.init_params(seed=0, dtype=torch.float32)
+    params = base + 0.01 * torch.randn(S, base.numel(), generator=g)
+    t_vmap, t_loop = best_of_pair(lambda: vm.grad(params, X, y, w),
+                                  lambda: lp.grad(params, X, y, w), repeats)
+    auto = "vmap" if fs.problems.neural(module)._use_vmap(X) else "loop"
+    faster = "vmap" if t_vmap < t_loop else "loop"
+    print(f"{label:<34} S={S:<4} b={b:<4} vmap {1e3 * t_vmap:8.1f} ms   loop "
+          f"{1e3 * t_loop:8.1f} ms   loop/vmap {t_loop / t_vmap:5.2f}   faster: {faster:<4}  "
+          f"rule: {auto}")
+
+
+def main() -> None:
+    quick = "--quick" in sys.argv
+    if "--threads" in sys.argv:
+        torch.set_num_threads(int(sys.argv[sys.argv.index("--threads") + 1]))
+    repeats = 3 if quick else 5
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
+    mlp = models.mlp(784, (100,), 10)
+    small_cnn = models.cnn()
+    # The two shapes of the brief.
+    case("(a) MLP 784-100-10", mlp, (784,), 100, 20, repeats)
+    case("(b) small CNN", small_cnn, (1, 28, 28), 20, 20, repeats)
+    if quick:
+        return
+    # Neighbours, to see where the rule's boundary lies.
+    case("MLP 784-100-10", mlp, (784,), 10, 20, repeats)
+    case("MLP 784-100-10", mlp, (784,), 1000, 20, 2)
+    case("MLP 784-100-10", mlp, (784,), 20, 200, 3)
+    case("MLP 60-20-10", models.mlp(60, (20,), 10), (60,), 100, 20, repeats)
+    for b in (2, 5, 8, 12, 64):
+        case("small CNN", small_cnn, (1, 28, 28), 20, b, 3)
+    case("CNN McMahan (32, 64) / 512", models.cnn(channels=(32, 64), hidden=512),
+         (1, 28, 28), 20, 20, 3)
+    case("VGG small, 1 x 32 x 32", models.vgg_small(10, 1), (1, 32, 32), 10, 20, 3)
+    case("ResNet-20 GN, 1 x 28 x 28", models.resnet20(10, 1, norm="group"), (1, 28, 28),
+         4, 16, 3)
+    case("ResNet-20 BN, 1 x 28 x 28", models.resnet20(10, 1), (1, 28, 28), 4, 16, 3)
+    case("ResNet-20 BN, 1 x 28 x 28", models.resnet20(10, 1), (1, 28, 28), 8, 4, 3)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,524 @@
+"""A neural network as a Problem: the flat vector of a torch module's parameters.
+
+``fs.problems.neural(module)`` turns any :class:`torch.nn.Module` that maps ``(b,
+*feature_shape)`` to logits ``(b, C)`` into a classification problem whose model is the flat
+(P,) vector of the module's trainable parameters (``parameters()`` order; see
+:class:`fedsparse.models.ParamLayout`). ``loss``, ``grad`` and ``accuracy`` keep the contract of
+every Problem: ``params`` (S, P) or (P,), ``X`` (S, b, *feature_shape), ``y`` (S, b) float labels
+holding class indices, ``w`` (S, b) example weights, and each client's loss is
+``sum_j w_j CE_j`` (the weighted mean cross-entropy).
+
+Evaluation is functional: :func:`torch.func.functional_call` runs the module on each client's
+parameters, either vectorised over the client axis (:func:`torch.func.vmap` of
+:func:`torch.func.grad`) or one client after another (autograd per client). Which one is
+faster depends on the shape and is chosen automatically (see ``_auto_path``); the two give
+the same numbers up to rounding, and so does any grouping of clients into chunks.
+
+Normalisation with batch statistics (a decision, documented here)
+-----------------------------------------------------------------
+BatchNorm's running statistics are buffers updated in place by the forward pass; they
+cannot go through ``grad``/``vmap`` transforms and are not gradients to be averaged.
+fedsparse therefore runs every BatchNorm layer on the statistics of the current batch only
+(no running statistics), as HeteroFL's "static batch normalisation" does (Diao et al.
+2021): :func:`fedsparse.models.resnet20` and :func:`fedsparse.models.vgg_small` build their
+norms with ``track_running_stats=False``, and a user module's BatchNorm layers are switched
+to the same behaviour on the problem's private copy (the caller's module is untouched).
+Consequences:
+
+- a client's statistics come from its own rows with positive weight only: padded rows
+  (weight 0) never enter them. Clients whose batch has zero-weight rows are computed one at
+  a time on their real rows (slower, exact); other clients are vectorised;
+- statistics are plain (unweighted) means over those rows;
+- evaluation (``accuracy``, ``example_metrics``) also normalises with the statistics of the
+  evaluated batch or chunk, so predictions depend a little on the chunk; keep evaluation
+  chunks large (hundreds of examples). GroupNorm (``resnet20(norm="group")``) and LayerNorm
+  compute per-example statistics and need none of this.
+
+The module runs in eval mode (dropout off), so every call is deterministic.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+import math
+from collections.abc import Mapping
+from contextlib import nullcontext
+
+import torch
+from torch import nn
+from torch.func import functional_call, grad, replace_all_batch_norm_modules_, vmap
+
+from .._validation import ConfigError, check_choice, check_int, fail
+from ..models.layout import ParamLayout
+from .base import Problem
+
+# Activation memory allowed for one vectorised call (a chunk of clients): large enough that
+# chunking never limits speed on the models here (the MLP at 1,000 clients x 20 examples is
+# one chunk), small enough that a CIFAR-sized cohort of ResNets does not exhaust a laptop.
+_CHUNK_BYTES = 256 << 20
+# Saved activations plus their gradients plus the forward's temporaries, per activation.
+_GRAD_MEMORY_FACTOR = 3
+
+
+def _short(error: Exception) -> str:
+    text = str(error).strip().splitlines()
+    return (text[0] if text else type(error).__name__)[:200]
+
+
+def _cross_entropy(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Per-example cross-entropy, classes on the last axis: (..., C), (...) -> (...)."""
+    return torch.logsumexp(logits, -1) - logits.gather(-1, y.unsqueeze(-1)).squeeze(-1)
+
+
+def _weighted_ce(logits: torch.Tensor, y: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """``sum_j w_j CE_j`` over the last example axis; zero-weight rows contribute exactly 0
+    (even if their logits overflow)."""
+    ce = _cross_entropy(logits, y)
+    return torch.where(w > 0, w * ce, torch.zeros_like(ce)).sum(-1)
+
+
+def _weighted_correct(logits: torch.Tensor, y: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    hit = logits.argmax(-1) == y
+    return torch.where(hit & (w > 0), w, torch.zeros_like(w)).sum(-1)
+
+
+class NeuralProblem(Problem):
+    """Cross-entropy classification with a torch module (see the module docstring).
+
+    Parameters
+    ----------
+    module : ``nn.Module`` mapping ``(b, *feature_shape)`` to logits ``(b, C)``; copied, so
+        later changes to it do not affect the problem.
+    dtype : default dtype of :meth:`init_params` when its ``dtype`` is None (None: the
+        module's own parameter dtype). ``loss``/``grad`` always compute in the dtype of
+        ``params``.
+    path : ``"auto"`` (measured rule, see ``_auto_path``), ``"vmap"`` or ``"loop"``: how
+        clients are evaluated. Results do not depend on it beyond rounding.
+    chunk_clients : clients per vectorised call; None sizes chunks from the model's
+        activation memory (256 MiB per call).
+
+    Attributes
+    ----------
+    num_classes : outputs of the last ``nn.Linear`` at build time, then the logit width
+        found by :meth:`check_data`'s forward pass (None before if the module has no
+        ``nn.Linear``).
+    feature_shape : the input shape accepted by :meth:`check_data` (None before).
+    """
+
+    name = "neural"
+    task = "classification"
+    capabilities = frozenset({"grad", "neural"})
+    pooled_ok = True
+    blocks = 1
+
+    def __init__(self, module: nn.Module, *, dtype: torch.dtype | None = None,
+                 path: str = "auto", chunk_clients: int | None = None):
+        if not isinstance(module, nn.Module):
+            raise fail("module", type(module).__name__, "must be a torch.nn.Module")
+        if dtype is not None and (not isinstance(dtype, torch.dtype)
+                                  or not dtype.is_floating_point):
+            raise fail("dtype", dtype, "must be a floating torch dtype or None")
+        self.path = check_choice("path", path, ("auto", "vmap", "loop"))
+        self.chunk_clients = check_int("chunk_clients", chunk_clients, minimum=1,
+                                       allow_none=True)
+        template = copy.deepcopy(module)
+        self._layout = ParamLayout.from_module(template)
+        if len(self._layout) == 0:
+            raise fail("module", type(module).__name__,
+                       "has no trainable parameters; a neural problem trains its parameters")
+        # Running statistics cannot go through grad transforms: batch statistics only.
+        replace_all_batch_norm_modules_(template)
+        template.eval()
+        self._template = template
+        self._names = self._layout.names
+        self._dtype = dtype
+        self.module_name = type(module).__name__
+        self._batch_stats = any(isinstance(m, nn.modules.batchnorm._BatchNorm)
+                                for m in template.modules())
+        self._has_conv = any(isinstance(m, nn.modules.conv._ConvNd) for m in template.modules())
+        linears = [m for m in template.modules() if isinstance(m, nn.Linear)]
+        self.num_classes: int | None = linears[-1].out_features if linears else None
+        self.feature_shape: tuple[int, ...] | None = None
+        self._copies: dict[tuple, nn.Module] = {}
+        self._activation: dict[tuple, int] = {}
+
+    @property
+    def module(self) -> nn.Module:
+        """The template network (a private copy of the module given; its batch norms use
+        batch statistics only). Read it, do not train it: the flat vectors are the models."""
+        return self._template
+
+    def __repr__(self) -> str:
+        return f"NeuralProblem({self.module_name}, P={self._layout.size})"
+
+    # ------------------------------------------------------------------ the Problem contract
+    def param_dim(self, feature_dim: int | None = None) -> int:
+        """P, the number of trainable parameters (independent of ``feature_dim``)."""
+        return self._layout.size
+
+    def layout(self, feature_dim: int | None = None) -> ParamLayout:
+        """The :class:`~fedsparse.models.ParamLayout` of the flat vector."""
+        return self._layout
+
+    def init_params(self, feature_dim: int | None = None, seed: int = 0,
+                    dtype: torch.dtype | None = None) -> torch.Tensor:
+        """The module's own initialisation, seeded: (P,) flat vector.
+
+        Every submodule's ``reset_parameters`` runs (children before parents, so a model's
+        own scheme such as ResNet-20's Kaiming-normal has the last word) on a fresh copy,
+        with torch's CPU generator seeded by ``seed`` inside :func:`torch.random.fork_rng`
+        (the global random state is left as it was). The same seed gives bitwise the same
+        vector in any process; the values are drawn in the module's dtype and then cast to
+        ``dtype``, so float32 and float64 runs start from the same model. Parameters owned by
+        no module with ``reset_parameters`` keep the values of the module passed in.
+        """
+        seed = check_int("seed", seed, minimum=0)
+        dtype = dtype or self._dtype or next(self._template.parameters()).dtype
+        fresh = copy.deepcopy(self._template)
+        with torch.random.fork_rng(devices=[]):
+            torch.random.default_generator.manual_seed(seed)
+            for m in reversed(list(fresh.modules())):
+                reset = getattr(m, "reset_parameters", None)
+                if callable(reset):
+                    reset()
+        trained = dict(fresh.named_parameters())
+        with torch.no_grad():
+            return torch.cat([trained[n].reshape(-1) for n in self._names]).to(dtype)
+
+    def check_data(self, data) -> None:
+        """Check the feature shape (one forward pass) and the labels of ``data``.
+
+        Raises
+        ------
+        ConfigError
+            naming the feature shape and the model if the model rejects inputs of that
+            shape or does not return ``(batch, C)`` logits with C >= 2, and naming the labels
+            if any is not an integer in [0, C).
+        """
+        shape = getattr(data, "feature_shape", None)
+        if shape is None:
+            shape = tuple(data.train.X.shape[2:])
+        shape = tuple(int(s) for s in shape)
+        logits = self._probe(shape)
+        if logits.ndim != 2 or logits.shape[0] != 2 or logits.shape[1] < 2:
+            raise fail("feature_shape", shape,
+                       f"the model {self.module_name} returns outputs of shape "
+                       f"{tuple(logits.shape)} for a batch of 2; it must return logits "
+                       "(batch, num_classes) with num_classes >= 2")
+        self.num_classes = int(logits.shape[1])
+        self.feature_shape = shape
+        labels = [data.labels()]
+        test = getattr(data, "test", None)
+        if test is not None:
+            labels.append(test.y[test.mask])
+        found = torch.unique(torch.cat([t.reshape(-1).to(torch.float64) for t in labels]))
+        bad = found[(found != found.round()) | (found < 0) | (found >= self.num_classes)]
+        if bad.numel():
+            raise ConfigError(f"labels {bad[:5].tolist()} are invalid for {self!r}: labels "
+                              f"must be integers in [0, {self.num_classes})")
+
+    def loss(self, params, X, y, w) -> torch.Tensor:
+        """(S,) ``sum_j w_j CE_j`` per client (differentiable if ``params`` requires grad)."""
+        return self._run("loss", params, X, y, w)
+
+    def grad(self, params, X, y, w) -> torch.Tensor:
+        """(S, P) gradient of each client's loss with respect to its parameters."""
+        return self._run("grad", params, X, y, w)
+
+    def accuracy(self, params, X, y, w) -> torch.Tensor:
+        """(S,) ``sum_j w_j [argmax logits_j == y_j]`` per client."""
+        with torch.no_grad():
+            return self._run("correct", params, X, y, w)
+
+    def example_metrics(self, params, X, y) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per-example cross-entropy and correctness of one shared model on a chunk.
+
+        Parameters
+        ----------
+        params : (P,) shared model; X : (n, *feature_shape); y : (n,) labels.
+
+        Returns
+        -------
+        loss : (n,) cross-entropy per example; correct : (n,) bool.
+        Batch-statistics norms use the statistics of the whole chunk.
+        """
+        params = self._check_params(params)
+        if params.ndim != 1:
+            raise fail("params", tuple(params.shape), "must be one shared (P,) model")
+        X = X.to(device=params.device, dtype=params.dtype)
+        y = y.to(params.device).long()
+        module = self._module(params.device, params.dtype)
+        with torch.no_grad():
+            logits = functional_call(module, self._layout.unflatten(params), (X,))
+            return _cross_entropy(logits, y), logits.argmax(-1) == y
+
+    def lipschitz(self, X, w, iterations: int = 50):
+        raise ConfigError(f"{self!r} has no Lipschitz bound: give a numeric step_size")
+
+    # ------------------------------------------------------------------ internals
+    def _check_params(self, params) -> torch.Tensor:
+        if not isinstance(params, torch.Tensor) or params.ndim not in (1, 2) \
+                or params.shape[-1] != self._layout.size:
+            shape = tuple(params.shape) if isinstance(params, torch.Tensor) else params
+            raise fail("params", shape, f"must be (P,) or (S, P) with P={self._layout.size}")
+        return params
+
+    def _module(self, device: torch.device, dtype: torch.dtype) -> nn.Module:
+        """The private copy of the module on ``device`` in ``dtype`` (made once, cached)."""
+        key = (torch.device(device), dtype)
+        if key not in self._copies:
+            self._copies[key] = copy.deepcopy(self._template).to(device=device, dtype=dtype)
+        return self._copies[key]
+
+    def _probe(self, shape: tuple[int, ...]) -> torch.Tensor:
+        """Logits of two zero examples of ``shape`` (two: batch norms need more than one)."""
+        module = self._module(torch.device("cpu"), next(self._template.parameters()).dtype)
+        x = torch.zeros((2, *shape), dtype=next(self._template.parameters()).dtype)
+        try:
+            with torch.no_grad():
+                out = module(x)
+        except (RuntimeError, ValueError, IndexError, TypeError) as e:
+            raise fail("feature_shape", shape,
+                       f"the model {self.module_name} rejects inputs of this shape "
+                       f"({_short(e)})") from None
+        if not isinstance(out, torch.Tensor):
+            raise fail("module", self.module_name, "must return a tensor of logits")
+        return out
+
+    def _activation_elements(self, shape: tuple[int, ...]) -> int:
+        """Elements of every submodule's output for one example (measured once per shape)."""
+        if shape not in self._activation:
+            total = [0]
+
+            def count(_m, _inputs, out):
+                if isinstance(out, torch.Tensor):
+                    total[0] += out.numel()
+
+            module = self._module(torch.device("cpu"), next(self._template.parameters()).dtype)
+            hooks = [m.register_forward_hook(count) for m in module.modules()]
+            try:
+                self._probe(shape)
+            finally:
+                for h in hooks:
+                    h.remove()
+            self._activation[shape] = max(1, total[0] // 2)
+        return self._activation[shape]
+
+    def _chunk(self, X: torch.Tensor) -> int:
+        if self.chunk_clients is not None:
+            return self.chunk_clients
+        per_client = (X.shape[1] * self._activation_elements(tuple(X.shape[2:]))
+                      * X.element_size() * _GRAD_MEMORY_FACTOR)
+        return max(1, _CHUNK_BYTES // max(1, per_client))
+
+    def _use_vmap(self, X: torch.Tensor) -> bool:
+        if self.path != "auto":
+            return self.path == "vmap"
+        return _auto_path(X, self._has_conv) == "vmap"
+
+    def _run(self, kind: str, params, X, y, w) -> torch.Tensor:
+        params = self._check_params(params)
+        S = X.shape[0]
+        if y.shape != X.shape[:2] or w.shape != X.shape[:2] or (
+                params.ndim == 2 and params.shape[0] != S):
+            raise ConfigError(f"shapes do not match: params {tuple(params.shape)}, X "
+                              f"{tuple(X.shape)}, y {tuple(y.shape)}, w {tuple(w.shape)}; "
+                              "expected (S, P) or (P,), (S, b, ...), (S, b), (S, b)")
+        device, dtype = params.device, params.dtype
+        X = X.to(device=device, dtype=dtype)
+        y = y.to(device).long()
+        w = w.to(device=device, dtype=dtype)
+        module = self._module(device, dtype)
+        shape = (S, self._layout.size) if kind == "grad" else (S,)
+        differentiable = kind == "loss" and params.requires_grad
+        if S == 0:
+            return torch.zeros(shape, device=device, dtype=dtype)
+        if kind != "grad" and params.ndim == 1 and not self._batch_stats:
+            # One shared model and per-example layers: one forward on the merged batch.
+            logits = functional_call(module, self._layout.unflatten(params),
+                                     (X.reshape(-1, *X.shape[2:]),))
+            logits = logits.reshape(S, X.shape[1], -1)
+            return (_weighted_ce if kind == "loss" else _weighted_correct)(logits, y, w)
+        # Batch statistics must not see zero-weight rows: such clients run alone on their
+        # real rows; every other client is vectorised.
+        solo = (w <= 0).any(-1) if self._batch_stats else torch.zeros(S, dtype=torch.bool,
+                                                                       device=device)
+        pieces = [] if differentiable else None
+        out = None if differentiable else torch.empty(shape, device=device, dtype=dtype)
+        regular = torch.nonzero(~solo).reshape(-1)
+        use_vmap = self._use_vmap(X)
+        step = self._chunk(X)
+        order = []
+        ctx = nullcontext() if differentiable else torch.no_grad()
+        with ctx:
+            for start in range(0, regular.numel(), step):
+                rows = regular[start:start + step]
+                if rows.numel() == regular.numel() == S:
+                    rows = slice(None)  # no copy when every client is regular
+                p = params if params.ndim == 1 else params[rows]
+                args = (module, kind, p, X[rows], y[rows], w[rows])
+                res = self._vmapped(*args) if use_vmap else self._looped(*args)
+                if differentiable:
+                    pieces.append(res)
+                    order.append(torch.arange(S, device=device)[rows])
+                else:
+                    out[rows] = res
+            for i in torch.nonzero(solo).reshape(-1).tolist():
+                real = w[i] > 0
+                p = params if params.ndim == 1 else params[i]
+                res = self._single(module, kind, p, X[i][real], y[i][real], w[i][real])
+                if differentiable:
+                    pieces.append(res.reshape(1))
+                    order.append(torch.tensor([i], device=device))
+                else:
+                    out[i] = res
+        if differentiable:
+            perm = torch.cat(order)
+            return torch.cat(pieces)[torch.argsort(perm)]
+        return out
+
+    def _single(self, module, kind, p, X, y, w) -> torch.Tensor:
+        """One client: a scalar (loss, correct) or its (P,) gradient, by autograd."""
+        if X.shape[0] == 0:  # a client with no real rows: nothing to fit
+            n = self._layout.size if kind == "grad" else None
+            return torch.zeros(() if n is None else (n,), device=p.device, dtype=p.dtype)
+        if kind != "grad":
+            logits = functional_call(module, self._layout.unflatten(p), (X,))
+            return (_weighted_ce if kind == "loss" else _weighted_correct)(logits, y, w)
+        leaves = [t.detach().requires_grad_(True) for t in self._layout.unflatten(p).values()]
+        with torch.enable_grad():
+            logits = functional_call(module, dict(zip(self._names, leaves, strict=True)), (X,))
+            value = _weighted_ce(logits, y, w)
+        grads = torch.autograd.grad(value, leaves, allow_unused=True)
+        return torch.cat([(torch.zeros_like(t) if g is None else g).reshape(-1)
+                          for g, t in zip(grads, leaves, strict=True)])
+
+    def _looped(self, module, kind, p, X, y, w) -> torch.Tensor:
+        """Clients one after another: (s,) or (s, P)."""
+        res = [self._single(module, kind, p if p.ndim == 1 else p[i], X[i], y[i], w[i])
+               for i in range(X.shape[0])]
+        return torch.stack(res)
+
+    def _vmapped(self, module, kind, p, X, y, w) -> torch.Tensor:
+        """Clients vectorised with torch.func: (s,) or (s, P)."""
+        pdim = None if p.ndim == 1 else 0
+        pieces = self._layout.unflatten(p)
+        if kind == "grad":
+            def client_loss(tensors, Xi, yi, wi):
+                return _weighted_ce(functional_call(module, tensors, (Xi,)), yi, wi)
+
+            g = vmap(grad(client_loss), in_dims=(pdim, 0, 0, 0))(pieces, X, y, w)
+            return torch.cat([g[n].reshape(X.shape[0], -1) for n in self._names], dim=-1)
+        reduce = _weighted_ce if kind == "loss" else _weighted_correct
+
+        def client_value(tensors, Xi, yi, wi):
+            return reduce(functional_call(module, tensors, (Xi,)), yi, wi)
+
+        return vmap(client_value, in_dims=(pdim, 0, 0, 0))(pieces, X, y, w)
+
+
+# How clients are evaluated on CPU, measured with benchmarks/bench_models_grad.py on this
+# project's 2-core machine (torch 2.13, float32, one grad call, best of several runs with
+# the two paths alternated; ranges over repeated runs). Entries are loop time / vmap
+# time (> 1: vmap is faster):
+#
+#   model                          S x b      1 thread   2 threads
+#   MLP 784-100-10                 100 x 20   1.30-2.65     8.6   (vmap 24 ms, loop 210 ms)
+#   MLP 784-100-10                  10 x 20     1.81
+#   MLP 784-100-10                1000 x 20     1.57
+#   MLP 784-100-10                  20 x 200    1.31
+#   MLP 60-20-10                   100 x 20    17.0
+#   small CNN (fs.models.cnn())     20 x 20   0.73-0.85     0.99  (vmap 271 ms, loop 269 ms)
+#   small CNN                        5 x 20     0.92        0.94
+#   small CNN                       50 x 20     0.75        1.12
+#   small CNN                       20 x 2      1.52
+#   small CNN                       20 x 5      1.23
+#   small CNN                       20 x 8      1.04
+#   small CNN                       20 x 12   0.87-1.05
+#   small CNN                       20 x 64     0.69        0.66
+#   McMahan et al.'s CNN            20 x 20     0.92
+#   ResNet-20 (BN / GN), 28 x 28     4 x 16     0.80 / 0.73
+#   ResNet-20 BN                     8 x 4      1.26
+#   VGG small, 32 x 32              10 x 20     1.12
+#
+# vmap always wins for networks without convolutions (a loop pays Python and autograd
+# overhead per client for little arithmetic). With convolutions, vmap runs one grouped
+# convolution over the clients' weights, which CPU kernels do less efficiently than S
+# ordinary ones, so once a client has enough rows to amortise the loop's overhead (about 10
+# here) the loop is as fast or faster. Rule: loop for convolutional networks with at least
+# _LOOP_MIN_ROWS rows per client, vmap otherwise. On a GPU (not measured here: no GPU on
+# this machine) vmap is used throughout, since a per-client loop there is bound by kernel
+# launches. When other processes load the 2 cores, both paths slow down by up to 10x with
+# 2 threads and the loop more (its many small kernels wait for cores): the small CNN at
+# 20 x 20 then measured 1.35-1.75 in favour of vmap; the rule follows the quiet figures.
+_LOOP_MIN_ROWS = 12
+
+
+def _auto_path(X: torch.Tensor, has_conv: bool) -> str:
+    """``"vmap"`` or ``"loop"`` for client data ``X`` (S, b, ...) (measured rule above)."""
+    if X.device.type != "cpu":
+        return "vmap"
+    return "loop" if has_conv and X.shape[1] >= _LOOP_MIN_ROWS else "vmap"
+
+
+def neural(module: nn.Module, *, dtype: torch.dtype | None = None, path: str = "auto",
+           chunk_clients: int | None = None) -> NeuralProblem:
+    """Cross-entropy classification with the torch ``module`` (see :class:`NeuralProblem`).
+
+    >>> import fedsparse as fs
+    >>> problem = fs.problems.neural(fs.models.mlp(784, (100,), 10))
+    >>> problem.param_dim()
+    79510
+    """
+    return NeuralProblem(module, dtype=dtype, path=path, chunk_clients=chunk_clients)
+
+
+def neural_from_spec(spec: Mapping, *, feature_shape: tuple[int, ...] | None = None,
+                     num_classes: int | None = None, **options) -> NeuralProblem:
+    """A neural problem from a config table such as ``{kind = "mlp", hidden = [100]}``.
+
+    Parameters
+    ----------
+    spec : mapping with ``kind`` (a key of :data:`fedsparse.models.REGISTRY`) and keyword
+        arguments of that builder. ``in_features`` (mlp), ``in_channels`` and
+        ``image_size`` (conv models) and ``num_classes`` default to the data's.
+    feature_shape : the data's feature shape, e.g. ``(784,)`` or ``(1, 28, 28)``.
+    num_classes : the data's number of classes.
+    **options : passed to :func:`neural` (``dtype``, ``path``, ``chunk_clients``).
+    """
+    from ..models import REGISTRY
+
+    if not isinstance(spec, Mapping) or "kind" not in spec:
+        raise fail("model", spec, 'must be a table with a "kind" key, e.g. '
+                                  '{kind = "mlp", hidden = [100]}')
+    spec = dict(spec)
+    kind = check_choice("model.kind", spec.pop("kind"), REGISTRY)
+    builder = REGISTRY[kind]
+    accepted = inspect.signature(builder).parameters
+    unknown = sorted(set(spec) - set(accepted))
+    if unknown:
+        raise fail("model", unknown, f"unknown keys for kind {kind!r}; allowed: "
+                                     + ", ".join(accepted))
+    if feature_shape is not None:
+        fs = tuple(int(s) for s in feature_shape)
+        if kind == "mlp":
+            spec.setdefault("in_features", math.prod(fs))
+        else:
+            if len(fs) != 3:
+                raise fail("feature_shape", fs, f"must be (channels, height, width) for "
+                                                f"model kind {kind!r}")
+            spec.setdefault("in_channels", fs[0])
+            if "image_size" in accepted:
+                if fs[1] != fs[2]:
+                    raise fail("feature_shape", fs, f"must hold square images for model kind "
+                                                    f"{kind!r}")
+                spec.setdefault("image_size", fs[1])
+    if num_classes is not None:
+        spec.setdefault("num_classes", num_classes)
+    missing = [n for n, p in accepted.items()
+               if p.default is inspect.Parameter.empty and n not in spec]
+    if missing:
+        raise fail("model", {"kind": kind, **spec},
+                   f"needs {', '.join(missing)} (or the data's feature shape)")
+    return neural(builder(**spec), **options)

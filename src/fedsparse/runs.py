@@ -1,0 +1,83 @@
+"""Read what ``fedsparse run`` wrote back into Python.
+
+>>> import fedsparse as fs
+>>> runs = fs.load_run("runs/fedht-default")        # {label: History}
+>>> runs["FedIter-HT"].to_pandas()                   # doctest: +SKIP
+>>> runs["FedIter-HT"].plot("objective", x="bytes_total")   # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ._validation import fail
+from .history import History
+
+
+def load_run(directory: str | Path) -> dict[str, History]:
+    """The Histories of a ``fedsparse run`` output folder, by run label.
+
+    Parameters
+    ----------
+    directory : the folder given to ``fedsparse run --out`` (holding ``summary.json``,
+        ``config.toml`` and one sub-folder per run with ``history.jsonl``).
+
+    Returns
+    -------
+    dict[str, History]
+        ``{label: History}`` in the order of the config's runs; where one label appears
+        in several panels, the key is ``"panel / label"``. Each History's ``config`` holds
+        the run's hyper-parameters (summary.json ``params``) plus ``label``, ``panel``,
+        ``diverged`` and ``diverged_round``. A run made with ``--seeds`` is the mean over
+        its seeds, with the per-seed Histories in ``History.seeds``.
+        Without a summary.json (a run that did not finish), every sub-folder holding a
+        ``history.jsonl`` is read, keyed by folder name.
+
+    Raises
+    ------
+    ConfigError
+        when ``directory`` does not exist or holds no run.
+    """
+    directory = Path(directory).expanduser()
+    if not directory.is_dir():
+        raise fail("directory", str(directory), "must be a folder written by fedsparse run")
+    summary_path = directory / "summary.json"
+    if not summary_path.exists():
+        found = {p.name: _load(p) for p in sorted(directory.iterdir())
+                 if (p / "history.jsonl").exists()}
+        if not found:
+            raise fail("directory", str(directory), "holds neither a summary.json nor run "
+                       "folders with a history.jsonl: it is not a fedsparse run folder")
+        return found
+    with open(summary_path) as fh:
+        summary = json.load(fh)
+    rows = summary.get("runs", [])
+    labels = [r["label"] for r in rows]
+    out: dict[str, History] = {}
+    for row in rows:
+        key = row["label"] if labels.count(row["label"]) == 1 else \
+            f"{row['panel']} / {row['label']}"
+        history = _load(directory / row["dir"], row.get("seeds"))
+        history.config = {**row.get("params", {}), "label": row["label"],
+                          "panel": row.get("panel", ""), "diverged": row.get("diverged"),
+                          "diverged_round": row.get("diverged_round"),
+                          **({"seeds": history.config["seeds"],
+                              "diverged_seeds": history.config["diverged_seeds"]}
+                             if history.seeds else {})}
+        out[key] = history
+    return out
+
+
+def _load(run_dir: Path, seeds: dict | None = None) -> History:
+    """One run folder; with ``seeds`` (summary.json's entry) its ``seed-<s>`` folders too."""
+    history = History.load(run_dir)
+    if seeds:
+        history.seeds = []
+        for s in seeds.get("seeds", []):
+            h = History.load(run_dir / f"seed-{s}")
+            h.config = {"seed": s}
+            history.seeds.append(h)
+        history.config = {"seeds": seeds.get("seeds", []),
+                          "diverged_seeds": seeds.get("diverged_seeds", [])}
+    return history

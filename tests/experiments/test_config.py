@@ -1,0 +1,141 @@
+"""The experiment-config checks and the --set / --only machinery of experiments.config."""
+
+import copy
+
+import pytest
+
+from fedsparse import ConfigError
+from fedsparse.experiments.config import (
+    apply_overrides,
+    build_algorithm,
+    build_data,
+    check_config,
+    pick_run,
+    resolve_runs,
+    run_choices,
+    select_runs,
+    set_path,
+)
+
+CONFIG = {
+    "title": "t",
+    "defaults": {"rounds": 5, "problem": {"kind": "least_squares"},
+                 "data": {"kind": "shifted_gaussian", "num_clients": 4, "dim": 10,
+                          "sparsity": 2, "samples_per_client": 10},
+                 "algorithm": {"sparsity": 2, "step_size": 0.1}},
+    "runs": [
+        {"label": "A", "panel": "P1", "algorithm": {"kind": "fed_ht", "step_size": 0.5}},
+        {"label": "B", "panel": "P1", "algorithm": {"kind": "fed_iter_ht"}},
+        {"label": "A", "panel": "P2", "algorithm": {"kind": "fed_ht"}, "rounds": 7},
+    ],
+    "compare": {"reference": "A", "at_rounds": [2]},
+}
+
+
+def test_a_packaged_style_config_passes():
+    runs = resolve_runs(CONFIG)
+    assert [r["slug"] for r in runs] == ["p1-a", "p1-b", "p2-a"]
+    assert [r["rounds"] for r in runs] == [5, 5, 7]
+    assert check_config(CONFIG) is CONFIG
+
+
+@pytest.mark.parametrize("mutate,message", [
+    (lambda c: c.update(defualts={}), "did you mean 'defaults'"),
+    (lambda c: c.update(plot={"y": ["objective"], "logx": True}), "did you mean 'logy'"),
+    (lambda c: c.update(plot={"y": ["objectve"]}), "did you mean 'objective'"),
+    (lambda c: c.update(plot={"logy": "yes"}), "plot.logy"),
+    (lambda c: c["compare"].update(metrc="objective"), "did you mean 'metric'"),
+    (lambda c: c["compare"].update(reference="a"), "compare.reference"),
+    (lambda c: c["compare"].update(at_rounds=[]), "compare.at_rounds"),
+    (lambda c: c.update(flower={"round_timeout": 1}), "[defaults.flower]"),
+    (lambda c: c.update(runs=[]), "at least one [[runs]]"),
+    (lambda c: c.update(runs={"label": "x"}), "array of tables"),
+    (lambda c: c.update(title=3), "title=3"),
+    (lambda c: c["runs"][0].update(seed=-1), "seed=-1"),
+    (lambda c: c["runs"][0].update(checkpoint_every=0), "checkpoint_every=0"),
+    (lambda c: c["runs"][0].update(panel=None), "panel=None"),
+    (lambda c: c["runs"][0].update(chanel={}), "did you mean 'channel'"),
+    (lambda c: c["runs"][2].update(panel="P1"), "two runs share panel and label"),
+    (lambda c: c["defaults"].pop("problem"), "needs a [problem] table"),
+])
+def test_config_mistakes_are_named(mutate, message):
+    config = copy.deepcopy(CONFIG)
+    mutate(config)
+    with pytest.raises(ConfigError) as exc:
+        resolve_runs(config)
+    assert message in str(exc.value)
+
+
+def test_overrides_apply_to_every_run_even_where_the_run_sets_the_field():
+    config = apply_overrides(CONFIG, [("algorithm.step_size", 0.01), ("rounds", 3)])
+    runs = resolve_runs(config)
+    assert [r["algorithm"]["step_size"] for r in runs] == [0.01] * 3
+    assert [r["rounds"] for r in runs] == [3] * 3
+    assert CONFIG["runs"][0]["algorithm"]["step_size"] == 0.5  # the input is not changed
+
+
+def test_label_prefixed_override_changes_the_runs_of_that_label_only():
+    runs = resolve_runs(apply_overrides(CONFIG, [("B:algorithm.local_steps", 4)]))
+    assert [r["algorithm"].get("local_steps") for r in runs] == [None, 4, None]
+    with pytest.raises(ConfigError, match="did you mean 'B'"):
+        apply_overrides(CONFIG, [("b:algorithm.local_steps", 4)])
+
+
+def test_overrides_keep_tables_tables_and_merge_inline_tables():
+    with pytest.raises(ConfigError, match=r"\[algorithm\] is a table"):
+        apply_overrides(CONFIG, [("algorithm", 3)])
+    with pytest.raises(ConfigError, match="algorithm.kind is 'fed_ht', not a table"):
+        apply_overrides(CONFIG, [("algorithm.kind.x", 1)])
+    with pytest.raises(ConfigError, match="did you mean 'rounds'"):
+        apply_overrides(CONFIG, [("round", 1)])
+    runs = resolve_runs(apply_overrides(CONFIG, [("data", {"dim": 12})]))
+    assert runs[0]["data"]["dim"] == 12 and runs[0]["data"]["kind"] == "shifted_gaussian"
+
+
+def test_set_path_names_the_scalar_in_the_way():
+    node = {"a": {"b": 1}}
+    with pytest.raises(ConfigError, match="a.b is 1, not a table"):
+        set_path(node, "a.b.c", 2)
+    with pytest.raises(ConfigError, match="dotted names"):
+        set_path(node, "a..c", 2)
+    set_path(node, "x.y", 3)
+    assert node["x"] == {"y": 3}
+
+
+def test_select_runs_by_label_panel_label_or_slug():
+    assert [r["label"] for r in select_runs(CONFIG, ["A"])["runs"]] == ["A", "A"]
+    assert [r["panel"] for r in select_runs(CONFIG, ["P2/A"])["runs"]] == ["P2"]
+    assert [r["label"] for r in select_runs(CONFIG, ["p1-b"])["runs"]] == ["B"]
+    assert "compare" not in select_runs(CONFIG, ["B"])  # its reference A is gone
+    with pytest.raises(ConfigError, match="did you mean 'P1/B'"):
+        select_runs(CONFIG, ["P1/C"])
+
+
+def test_pick_run_refuses_an_ambiguous_label():
+    assert run_choices(CONFIG) == ["P1/A", "P1/B", "P2/A"]
+    assert pick_run(CONFIG, None) == 0 and pick_run(CONFIG, 2) == 2
+    assert pick_run(CONFIG, "B") == 1 and pick_run(CONFIG, "P2/A") == 2
+    with pytest.raises(ConfigError, match="ambiguous.*0 \\(P1/A\\), 2 \\(P2/A\\)"):
+        pick_run(CONFIG, "A")
+    with pytest.raises(ConfigError, match="at most 2"):
+        pick_run(CONFIG, 3)
+
+
+def test_builders_list_their_arguments_and_suggest():
+    with pytest.raises(ConfigError) as exc:
+        build_algorithm({"kind": "fed_iter_ht", "sparsity": 2, "stepsize": 0.1})
+    msg = str(exc.value)
+    assert "did you mean 'step_size'" in msg and "local_steps" in msg
+    with pytest.raises(ConfigError, match="did you mean 'fed_ht'"):
+        build_algorithm({"kind": "fedht"})
+    with pytest.raises(ConfigError, match="must be one of"):
+        build_algorithm({"kind": ["fed_ht"]})  # unhashable: still a ConfigError
+
+
+def test_a_missing_data_file_suggests_set_data_path(tmp_path):
+    import torch
+
+    with pytest.raises(ConfigError, match=r"--set data.path="):
+        build_data({"kind": "libsvm_file", "path": str(tmp_path / "none.svm")}, torch.float32)
+    with pytest.raises(ConfigError, match=r"--set data.path="):
+        build_data({"kind": "federated_real", "dataset": "e2006"}, torch.float32)

@@ -1,0 +1,171 @@
+"""fedsparse sweep: direction by metric, strict outputs, divergence, tuned config, --jobs."""
+
+import csv
+import json
+import tomllib
+
+import pytest
+
+from fedsparse import ConfigError
+from fedsparse.cli import main
+from fedsparse.experiments.config import load_config
+from fedsparse.experiments.sweep import run_sweep
+
+REGRESSION = """
+title = "tiny regression"
+[defaults]
+rounds = 5
+problem = { kind = "least_squares" }
+[defaults.data]
+kind = "shifted_gaussian"
+num_clients = 4
+samples_per_client = 20
+dim = 30
+sparsity = 3
+alpha = 0.0
+exponent = 0.0
+[[runs]]
+label = "FedIter-HT"
+algorithm = { kind = "fed_iter_ht", sparsity = 3, local_steps = 2 }
+[[runs]]
+label = "Fed-HT"
+algorithm = { kind = "fed_ht", sparsity = 3, local_steps = 2 }
+"""
+
+CLASSIFICATION = """
+title = "tiny classification"
+[defaults]
+rounds = 4
+problem = { kind = "logistic" }
+[defaults.data]
+kind = "fedht_simulation"
+task = "classification"
+num_clients = 4
+samples_per_client = 30
+dim = 20
+support_size = 4
+alpha = 0.5
+beta = 0.5
+[[runs]]
+label = "FedIter-HT"
+algorithm = { kind = "fed_iter_ht", sparsity = 6, local_steps = 2 }
+"""
+
+STEPS = "algorithm.step_size=[1e-4, 0.05, 50]"
+
+
+def _strict(text):
+    def refuse(name):
+        raise AssertionError(f"non-strict JSON constant {name}")
+    return json.loads(text, parse_constant=refuse)
+
+
+@pytest.fixture
+def regression(tmp_path):
+    path = tmp_path / "tiny.toml"
+    path.write_text(REGRESSION)
+    return path
+
+
+@pytest.fixture
+def classification(tmp_path):
+    path = tmp_path / "cls.toml"
+    path.write_text(CLASSIFICATION)
+    return path
+
+
+def _quiet(*_):
+    pass
+
+
+def test_accuracy_is_maximised_and_the_override_minimises(classification):
+    config = load_config(classification)
+    grid = {"algorithm.step_size": [1e-5, 1.0, 3.0]}
+    result = run_sweep(config, grid, metric="accuracy", log=_quiet)
+    acc = {r["algorithm.step_size"]: r["accuracy"] for r in result["rows"]}
+    assert acc[1.0] > acc[3.0]  # step 3 overshoots: near chance
+    best = result["best"]["FedIter-HT"]
+    # picking the smallest accuracy (step 3.0) was the old, wrong behaviour
+    assert best["params"] == {"algorithm.step_size": 1.0}
+    assert best["value"] == max(acc.values())
+    assert result["maximize"] is True
+    worst = run_sweep(config, grid, metric="accuracy", maximize=False, log=_quiet)
+    assert worst["best"]["FedIter-HT"]["params"] == {"algorithm.step_size": 3.0}
+
+
+def test_cli_outputs_are_strict_and_mark_divergence(regression, tmp_path, capsys):
+    out = tmp_path / "s"
+    assert main(["sweep", str(regression), "--grid", STEPS, "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "div@" in printed and "lower is better" in printed  # the pivot table
+    best = _strict((out / "best.json").read_text())
+    assert set(best) == {"FedIter-HT", "Fed-HT"}
+    for entry in best.values():
+        assert entry["params"] == {"algorithm.step_size": 0.05}
+        assert isinstance(entry["value"], float)
+    with open(out / "sweep.csv") as fh:
+        rows = list(csv.DictReader(fh))
+    assert len(rows) == 6  # 2 runs x 3 points
+    blown = [r for r in rows if r["algorithm.step_size"] == "50"]
+    assert len(blown) == 2
+    for r in blown:  # null value, marked diverged with its round
+        assert r["objective"] == "" and r["diverged"] == "True" and int(r["diverged_round"]) >= 1
+    assert all(r["diverged"] == "False" and float(r["objective"]) > 0 for r in rows
+               if r["algorithm.step_size"] != "50")
+    assert (out / "sweep.png").stat().st_size > 0
+
+
+def test_tuned_config_reproduces_the_winners(regression, tmp_path):
+    out = tmp_path / "s"
+    result = run_sweep(load_config(regression), {"algorithm.step_size": [1e-4, 0.05, 50]},
+                       out=out, log=_quiet)
+    tuned = tomllib.loads((out / "tuned.toml").read_text())
+    assert [r["algorithm"]["step_size"] for r in tuned["runs"]] == [0.05, 0.05]
+    assert main(["run", str(out / "tuned.toml"), "--out", str(tmp_path / "r"), "--quiet"]) == 0
+    summary = _strict((tmp_path / "r" / "summary.json").read_text())
+    for row in summary["runs"]:
+        assert row["objective"] == pytest.approx(result["best"][row["label"]]["value"],
+                                                 rel=1e-9)
+        assert row["params"]["algorithm"]["step_size"] == 0.05
+
+
+def test_unknown_or_unrecorded_metric_lists_the_recorded_ones(regression):
+    config = load_config(regression)
+    with pytest.raises(ConfigError, match=r"metric='acuracy' is invalid: .*accuracy"):
+        run_sweep(config, {"algorithm.step_size": [0.05]}, metric="acuracy", log=_quiet)
+    # least squares has no accuracy: the error lists what the run does record
+    with pytest.raises(ConfigError, match=r"does not record it; it records .*objective.*"
+                                          r"rel_error"):
+        run_sweep(config, {"algorithm.step_size": [0.05]}, metric="accuracy", log=_quiet)
+
+
+def test_bad_grid_is_a_config_error(regression, capsys):
+    config = load_config(regression)
+    with pytest.raises(ConfigError, match="must be a non-empty list"):
+        run_sweep(config, {"algorithm.step_size": []}, log=_quiet)
+    with pytest.raises(ConfigError, match="must be a run field"):
+        run_sweep(config, {"step_size": [0.1]}, log=_quiet)
+    assert main(["sweep", str(regression), "--grid", STEPS, "--jobs", "0"]) == 2
+    assert "jobs=0 is invalid" in capsys.readouterr().err
+
+
+def test_parallel_jobs_give_the_serial_results(regression):
+    config = load_config(regression)
+    grid = {"algorithm.step_size": [0.01, 0.05], "algorithm.local_steps": [1, 2]}
+    serial = run_sweep(config, grid, log=_quiet)
+    parallel = run_sweep(config, grid, jobs=2, log=_quiet)
+    assert parallel["rows"] == serial["rows"]
+    assert parallel["best"] == serial["best"]
+
+
+def test_seeds_compare_means_and_a_diverging_seed_disqualifies(regression):
+    result = run_sweep(load_config(regression), {"algorithm.step_size": [0.05, 50]},
+                       seeds=2, log=_quiet)
+    ok = [r for r in result["rows"] if r["algorithm.step_size"] == 0.05]
+    for r in ok:
+        assert r["n_seeds"] == 2 and r["objective_std"] > 0 and not r["diverged"]
+    assert all(r["diverged"] and r["objective"] is None for r in result["rows"]
+               if r["diverged_seeds"])
+    for best in result["best"].values():
+        assert best["params"] == {"algorithm.step_size": 0.05} and best["n"] == 2
+    json.dumps(result["best"], allow_nan=False)

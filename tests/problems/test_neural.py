@@ -1,0 +1,410 @@
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import fedsparse as fs
+import fedsparse.models as models
+from fedsparse._validation import ConfigError
+from fedsparse.problems.neural import NeuralProblem, neural_from_spec
+
+F64 = torch.float64
+
+
+
+def _conv_net(norm):
+    """A small conv net with a batch-statistics (or per-example) norm layer."""
+    layer = (nn.BatchNorm2d(3, track_running_stats=False) if norm == "batch"
+             else nn.GroupNorm(1, 3))
+    return nn.Sequential(nn.Conv2d(1, 3, 3, padding=1), layer, nn.ReLU(), nn.MaxPool2d(2),
+                         nn.Flatten(), nn.Linear(3 * 4 * 4, 3))
+
+
+# Tiny models of every kind, with their feature shapes (fast on CPU). ResNet-20 itself is
+# exercised once (test_resnet20_grad_matches_autograd): its 60 layers make every call slow.
+TINY = {
+    "mlp": (lambda: models.mlp(6, (5,), 3), (6,)),
+    "cnn": (lambda: models.cnn(1, 3, 8, channels=(2, 3), hidden=4), (1, 8, 8)),
+    "bn": (lambda: _conv_net("batch"), (1, 8, 8)),
+    "gn": (lambda: _conv_net("group"), (1, 8, 8)),
+}
+
+
+def _batch(shape, S=3, b=5, classes=3, seed=0, uneven=False):
+    g = torch.Generator().manual_seed(seed)
+    X = torch.randn(S, b, *shape, generator=g, dtype=F64)
+    y = torch.randint(0, classes, (S, b), generator=g).to(F64)
+    w = torch.rand(S, b, generator=g, dtype=F64) + 0.1
+    if uneven:  # client s has b - s real rows (the rest weight 0)
+        w = w * (torch.arange(b)[None, :] < (b - torch.arange(S))[:, None])
+    return X, y, w / w.sum(-1, keepdim=True)
+
+
+def _params(problem, S, seed=0):
+    return torch.stack([problem.init_params(seed=seed + s, dtype=F64) for s in range(S)])
+
+
+def _reference(build, params, X, y, w):
+    """Loss and gradient of each client with its own nn.Module and plain autograd."""
+    losses, grads = [], []
+    for i in range(X.shape[0]):
+        net = build().double()
+        torch.func.replace_all_batch_norm_modules_(net)
+        nn.utils.vector_to_parameters(params[i], net.parameters())
+        real = w[i] > 0
+        ce = F.cross_entropy(net(X[i][real]), y[i][real].long(), reduction="none")
+        loss = (w[i][real] * ce).sum()
+        loss.backward()
+        losses.append(loss.detach())
+        grads.append(torch.cat([p.grad.reshape(-1) for p in net.parameters()]))
+    return torch.stack(losses), torch.stack(grads)
+
+
+@pytest.mark.parametrize("kind", list(TINY))
+@pytest.mark.parametrize("path", ["vmap", "loop"])
+def test_grad_matches_autograd_on_per_client_modules(kind, path):
+    build, shape = TINY[kind]
+    problem = fs.problems.neural(build(), path=path)
+    X, y, w = _batch(shape, uneven=True)
+    params = _params(problem, 3)
+    loss, grad = _reference(build, params, X, y, w)
+    assert torch.allclose(problem.loss(params, X, y, w), loss, atol=1e-12)
+    assert torch.allclose(problem.grad(params, X, y, w), grad, atol=1e-10)
+
+
+@pytest.mark.parametrize("shortcut,norm", [("conv", "batch"), ("pad", "group")])
+def test_resnet20_grad_matches_autograd(shortcut, norm):
+    def build():
+        return models.resnet20(3, 1, shortcut=shortcut, norm=norm)
+
+    problem = fs.problems.neural(build())
+    X, y, w = _batch((1, 8, 8), S=2, b=3, uneven=True)
+    params = _params(problem, 2)
+    loss, grad = _reference(build, params, X, y, w)
+    assert torch.allclose(problem.loss(params, X, y, w), loss, atol=1e-12)
+    assert torch.allclose(problem.grad(params, X, y, w), grad, atol=1e-10)
+
+
+@pytest.mark.parametrize("kind", list(TINY))
+def test_vmap_and_loop_paths_agree(kind):
+    build, shape = TINY[kind]
+    module = build()
+    vm = fs.problems.neural(module, path="vmap")
+    lp = fs.problems.neural(module, path="loop")
+    X, y, w = _batch(shape, S=4, b=6)
+    params = _params(vm, 4)
+    for method in ("loss", "grad", "accuracy"):
+        a, b = getattr(vm, method)(params, X, y, w), getattr(lp, method)(params, X, y, w)
+        assert torch.allclose(a, b, atol=1e-6, rtol=0), method
+    # The automatic choice is one of the two.
+    auto = fs.problems.neural(module).grad(params, X, y, w)
+    assert torch.allclose(auto, lp.grad(params, X, y, w), atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("kind", ["mlp", "bn"])
+def test_chunking_clients_does_not_change_results(kind):
+    build, shape = TINY[kind]
+    module = build()
+    whole = fs.problems.neural(module)
+    X, y, w = _batch(shape, S=5, b=6, uneven=True)
+    params = _params(whole, 5)
+    g, loss = whole.grad(params, X, y, w), whole.loss(params, X, y, w)
+    for chunk in (1, 2):
+        part = fs.problems.neural(module, chunk_clients=chunk)
+        assert torch.allclose(part.grad(params, X, y, w), g, atol=1e-12, rtol=0)
+        assert torch.allclose(part.loss(params, X, y, w), loss, atol=1e-12, rtol=0)
+    # Calling on groups of clients gives the same rows as calling on all of them.
+    split = torch.cat([whole.grad(params[s], X[s], y[s], w[s])
+                       for s in (slice(0, 2), slice(2, 5))])
+    assert torch.allclose(split, g, atol=1e-12, rtol=0)
+
+
+@pytest.mark.parametrize("kind", ["mlp", "bn"])
+def test_shared_params_equal_expanded_params(kind):
+    build, shape = TINY[kind]
+    problem = fs.problems.neural(build())
+    X, y, w = _batch(shape)
+    x = problem.init_params(seed=3, dtype=F64)
+    for method in ("loss", "grad", "accuracy"):
+        shared = getattr(problem, method)(x, X, y, w)
+        expanded = getattr(problem, method)(x.expand(3, -1), X, y, w)
+        assert torch.allclose(shared, expanded, atol=1e-12, rtol=0), method
+
+
+@pytest.mark.parametrize("path", ["vmap", "loop"])
+def test_padding_rows_never_enter_batch_statistics(path):
+    build, shape = TINY["bn"]
+    problem = fs.problems.neural(build(), path=path)
+    X, y, w = _batch(shape, S=2, b=4)
+    params = _params(problem, 2)
+    junk = 50.0 * torch.randn(2, 3, *shape, dtype=F64) + 7.0
+    Xp = torch.cat([X, junk], 1)
+    yp = torch.cat([y, torch.full((2, 3), 2.0, dtype=F64)], 1)
+    wp = torch.cat([w, torch.zeros(2, 3, dtype=F64)], 1)
+    wp[1, 4:] = 0.0
+    Xp[1, 4:], yp[1, 4:] = X[1, :0].sum() + 1.0, 0.0   # client 1: padded with ones
+    for method in ("loss", "grad", "accuracy"):
+        clean = getattr(problem, method)(params, X, y, w)
+        padded = getattr(problem, method)(params, Xp, yp, wp)
+        assert torch.allclose(padded, clean, atol=1e-12, rtol=0), method
+    # The check could fail: the junk rows change a client's batch statistics (and so its
+    # loss on the real rows) as soon as they are counted as real.
+    wj = wp.clone()
+    wj[0, 4:] = 1e-12
+    assert not torch.allclose(problem.loss(params, Xp, yp, wj)[0],
+                              problem.loss(params, X, y, w)[0], atol=1e-3)
+
+
+def test_per_example_models_ignore_junk_padding():
+    build, shape = TINY["gn"]
+    problem = fs.problems.neural(build())
+    X, y, w = _batch(shape, S=2, b=3)
+    params = _params(problem, 2)
+    Xp = torch.cat([X, 1e4 * torch.ones(2, 2, *shape, dtype=F64)], 1)
+    yp = torch.cat([y, torch.zeros(2, 2, dtype=F64)], 1)
+    wp = torch.cat([w, torch.zeros(2, 2, dtype=F64)], 1)
+    assert torch.allclose(problem.grad(params, Xp, yp, wp), problem.grad(params, X, y, w),
+                          atol=1e-12, rtol=0)
+
+
+def test_client_with_no_real_rows_has_zero_loss_and_gradient():
+    problem = fs.problems.neural(TINY["bn"][0]())
+    X, y, w = _batch((1, 8, 8), S=2, b=3)
+    w[1] = 0.0
+    params = _params(problem, 2)
+    assert problem.loss(params, X, y, w)[1] == 0
+    assert not problem.grad(params, X, y, w)[1].any()
+
+
+def test_loss_is_differentiable_and_matches_grad():
+    problem = fs.problems.neural(TINY["cnn"][0]())
+    X, y, w = _batch((1, 8, 8))
+    params = _params(problem, 3).requires_grad_(True)
+    problem.loss(params, X, y, w).sum().backward()
+    assert torch.allclose(params.grad, problem.grad(params.detach(), X, y, w), atol=1e-12)
+
+
+def test_accuracy_on_a_hand_made_case():
+    # Logits (x0 - x1, 0): class 0 iff x0 > x1.
+    net = nn.Linear(2, 2)
+    problem = fs.problems.neural(net)
+    x = torch.tensor([1.0, -1.0, 0.0, 0.0, 0.0, 0.0], dtype=F64)   # weight rows, then bias
+    X = torch.tensor([[[2.0, 1.0], [0.0, 3.0], [5.0, -1.0]],
+                      [[1.0, 4.0], [2.0, 2.5], [0.0, 0.0]]], dtype=F64)
+    y = torch.tensor([[0.0, 0.0, 1.0], [1.0, 1.0, 0.0]], dtype=F64)
+    w = torch.tensor([[0.5, 0.25, 0.25], [0.2, 0.8, 0.0]], dtype=F64)
+    # Client 0: right, wrong, wrong -> 0.5. Client 1: right, right, (padding) -> 1.0.
+    assert torch.equal(problem.accuracy(x, X, y, w), torch.tensor([0.5, 1.0], dtype=F64))
+    # The loss on that case is the cross-entropy of logits (x0 - x1, 0), by hand.
+    z = X[..., 0] - X[..., 1]
+    ce = torch.where(y == 0, F.softplus(-z), F.softplus(z))
+    assert torch.allclose(problem.loss(x, X, y, w), (w * ce).sum(-1), atol=1e-14)
+
+
+def test_example_metrics_consistent_with_loss_and_accuracy():
+    problem = fs.problems.neural(TINY["cnn"][0]())
+    X, y, w = _batch((1, 8, 8), S=1, b=7)
+    x = problem.init_params(seed=1, dtype=F64)
+    loss, correct = problem.example_metrics(x, X[0], y[0])
+    assert loss.shape == (7,) and correct.dtype == torch.bool
+    assert torch.allclose((w[0] * loss).sum(), problem.loss(x, X, y, w)[0], atol=1e-14)
+    assert torch.allclose((w[0] * correct).sum(), problem.accuracy(x, X, y, w)[0])
+
+
+@pytest.mark.parametrize("problem,classes", [
+    (fs.problems.least_squares(), None),
+    (fs.problems.logistic(), 2),
+    (fs.problems.logistic(l2=0.3), 2),
+    (fs.problems.softmax(num_classes=4), 4),
+    (fs.problems.softmax(num_classes=4, l2=0.1), 4),
+])
+def test_linear_example_metrics_match_loss_and_accuracy(problem, classes):
+    g = torch.Generator().manual_seed(0)
+    d, n = 5, 9
+    X = torch.randn(n, d, generator=g, dtype=F64)
+    y = (torch.randn(n, generator=g, dtype=F64) if classes is None
+         else torch.randint(0, classes, (n,), generator=g).to(F64))
+    w = torch.rand(n, generator=g, dtype=F64)
+    w = w / w.sum()
+    x = torch.randn(problem.param_dim(d), generator=g, dtype=F64)
+    loss, correct = problem.example_metrics(x, X, y)
+    assert loss.shape == (n,)
+    assert torch.allclose((w * loss).sum(), problem.loss(x, X[None], y[None], w[None])[0],
+                          atol=1e-13)
+    acc = problem.accuracy(x, X[None], y[None], w[None])
+    if classes is None:
+        assert correct is None and acc is None
+    else:
+        assert correct.dtype == torch.bool
+        assert torch.allclose((w * correct).sum(), acc[0], atol=1e-14)
+
+
+def test_linear_problems_layout_init_and_pooled_flag():
+    problem = fs.problems.softmax(num_classes=3)
+    layout = problem.layout(4)
+    assert layout.size == 12 and layout.prunable.all()
+    assert not problem.pooled_ok and fs.problems.neural(nn.Linear(2, 2)).pooled_ok
+    assert torch.equal(problem.init_params(4, 0, F64), torch.zeros(12, dtype=F64))
+
+
+def test_init_params_is_seeded_and_leaves_the_global_rng_alone():
+    problem = fs.problems.neural(models.resnet20(10, 1))
+    state = torch.get_rng_state()
+    a = problem.init_params(seed=5, dtype=torch.float32)
+    b = problem.init_params(seed=5, dtype=torch.float32)
+    c = problem.init_params(seed=6, dtype=torch.float32)
+    assert torch.equal(torch.get_rng_state(), state)
+    assert torch.equal(a, b) and not torch.equal(a, c)
+    assert a.shape == (272_186,) and a.dtype == torch.float32
+    assert torch.equal(problem.init_params(seed=5, dtype=F64), a.to(F64))
+    # ResNet-20's own scheme has the last word: norm weights 1 and biases 0.
+    layout = problem.layout()
+    assert torch.equal(a[layout.slice("norm.weight")], torch.ones(16))
+    assert torch.equal(a[layout.slice("blocks.8.norm2.bias")], torch.zeros(64))
+    # Two problems built from differently initialised modules agree for the same seed.
+    other = fs.problems.neural(models.resnet20(10, 1))
+    assert torch.equal(other.init_params(seed=5, dtype=torch.float32), a)
+
+
+def test_init_params_is_the_same_in_another_process():
+    x = fs.problems.neural(models.mlp(60, (20,), 10)).init_params(seed=11, dtype=F64)
+    code = ("import fedsparse as fs, fedsparse.models as m, torch;"
+            "p = fs.problems.neural(m.mlp(60, (20,), 10));"
+            "x = p.init_params(seed=11, dtype=torch.float64);"
+            "print(repr(x.sum().item()), repr(x.abs().max().item()), x.numel())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.split()
+    assert out == [repr(x.sum().item()), repr(x.abs().max().item()), "1430"]
+
+
+def test_dtype_follows_params():
+    problem = fs.problems.neural(TINY["mlp"][0]())
+    X, y, w = _batch((6,))
+    x32 = problem.init_params(seed=0, dtype=torch.float32)
+    assert problem.grad(x32.expand(3, -1), X, y, w).dtype == torch.float32
+    assert problem.loss(x32.to(F64), X.float(), y, w).dtype == F64
+
+
+def test_user_batch_norm_module_is_copied_not_changed():
+    net = nn.Sequential(nn.Linear(4, 3), nn.BatchNorm1d(3), nn.Linear(3, 2))
+    problem = fs.problems.neural(net, path="vmap")
+    assert net[1].running_mean is not None and net[1].track_running_stats
+    X, y, w = _batch((4,), S=2, b=4, classes=2)
+    params = _params(problem, 2)
+    before = net[1].running_mean.clone()
+    assert torch.isfinite(problem.grad(params, X, y, w)).all()
+    assert torch.equal(net[1].running_mean, before)
+
+
+def _data(xs, ys):
+    return fs.data.from_arrays(xs, ys)
+
+
+def test_check_data_sets_classes_and_shape():
+    problem = fs.problems.neural(models.mlp(6, (4,), 3))
+    g = torch.Generator().manual_seed(0)
+    data = _data([torch.randn(5, 6, generator=g)] * 2, [torch.tensor([0., 1, 2, 1, 0])] * 2)
+    problem.check_data(data)
+    assert problem.num_classes == 3 and problem.feature_shape == (6,)
+
+
+@pytest.mark.parametrize("labels,match", [
+    ([0.0, 1, 3, 1, 0], r"labels \[3.0\]"),
+    ([0.0, 1, -1, 1, 0], r"labels \[-1.0\]"),
+    ([0.0, 1, 0.5, 1, 0], r"labels \[0.5\]"),
+])
+def test_check_data_rejects_bad_labels(labels, match):
+    problem = fs.problems.neural(models.mlp(6, (4,), 3))
+    data = _data([torch.randn(5, 6)] * 2, [torch.tensor(labels)] * 2)
+    with pytest.raises(ConfigError, match=match + r".*integers in \[0, 3\)"):
+        problem.check_data(data)
+
+
+@pytest.mark.parametrize("module,name", [
+    (models.mlp(784, (10,), 3), "Sequential"),
+    (models.resnet20(3, 1), "ResNet20"),
+])
+def test_check_data_rejects_a_feature_shape_the_model_rejects(module, name):
+    problem = fs.problems.neural(module)
+    data = _data([torch.randn(5, 6)] * 2, [torch.zeros(5)] * 2)
+    with pytest.raises(ConfigError, match=rf"feature_shape=\(6,\) is invalid: the model {name}"):
+        problem.check_data(data)
+
+
+def test_check_data_rejects_a_model_without_class_logits():
+    problem = fs.problems.neural(nn.Linear(6, 1))
+    data = _data([torch.randn(5, 6)] * 2, [torch.zeros(5)] * 2)
+    with pytest.raises(ConfigError, match="num_classes >= 2"):
+        problem.check_data(data)
+
+
+def test_bad_modules_are_rejected_when_building():
+    with pytest.raises(ConfigError, match="module='str' is invalid"):
+        fs.problems.neural("mlp")
+    with pytest.raises(ConfigError, match="module='ReLU' is invalid: has no trainable"):
+        fs.problems.neural(nn.ReLU())
+    frozen = nn.Linear(2, 2).requires_grad_(False)
+    with pytest.raises(ConfigError, match="no trainable parameters"):
+        fs.problems.neural(frozen)
+    with pytest.raises(ConfigError, match="path='fast'"):
+        fs.problems.neural(nn.Linear(2, 2), path="fast")
+    with pytest.raises(ConfigError, match="dtype"):
+        fs.problems.neural(nn.Linear(2, 2), dtype=torch.int64)
+
+
+def test_bad_call_shapes_are_clear_errors():
+    problem = fs.problems.neural(nn.Linear(2, 3))
+    X, y, w = torch.zeros(2, 4, 2), torch.zeros(2, 4), torch.full((2, 4), 0.25)
+    with pytest.raises(ConfigError, match=r"params=\(5,\) is invalid.*P=9"):
+        problem.loss(torch.zeros(5), X, y, w)
+    with pytest.raises(ConfigError, match="shapes do not match"):
+        problem.grad(torch.zeros(3, 9), X, y, w)
+    with pytest.raises(ConfigError, match="Lipschitz"):
+        problem.lipschitz(X, w)
+
+
+def test_problem_attributes():
+    problem = fs.problems.neural(models.mlp(784, (100,), 10))
+    assert isinstance(problem, NeuralProblem)
+    assert problem.param_dim(784) == 79_510 and problem.layout(784).size == 79_510
+    assert problem.task == "classification" and problem.blocks == 1
+    assert problem.capabilities == {"grad", "neural"} and problem.num_classes == 10
+    assert repr(problem) == "NeuralProblem(Sequential, P=79510)"
+
+
+def test_neural_from_spec():
+    problem = neural_from_spec({"kind": "mlp", "hidden": [100]}, feature_shape=(1, 28, 28),
+                               num_classes=10)
+    assert problem.param_dim() == 79_510
+    res = neural_from_spec({"kind": "resnet20", "shortcut": "pad"}, feature_shape=(3, 32, 32),
+                           num_classes=10)
+    assert res.param_dim() == 269_722
+    vgg = neural_from_spec({"kind": "vgg_small"}, feature_shape=(1, 32, 32), num_classes=100)
+    assert vgg.param_dim() == 257_924 - 2 * 16 * 9
+    with pytest.raises(ConfigError, match="model.kind='lenet'"):
+        neural_from_spec({"kind": "lenet"})
+    with pytest.raises(ConfigError, match=r"unknown keys.*\['depth'\]|\['depth'\].*unknown"):
+        neural_from_spec({"kind": "mlp", "depth": 3}, feature_shape=(4,))
+    with pytest.raises(ConfigError, match="needs in_features"):
+        neural_from_spec({"kind": "mlp"}, num_classes=3)
+    with pytest.raises(ConfigError, match=r"feature_shape=\(784,\).*channels, height, width"):
+        neural_from_spec({"kind": "cnn"}, feature_shape=(784,))
+    with pytest.raises(ConfigError, match="model="):
+        neural_from_spec("mlp")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_runs_on_cuda_like_on_cpu():
+    build, shape = TINY["bn"]
+    problem = fs.problems.neural(build())
+    X, y, w = _batch(shape, uneven=True)
+    params = _params(problem, 3)
+    cpu = problem.grad(params, X, y, w)
+    gpu = problem.grad(params.cuda(), X.cuda(), y.cuda(), w.cuda())
+    assert gpu.device.type == "cuda"
+    assert torch.allclose(gpu.cpu(), cpu, atol=1e-8)
+    loss, _ = problem.example_metrics(params[0].cuda(), X[0].cuda(), y[0].cuda())
+    assert loss.device.type == "cuda"

@@ -1,0 +1,112 @@
+"""History from Python: pandas, plots, best/final values, files, fs.load_run."""
+
+import json
+import math
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pytest  # noqa: E402
+
+import fedsparse as fs  # noqa: E402
+from fedsparse import ConfigError  # noqa: E402
+from fedsparse.cli import main  # noqa: E402
+from fedsparse.history import History, higher_is_better  # noqa: E402
+
+CONFIG = """
+title = "tiny"
+[defaults]
+rounds = 3
+problem = { kind = "least_squares" }
+algorithm = { kind = "fed_iter_ht", sparsity = 3, local_steps = 2, step_size = 0.05 }
+[defaults.data]
+kind = "shifted_gaussian"
+num_clients = 4
+samples_per_client = 20
+dim = 30
+sparsity = 3
+alpha = 0.0
+exponent = 0.0
+[[runs]]
+label = "FedIter-HT"
+[[runs]]
+label = "too big a step"
+algorithm = { step_size = 5000.0 }
+"""
+
+
+def _history():
+    records = [{"round": t, "objective": v, "support_f1": f, "bytes_total": 100 * t,
+                "delivered_clients": [0, 1]}
+               for t, v, f in [(1, 0.5, 0.2), (2, 0.3, 0.6), (3, 0.4, 0.4)]]
+    return History(records=records, initial={"round": 0, "objective": 1.0, "support_f1": 0.0,
+                                             "bytes_total": 0})
+
+
+def test_to_pandas_one_row_per_round():
+    df = _history().to_pandas()
+    assert list(df["round"]) == [0, 1, 2, 3]
+    assert list(df["objective"]) == [1.0, 0.5, 0.3, 0.4]
+    assert list(_history().to_pandas(with_initial=False)["round"]) == [1, 2, 3]
+
+
+def test_to_pandas_without_pandas_says_how_to_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "pandas", None)  # import pandas -> ImportError
+    with pytest.raises(ImportError, match="pip install pandas"):
+        _history().to_pandas()
+
+
+def test_plot_draws_on_given_axes_and_refuses_unrecorded_metrics():
+    fig, ax = plt.subplots()
+    assert _history().plot("objective", x="bytes_total", ax=ax, label="run") is ax
+    (line,) = ax.get_lines()
+    assert list(line.get_ydata()) == [1.0, 0.5, 0.3, 0.4]
+    assert ax.get_xlabel().startswith("cumulative bytes")
+    with pytest.raises(ConfigError, match="accuracy.*it records round, objective"):
+        _history().plot("accuracy", ax=ax)
+    plt.close(fig)
+
+
+def test_best_follows_the_metric_direction():
+    h = _history()
+    assert higher_is_better("test_accuracy") and higher_is_better("support_f1")
+    assert not higher_is_better("objective") and not higher_is_better("rel_error")
+    assert h.best("objective") == 0.3 and h.best("support_f1") == 0.6
+    assert h.best("objective", maximize=True) == 1.0
+    assert h.final("objective") == 0.4 and h.final("accuracy") is None
+    assert h.recorded() == ["round", "objective", "support_f1", "bytes_total"]
+
+
+def test_non_finite_values_survive_a_save_and_load(tmp_path):
+    h = _history()
+    h.records[-1]["objective"] = math.inf
+    h.save(tmp_path)
+    for line in (tmp_path / "history.jsonl").read_text().splitlines():
+        json.loads(line, parse_constant=lambda c: pytest.fail(f"non-strict {c}"))
+    back = History.load(tmp_path)
+    assert back.records[-1]["objective"] == math.inf and back.initial["objective"] == 1.0
+
+
+def test_load_run_reads_a_cli_folder(tmp_path):
+    cfg = tmp_path / "tiny.toml"
+    cfg.write_text(CONFIG)
+    out = tmp_path / "out"
+    assert main(["run", str(cfg), "--out", str(out), "--quiet"]) == 0
+    runs = fs.load_run(out)
+    assert list(runs) == ["FedIter-HT", "too big a step"]
+    h = runs["FedIter-HT"]
+    assert len(h) == 3 and h.model is not None
+    assert h.config["algorithm"]["step_size"] == 0.05 and h.config["rounds"] == 3
+    assert h.config["diverged"] is False
+    summary = json.loads((out / "summary.json").read_text())
+    row = next(r for r in summary["runs"] if r["label"] == "FedIter-HT")
+    assert row["objective"] == h.records[-1]["objective"]
+    assert row["params"]["data"]["kind"] == "shifted_gaussian"
+    # the diverged run: its value is null, marked with the round it diverged at
+    bad = next(r for r in summary["runs"] if r["label"] == "too big a step")
+    assert bad["diverged"] is True and bad["objective"] is None
+    assert bad["diverged_round"] == runs["too big a step"].config["diverged_round"] >= 1
+    with pytest.raises(ConfigError, match="not a fedsparse run folder"):
+        fs.load_run(tmp_path)  # holds only the TOML and the run folder's parent
