@@ -75,7 +75,7 @@ def loop_round(module_fn, data):
     template = module_fn()
     ctx = ClientContext(None, data.train, torch.arange(N), 0, 0)
     batches = [ctx.batch_index(k, BATCH)[0] for k in range(STEPS)]
-    Xs, ys = data.train.X, data.train.y.long()
+    Xs, ys = data.train.dense_X(), data.train.y.long()
 
     def run():
         total = None
@@ -103,7 +103,8 @@ def merged_round(module_fn, data):
     model = module_fn()
     opt = torch.optim.SGD(model.parameters(), lr=LR)
     ctx = ClientContext(None, data.train, torch.arange(N), 0, 0)
-    batches = [data.train.X[torch.arange(N)[:, None], ctx.batch_index(k, BATCH)[0]]
+    X = data.train.dense_X()
+    batches = [X[torch.arange(N)[:, None], ctx.batch_index(k, BATCH)[0]]
                for k in range(STEPS)]
     batches = [b.reshape(N * BATCH, *b.shape[2:]) for b in batches]
     labels = torch.randint(0, 10, (N * BATCH,))

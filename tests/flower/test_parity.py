@@ -45,3 +45,26 @@ def test_flower_simulation_matches_the_simulator(kind, step_size):
     # The evaluation on the nodes at the end is the simulator's objective.
     assert flower.records[-1]["objective"] == pytest.approx(reference.records[-1]["objective"],
                                                             rel=1e-5)
+
+
+def test_fedavg_on_the_mlp_matches_the_simulator():
+    """The model track over Flower: FedAvg on Liu et al.'s Synthetic DNN (60-20-10, 1,430
+    parameters), seeded initial model, mini-batches drawn on the nodes."""
+    job = job_from_config({
+        "rounds": 3, "seed": 5, "clients_per_round": 3,
+        "data": {"kind": "fedprox_synthetic", "num_clients": 5, "seed": 0},
+        "problem": {"kind": "neural", "model": {"kind": "mlp", "in_features": 60,
+                                                 "hidden": [20], "num_classes": 10}},
+        "algorithm": {"kind": "fed_avg", "step_size": 0.05, "local_steps": 4,
+                      "batch_size": 10},
+        "flower": {"round_timeout": 60.0, "wait_timeout": 60.0}})
+    flower = run_flower_simulation(job, num_cpus=2)
+    reference = fs.simulate(job.build_algorithm(), job.build_problem(), job.build_data(),
+                            rounds=job.rounds, seed=job.seed,
+                            clients_per_round=job.clients_per_round)
+    assert flower.model.numel() == 1430
+    torch.testing.assert_close(flower.model, reference.model, rtol=1e-5, atol=1e-6)
+    for column in ("bytes_up", "bytes_down", "clients_sampled", "delivered"):
+        assert flower.column(column) == reference.column(column), column
+    assert flower.records[-1]["accuracy"] == pytest.approx(reference.records[-1]["accuracy"],
+                                                           abs=1e-6)

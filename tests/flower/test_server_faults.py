@@ -287,3 +287,19 @@ def test_max_update_norm_drops_uploads_far_from_the_broadcast():
         history = run_on_grid(FakeGrid(tight, range(4)), tight)
     assert history.column("rejected") == [4, 4, 4, 4]
     assert torch.count_nonzero(history.model) == 0  # x_0 = 0 was kept
+
+
+def test_an_auto_step_with_a_dictionary_is_bound_the_same_on_both_runtimes():
+    """FedIter-HT with a dictionary and step_size="auto": the step is 1/max_i L_i of
+    a -> f(A a), computed by each node on its own data and sent in the handshake."""
+    job = job_from_config({**JOB, "clients_per_round": None, "algorithm": {
+        "kind": "fed_iter_ht", "sparsity": 4, "local_steps": 2, "batch_size": 5,
+        "step_size": "auto", "dictionary": {"kind": "gaussian", "atoms": 40, "seed": 1}}})
+    steps = []
+    history = run_on_grid(FakeGrid(job, range(4)), job,
+                          callback=lambda record, state: steps.append(state["step_size"]))
+    problem, data = job.build_problem(), job.build_data()
+    bound = job.build_algorithm().bind(problem, data)
+    assert steps[0] == pytest.approx(bound.init(problem)["step_size"], rel=1e-6)
+    reference = _simulate(job)
+    torch.testing.assert_close(history.model, reference.model, rtol=1e-5, atol=1e-7)

@@ -408,3 +408,24 @@ def test_runs_on_cuda_like_on_cpu():
     assert torch.allclose(gpu.cpu(), cpu, atol=1e-8)
     loss, _ = problem.example_metrics(params[0].cuda(), X[0].cuda(), y[0].cuda())
     assert loss.device.type == "cuda"
+
+
+@pytest.mark.parametrize("hidden", [(), (7,), (6, 5)])
+@pytest.mark.parametrize("shared", [False, True])
+def test_closed_form_mlp_gradient_matches_autograd(hidden, shared):
+    gen = torch.Generator().manual_seed(3)
+    fast = fs.problems.neural(models.mlp(12, hidden, 4), path="mlp")
+    slow = fs.problems.neural(models.mlp(12, hidden, 4), path="vmap")
+    P = fast.param_dim()
+    params = torch.randn(P if shared else (3, P), generator=gen, dtype=F64)
+    X = torch.randn(3, 5, 1, 3, 4, generator=gen, dtype=F64)   # image-shaped: flattened
+    y = torch.randint(0, 4, (3, 5), generator=gen).to(F64)
+    w = torch.rand(3, 5, generator=gen, dtype=F64)
+    w[1, 3:] = 0                                                # padding rows
+    torch.testing.assert_close(fast.grad(params, X, y, w), slow.grad(params, X, y, w),
+                               rtol=1e-10, atol=1e-12)
+
+
+def test_the_mlp_path_needs_an_mlp():
+    with pytest.raises(ConfigError, match="path='mlp'"):
+        fs.problems.neural(models.cnn(1, 10, 28), path="mlp")

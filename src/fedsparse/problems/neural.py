@@ -93,8 +93,10 @@ class NeuralProblem(Problem):
     dtype : default dtype of :meth:`init_params` when its ``dtype`` is None (None: the
         module's own parameter dtype). ``loss``/``grad`` always compute in the dtype of
         ``params``.
-    path : ``"auto"`` (measured rule, see ``_auto_path``), ``"vmap"`` or ``"loop"``: how
-        clients are evaluated. Results do not depend on it beyond rounding.
+    path : ``"auto"`` (a plain ReLU MLP takes the closed-form batched backward ``"mlp"``;
+        other networks the measured rule of ``_auto_path``), ``"mlp"``, ``"vmap"`` or
+        ``"loop"``: how clients are evaluated. Results do not depend on it beyond
+        rounding.
     chunk_clients : clients per vectorised call; None sizes chunks from the model's
         activation memory (256 MiB per call).
 
@@ -119,7 +121,7 @@ class NeuralProblem(Problem):
         if dtype is not None and (not isinstance(dtype, torch.dtype)
                                   or not dtype.is_floating_point):
             raise fail("dtype", dtype, "must be a floating torch dtype or None")
-        self.path = check_choice("path", path, ("auto", "vmap", "loop"))
+        self.path = check_choice("path", path, ("auto", "vmap", "loop", "mlp"))
         self.chunk_clients = check_int("chunk_clients", chunk_clients, minimum=1,
                                        allow_none=True)
         template = copy.deepcopy(module)
@@ -137,6 +139,10 @@ class NeuralProblem(Problem):
         self._batch_stats = any(isinstance(m, nn.modules.batchnorm._BatchNorm)
                                 for m in template.modules())
         self._has_conv = any(isinstance(m, nn.modules.conv._ConvNd) for m in template.modules())
+        self._mlp = _mlp_layers(template, self._layout) if path in ("auto", "mlp") else None
+        if path == "mlp" and self._mlp is None:
+            raise fail("path", path, "needs a plain ReLU MLP (nn.Sequential of Linear layers "
+                       "with ReLU between them, as fs.models.mlp builds)")
         linears = [m for m in template.modules() if isinstance(m, nn.Linear)]
         self.num_classes: int | None = linears[-1].out_features if linears else None
         self.feature_shape: tuple[int, ...] | None = None
@@ -358,7 +364,10 @@ class NeuralProblem(Problem):
                     rows = slice(None)  # no copy when every client is regular
                 p = params if params.ndim == 1 else params[rows]
                 args = (module, kind, p, X[rows], y[rows], w[rows])
-                res = self._vmapped(*args) if use_vmap else self._looped(*args)
+                if kind == "grad" and self._mlp is not None:
+                    res = _mlp_grad(self._mlp, p, X[rows], y[rows], w[rows])
+                else:
+                    res = self._vmapped(*args) if use_vmap else self._looped(*args)
                 if differentiable:
                     pieces.append(res)
                     order.append(torch.arange(S, device=device)[rows])
@@ -453,6 +462,65 @@ class NeuralProblem(Problem):
 # 2 threads and the loop more (its many small kernels wait for cores): the small CNN at
 # 20 x 20 then measured 1.35-1.75 in favour of vmap; the rule follows the quiet figures.
 _LOOP_MIN_ROWS = 12
+
+
+def _mlp_layers(module: nn.Module, layout: ParamLayout):
+    """``[(weight slice, bias slice or None, (out, in)), ...]`` when ``module`` is a plain
+    ReLU MLP (``nn.Sequential`` of an optional ``Flatten``, then ``Linear`` layers with a
+    ``ReLU`` between each two): the networks of Liu et al. 2022. None otherwise."""
+    if type(module) is not nn.Sequential:
+        return None
+    parts = list(module.named_children())
+    if parts and isinstance(parts[0][1], nn.Flatten):
+        parts = parts[1:]
+    kinds = [type(m) for _, m in parts]
+    if not kinds or len(kinds) % 2 == 0 or any(
+            k is not (nn.Linear if i % 2 == 0 else nn.ReLU) for i, k in enumerate(kinds)):
+        return None
+    layers = []
+    for name, m in parts[::2]:
+        bias = layout.slice(f"{name}.bias") if m.bias is not None else None
+        layers.append((layout.slice(f"{name}.weight"), bias, (m.out_features, m.in_features)))
+    return layers
+
+
+def _mlp_grad(layers, p: torch.Tensor, X: torch.Tensor, y: torch.Tensor, w: torch.Tensor
+              ) -> torch.Tensor:
+    """(s, P) gradients of ``sum_j w_j CE_j`` for s clients of a plain ReLU MLP, by the
+    closed-form backward pass with batched matrix products (no autograd).
+
+    Per-client weights make every layer a ``bmm`` of (s, b, in) by (s, in, out); the
+    backward needs no input gradient of the first layer. Same numbers as autograd up to
+    rounding (tested), several times faster than ``vmap(grad(...))`` on CPU.
+    """
+    s, b = X.shape[:2]
+    shared = p.ndim == 1
+
+    def weight(sl, shape):
+        W = p[sl].view(shape) if shared else p[:, sl].view(s, *shape)
+        return W
+
+    h = X.reshape(s, b, -1)
+    inputs, z = [], None
+    for i, (wsl, bsl, shape) in enumerate(layers):
+        if i:
+            h = torch.relu(z)
+        inputs.append(h)
+        z = torch.matmul(h, weight(wsl, shape).transpose(-1, -2))
+        if bsl is not None:
+            z = z + (p[bsl] if shared else p[:, bsl].unsqueeze(1))
+    delta = torch.softmax(z, dim=-1)
+    delta.scatter_add_(-1, y.unsqueeze(-1), -torch.ones_like(delta[..., :1]))
+    delta = delta * w.unsqueeze(-1)
+    out = torch.empty(s, p.shape[-1], dtype=p.dtype, device=p.device)
+    for i in range(len(layers) - 1, -1, -1):
+        wsl, bsl, shape = layers[i]
+        out[:, wsl] = torch.bmm(delta.transpose(1, 2), inputs[i]).reshape(s, -1)
+        if bsl is not None:
+            out[:, bsl] = delta.sum(1)
+        if i:
+            delta = torch.matmul(delta, weight(wsl, shape)) * (inputs[i] > 0)
+    return out
 
 
 def _auto_path(X: torch.Tensor, has_conv: bool) -> str:
