@@ -6,7 +6,6 @@ from .linear import LeastSquares, Logistic, Softmax, least_squares, logistic, so
 from .neural import NeuralProblem, neural, neural_from_spec
 
 
-
 def neural_model(*, model: dict, path: str = "auto", chunk_clients: int | None = None
                  ) -> NeuralProblem:
     """The ``neural`` problem of an experiment config: ``model`` is a table naming a model
