@@ -105,3 +105,21 @@ def test_fed_avg_bad_input():
         fs.algorithms.fed_avg(optimizer="adam", momentum=0.9)
     with pytest.raises(ConfigError, match="step_size=-1"):
         fs.algorithms.fed_avg(step_size=-1)
+
+
+def test_algorithms_of_the_linear_track_run_unchanged_on_a_network():
+    """FedIter-HT on an MLP trains a network with exactly tau non-zero weights, and FedAvg
+    on the same network learns; both from the problem's seeded initial model."""
+    gen = torch.Generator().manual_seed(1)
+    centers = torch.randn(3, 10, generator=gen) * 3
+    ys = [torch.randint(0, 3, (40,), generator=gen) for _ in range(4)]
+    xs = [centers[y] + torch.randn(40, 10, generator=gen) for y in ys]
+    data = fs.data.from_arrays(xs, [y.float() for y in ys])
+    problem = fs.problems.neural(fs.models.mlp(10, (16,), 3))
+    sparse = fs.simulate(fs.algorithms.fed_iter_ht(sparsity=60, step_size=0.1, local_steps=3,
+                                                   batch_size=10), problem, data, rounds=15)
+    assert int((sparse.model != 0).sum()) == 60
+    assert sparse.records[-1]["accuracy"] > 0.9
+    dense = fs.simulate(fs.algorithms.fed_avg(step_size=0.1, local_steps=3, batch_size=10),
+                        problem, data, rounds=15)
+    assert dense.initial["accuracy"] < 0.6 < 0.9 < dense.records[-1]["accuracy"]
