@@ -194,7 +194,7 @@ def evaluate_personal(problem: Problem, data: FederatedDataset, models: torch.Te
     """Accuracy and objective of personalised models: client i's model on client i's data.
 
     Micro-averaged over all examples (each client weighted by its number of examples),
-    the usual report of personalised federated learning (FedMac, Liu et al. 2022).
+    the usual report of personalised federated learning (FedMac, Liu et al. 2023).
     Clients are processed in consecutive groups whose padded batch holds at most
     ``max_examples`` rows, with ``problem.loss`` / ``problem.accuracy``.
 

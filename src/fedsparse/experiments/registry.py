@@ -73,7 +73,7 @@ PAPERS = {
     "fedht": "Tong et al. 2022 (Fed-HT, FedIter-HT)",
     "fedgradmp": "Jeong et al. 2024 (FedGradMP)",
     "safari": "Mao et al. 2022 (SAFARI)",
-    "fedmac": "Liu et al. 2022 (FedMac)",
+    "fedmac": "Liu et al. 2023 (FedMac)",
 }
 
 
@@ -166,6 +166,11 @@ INFO: dict[str, ExperimentInfo] = {
     "fedgradmp-fig9": ExperimentInfo("fedgradmp", "Figure 9", "5 s"),
     "fedgradmp-fig10": ExperimentInfo("fedgradmp", "Figure 10", "4 min"),
     "fedgradmp-fig11": ExperimentInfo("fedgradmp", "Figure 11", "10 s"),
+    "safari-fmnist": ExperimentInfo("safari", "Figures 2 and 5", "TBD", (FASHION,)),
+    "safari-pruners": ExperimentInfo("safari", "Figures 3-4", "TBD", (FASHION,)),
+    "safari-probability": ExperimentInfo("safari", "Figures 6-7", "TBD", (FASHION,)),
+    "safari-sparsity": ExperimentInfo("safari", "Figure 8", "TBD", (FASHION,)),
+    "safari-fedprox": ExperimentInfo("safari", "Figures 9-11", "TBD", (FASHION,)),
     "fedavg-fmnist": ExperimentInfo("fedmac", "Table 1 baselines (FedAvg, FedProx)", "2 min",
                                     (FASHION,)),
 }

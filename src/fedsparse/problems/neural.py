@@ -467,7 +467,7 @@ _LOOP_MIN_ROWS = 12
 def _mlp_layers(module: nn.Module, layout: ParamLayout):
     """``[(weight slice, bias slice or None, (out, in)), ...]`` when ``module`` is a plain
     ReLU MLP (``nn.Sequential`` of an optional ``Flatten``, then ``Linear`` layers with a
-    ``ReLU`` between each two): the networks of Liu et al. 2022. None otherwise."""
+    ``ReLU`` between each two): the networks of Liu et al. 2023. None otherwise."""
     if type(module) is not nn.Sequential:
         return None
     parts = list(module.named_children())
