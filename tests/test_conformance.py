@@ -17,7 +17,21 @@ from fedsparse.rounds import sample_clients
 VOLATILE = {"seconds", "elapsed"}
 
 
+#: Arguments of the personalised algorithms (they need classes: softmax data).
+PERSONAL = {
+    "fedmac": dict(lam=0.5, step_size=0.05, personal_step_size=0.05, gamma=1e-3, gamma_w=1e-3,
+                   local_steps=2, batch_size=6),
+    "pfedme": dict(lam=0.5, step_size=0.05, personal_step_size=0.05, local_steps=2,
+                   batch_size=6),
+    "per_fedavg": dict(step_size=0.05, inner_step_size=0.05, local_steps=2, batch_size=6),
+    "heur_fedamp": dict(lam=1.0, alpha_k=0.5, sigma=5.0, step_size=0.05, local_steps=2,
+                        batch_size=6),
+}
+
+
 def _build(kind):
+    if kind in PERSONAL:
+        return REGISTRY[kind](**PERSONAL[kind])
     accepted = inspect.signature(REGISTRY[kind]).parameters
     wanted = {"sparsity": 4, "local_steps": 2, "batch_size": 6, "mu": 0.01, "step_size": 0.01,
               "density": 0.5,
@@ -46,9 +60,24 @@ class VisitCounter(Algorithm):
 
 
 @pytest.fixture(scope="module")
-def data():
-    return fs.data.shifted_gaussian(num_clients=5, samples_per_client=20, dim=30, sparsity=4,
-                                    seed=3, dtype=torch.float64)
+def datasets():
+    return {"regression": fs.data.shifted_gaussian(num_clients=5, samples_per_client=20,
+                                                   dim=30, sparsity=4, seed=3,
+                                                   dtype=torch.float64),
+            "classification": fs.data.fedprox_synthetic(num_clients=5, dim=12, num_classes=3,
+                                                        seed=3, dtype=torch.float64)}
+
+
+def _case(kind, datasets):
+    """(problem, data) an algorithm is checked on: softmax for the personalised ones."""
+    if kind.removeprefix("compensated_") in PERSONAL:
+        return fs.problems.softmax(num_classes=3), datasets["classification"]
+    return fs.problems.least_squares(), datasets["regression"]
+
+
+@pytest.fixture(scope="module")
+def data(datasets):
+    return datasets["regression"]
 
 
 ALGORITHMS = [*sorted(REGISTRY), "visit_counter", "compensated_fed_iter_ht"]
@@ -67,8 +96,9 @@ def _strip(records):
 
 
 @pytest.mark.parametrize("kind", ALGORITHMS)
-def test_grouping_of_clients_does_not_change_the_history(kind, data):
-    runs = [fs.simulate(_algorithm(kind), fs.problems.least_squares(), data, rounds=3, seed=1,
+def test_grouping_of_clients_does_not_change_the_history(kind, datasets):
+    problem, data = _case(kind, datasets)
+    runs = [fs.simulate(_algorithm(kind), problem, data, rounds=3, seed=1,
                         clients_per_round=4, client_batch=batch) for batch in (None, 1, 3)]
     for other in runs[1:]:
         assert torch.equal(other.model, runs[0].model)
@@ -76,8 +106,8 @@ def test_grouping_of_clients_does_not_change_the_history(kind, data):
 
 
 @pytest.mark.parametrize("kind", ALGORITHMS)
-def test_undelivered_rows_never_reach_the_model(kind, data):
-    problem = fs.problems.least_squares()
+def test_undelivered_rows_never_reach_the_model(kind, datasets):
+    problem, data = _case(kind, datasets)
     algo = _algorithm(kind).bind(problem, data)
     state = algo.init(problem)
     clients = torch.arange(5)
@@ -96,23 +126,24 @@ def test_undelivered_rows_never_reach_the_model(kind, data):
 
 @pytest.mark.filterwarnings("ignore:round .* no upload was delivered")
 @pytest.mark.parametrize("kind", ALGORITHMS)
-def test_checkpoint_and_resume_give_the_uninterrupted_history(kind, data, tmp_path):
+def test_checkpoint_and_resume_give_the_uninterrupted_history(kind, datasets, tmp_path):
+    problem, data = _case(kind, datasets)
     channel = ScheduledChannel(torch.rand(6, 5, generator=torch.Generator().manual_seed(0))
                                > 0.3)
     kw = dict(rounds=6, seed=2, clients_per_round=3, channel=channel)
-    whole = fs.simulate(_algorithm(kind), fs.problems.least_squares(), data, **kw)
+    whole = fs.simulate(_algorithm(kind), problem, data, **kw)
     ckpt = tmp_path / "run.pt"
-    fs.simulate(_algorithm(kind), fs.problems.least_squares(), data,
+    fs.simulate(_algorithm(kind), problem, data,
                 **{**kw, "rounds": 3}, checkpoint=ckpt, checkpoint_every=1)
-    resumed = fs.simulate(_algorithm(kind), fs.problems.least_squares(), data, **kw,
+    resumed = fs.simulate(_algorithm(kind), problem, data, **kw,
                           checkpoint=ckpt, resume=True)
     assert torch.equal(resumed.model, whole.model)
     assert _strip(resumed.records) == _strip(whole.records)
 
 
 @pytest.mark.parametrize("kind", ALGORITHMS)
-def test_bytes_are_the_encoded_payloads(kind, data):
-    problem = fs.problems.least_squares()
+def test_bytes_are_the_encoded_payloads(kind, datasets):
+    problem, data = _case(kind, datasets)
     history = fs.simulate(_algorithm(kind), problem, data, rounds=2, seed=0,
                           clients_per_round=3)
     # An independent replay of round 1: the same binding, the same sampled clients.
@@ -126,7 +157,8 @@ def test_bytes_are_the_encoded_payloads(kind, data):
     uploads, _, _ = algo.client_update(payload, ctx)
     first = history.records[0]
     assert first["bytes_up"] == int(payload_bytes(uploads, algo.upload_encoding).sum())
-    assert first["bytes_down"] == 3 * int(payload_bytes(payload, algo.broadcast_encoding))
+    sent = payload_bytes(payload, algo.broadcast_encoding)  # one payload, or one per client
+    assert first["bytes_down"] == (3 * int(sent) if payload.ndim == 1 else int(sent.sum()))
     assert history.records[1]["bytes_total"] == sum(
         r["bytes_up"] + r["bytes_down"] for r in history.records)
 

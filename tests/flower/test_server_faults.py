@@ -199,6 +199,15 @@ def test_a_restarted_node_with_a_new_id_takes_its_client_back():
     torch.testing.assert_close(history.model, reference.model, rtol=1e-5, atol=1e-7)
 
 
+#: Personalised algorithms need classes (softmax data) and their own arguments.
+PERSONAL = {
+    "fedmac": dict(lam=0.5, step_size=0.05, personal_step_size=0.05, local_steps=2),
+    "pfedme": dict(lam=0.5, step_size=0.05, personal_step_size=0.05, local_steps=2),
+    "per_fedavg": dict(step_size=0.05, inner_step_size=0.05, local_steps=2),
+    "heur_fedamp": dict(lam=1.0, alpha_k=0.5, sigma=5.0, step_size=0.05, local_steps=2),
+}
+
+
 def _registered_algorithms():
     from fedsparse.algorithms import REGISTRY
 
@@ -217,9 +226,15 @@ def test_every_registered_algorithm_runs_unchanged_over_the_grid(kind):
     wanted = {"sparsity": 4, "local_steps": 2, "batch_size": 6, "mu": 0.01, "density": 0.5}
     algorithm = {"kind": kind, **{k: v for k, v in wanted.items() if k in accepted
                                   and accepted[k].default not in (1,)}}
+    data = {"kind": "shifted_gaussian", "num_clients": 4, "samples_per_client": 20, "dim": 30,
+            "sparsity": 4}
+    problem = {"kind": "least_squares"}
+    if kind in PERSONAL:  # personalised algorithms need classes
+        algorithm = {"kind": kind, **PERSONAL[kind]}
+        data = {"kind": "fedprox_synthetic", "num_clients": 4, "dim": 12, "num_classes": 3}
+        problem = {"kind": "softmax", "num_classes": 3}
     job = job_from_config({**JOB, "clients_per_round": None, "algorithm": algorithm,
-                           "data": {"kind": "shifted_gaussian", "num_clients": 4,
-                                    "samples_per_client": 20, "dim": 30, "sparsity": 4}})
+                           "data": data, "problem": problem})
     history = run_on_grid(FakeGrid(job, range(4)), job)
     reference = _simulate(job)
     torch.testing.assert_close(history.model, reference.model, rtol=1e-5, atol=1e-7)

@@ -6,6 +6,16 @@ from .composite import FederatedComposite, fed_dual_avg, fed_mid
 from .fedavg import FederatedAveraging, fed_avg, fed_prox
 from .gradmp import FedGradMP, fed_grad_mp
 from .hard_thresholding import FederatedHardThresholding, distributed_iht, fed_ht, fed_iter_ht
+from .personalized import (
+    FedMac,
+    HeurFedAMP,
+    PerFedAvg,
+    PersonalizedAlgorithm,
+    fedmac,
+    heur_fedamp,
+    per_fedavg,
+    pfedme,
+)
 from .safari import SparseTraining, safari
 
 #: Builders by name, as used in experiment configs (``algorithm.kind``).
@@ -19,6 +29,10 @@ REGISTRY = {
     "fed_avg": fed_avg,
     "fed_prox": fed_prox,
     "safari": safari,
+    "fedmac": fedmac,
+    "pfedme": pfedme,
+    "per_fedavg": per_fedavg,
+    "heur_fedamp": heur_fedamp,
 }
 
 __all__ = [
@@ -27,21 +41,29 @@ __all__ = [
     "ClientContext",
     "Cohort",
     "DataSpec",
-    "FedGradMP",
     "FederatedAveraging",
-    "SimilarityCompensation",
-    "SparseTraining",
     "FederatedComposite",
     "FederatedHardThresholding",
+    "FedGradMP",
+    "FedMac",
+    "HeurFedAMP",
+    "PerFedAvg",
+    "PersonalizedAlgorithm",
+    "SimilarityCompensation",
+    "SparseTraining",
     "distributed_iht",
     "fed_avg",
     "fed_dual_avg",
     "fed_grad_mp",
+    "fed_ht",
+    "fed_iter_ht",
     "fed_mid",
     "fed_prox",
-    "fed_ht",
+    "fedmac",
+    "heur_fedamp",
+    "per_fedavg",
+    "pfedme",
     "safari",
     "similarity_compensation",
-    "fed_iter_ht",
     "weighted_mean",
 ]

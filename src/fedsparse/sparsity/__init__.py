@@ -1,4 +1,5 @@
-"""Sparsity operators: hard thresholding, supports, projections (SPEC.md section 1)."""
+"""Sparsity operators: hard thresholding, supports, projections, dictionaries, pruning
+masks and the smoothed l1 norm (see docs/decisions.md, section 1)."""
 
 from .dictionaries import (
     Dictionary,
@@ -8,37 +9,7 @@ from .dictionaries import (
     identity_dictionary,
 )
 from .ksvd import ksvd, omp
-from .supports import density, support, support_scores, support_union
-from .thresholding import (
-    hard_threshold,
-    hard_threshold_blocks,
-    project_l2_ball,
-    smooth_l1,
-    smooth_l1_grad,
-    top_indices,
-)
-
-__all__ = [
-    "Dictionary",
-    "approx_projection",
-    "as_dictionary",
-    "gaussian_dictionary",
-    "identity_dictionary",
-    "ksvd",
-    "omp",
-    "density",
-    "hard_threshold",
-    "hard_threshold_blocks",
-    "project_l2_ball",
-    "smooth_l1",
-    "smooth_l1_grad",
-    "support",
-    "support_scores",
-    "support_union",
-    "top_indices",
-]
-
-from .masks import (  # noqa: E402  (appended: pruning masks of SPEC.md section 5.2)
+from .masks import (
     fedspa_drop_fraction,
     fedspa_update,
     layer_densities,
@@ -47,17 +18,35 @@ from .masks import (  # noqa: E402  (appended: pruning masks of SPEC.md section 
     synflow_mask,
     synflow_scores,
 )
+from .smooth import log_cosh, phi_rho, phi_rho_grad, zero_small
+from .supports import density, support, support_scores, support_union
+from .thresholding import hard_threshold, hard_threshold_blocks, project_l2_ball, top_indices
 
-__all__ += [
+__all__ = [
+    "Dictionary",
+    "approx_projection",
+    "as_dictionary",
+    "density",
     "fedspa_drop_fraction",
     "fedspa_update",
+    "gaussian_dictionary",
+    "hard_threshold",
+    "hard_threshold_blocks",
+    "identity_dictionary",
+    "ksvd",
     "layer_densities",
+    "log_cosh",
     "magnitude_mask",
+    "omp",
+    "phi_rho",
+    "phi_rho_grad",
+    "project_l2_ball",
     "random_masks",
+    "support",
+    "support_scores",
+    "support_union",
     "synflow_mask",
     "synflow_scores",
+    "top_indices",
+    "zero_small",
 ]
-
-from .smooth import log_cosh, phi_rho, phi_rho_grad, zero_small  # noqa: E402  (FedMac, SPEC 5.3)
-
-__all__ += ["log_cosh", "phi_rho", "phi_rho_grad", "zero_small"]

@@ -116,29 +116,3 @@ def project_l2_ball(u: torch.Tensor, radius: float) -> torch.Tensor:
     norm = torch.linalg.vector_norm(u, dim=-1, keepdim=True)
     scale = torch.clamp(radius / torch.clamp(norm, min=torch.finfo(u.dtype).tiny), max=1.0)
     return u * scale
-
-
-def smooth_l1(x: torch.Tensor, rho: float) -> torch.Tensor:
-    """phi_rho(x) = rho * sum_j log cosh(x_j / rho) (paper 004), summed over the last axis.
-
-    log cosh is computed stably as ``|z| + log1p(exp(-2|z|)) - log 2`` (SPEC.md section 1).
-
-    Parameters
-    ----------
-    x : (..., d) tensor.
-    rho : smoothing parameter, positive.
-
-    Returns
-    -------
-    (...,) tensor.
-    """
-    rho = check_float("rho", rho, positive=True)
-    z = (x / rho).abs()
-    return rho * (z + torch.log1p(torch.exp(-2.0 * z)) - torch.log(torch.tensor(2.0, dtype=x.dtype))
-                  ).sum(-1)
-
-
-def smooth_l1_grad(x: torch.Tensor, rho: float) -> torch.Tensor:
-    """Gradient of phi_rho: tanh(x / rho), same shape as ``x`` (..., d)."""
-    rho = check_float("rho", rho, positive=True)
-    return torch.tanh(x / rho)
