@@ -64,6 +64,17 @@ _BZ2_MAGIC = b"BZh"
 _XZ_MAGIC = b"\xfd7zXZ\x00"
 
 
+
+def _float_dtype(dtype) -> np.dtype:
+    """``dtype`` as numpy float32 or float64, or a clear error naming it."""
+    try:
+        dtype = np.dtype(dtype)
+    except TypeError:
+        raise fail("dtype", dtype, "must be numpy.float32 or numpy.float64") from None
+    if dtype not in (np.float32, np.float64):
+        raise fail("dtype", dtype, "must be numpy.float32 or numpy.float64")
+    return dtype
+
 def _check_file(path, what: str) -> Path:
     p = Path(os.fspath(path)).expanduser()
     if not p.exists():
@@ -388,12 +399,7 @@ def load_libsvm(path, n_features: int | None = None, *, zero_based="auto",
         A bad ``n_features``, ``zero_based`` or ``dtype``.
     """
     check_choice("zero_based", zero_based, ("auto", True, False))
-    try:
-        dtype = np.dtype(dtype)
-    except TypeError:
-        raise fail("dtype", dtype, "must be numpy.float32 or numpy.float64") from None
-    if dtype not in (np.float32, np.float64):
-        raise fail("dtype", dtype, "must be numpy.float32 or numpy.float64")
+    dtype = _float_dtype(dtype)
     if n_features is not None and (isinstance(n_features, bool)
                                    or not isinstance(n_features, (int, np.integer))
                                    or not 1 <= n_features <= MAX_LIBSVM_FEATURES):
@@ -779,12 +785,7 @@ def load_leaf(path, *, dtype=np.float32, example_shape=None):
     ConfigError
         A bad ``dtype`` or ``example_shape``.
     """
-    try:
-        dtype = np.dtype(dtype)
-    except TypeError:
-        raise fail("dtype", dtype, "must be numpy.float32 or numpy.float64") from None
-    if dtype not in (np.float32, np.float64):
-        raise fail("dtype", dtype, "must be numpy.float32 or numpy.float64")
+    dtype = _float_dtype(dtype)
     if example_shape is not None:
         if isinstance(example_shape, int) and not isinstance(example_shape, bool):
             example_shape = (example_shape,)

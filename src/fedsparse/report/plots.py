@@ -63,6 +63,16 @@ COINCIDE_RTOL = 1e-6
 _UNITS = ((1e9, "GB"), (1e6, "MB"), (1e3, "KB"))
 
 
+
+def _save(fig, path) -> bool:
+    """Write ``fig`` as a PNG at ``path`` and close it; False when there is no figure."""
+    if fig is None:
+        return False
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return True
+
 def axis_label(name: str) -> str:
     return AXIS_LABELS.get(name, name.replace("_", " "))
 
@@ -223,14 +233,8 @@ def plot_panels(panels: dict[str, dict[str, History]], *, y: str, x: str, path: 
     bool
         True if the figure was written; False if no run has the metric.
     """
-    fig = panels_figure(panels, y=y, x=x, logy=logy, title=title, reference=reference,
-                        reference_label=reference_label, note=note)
-    if fig is None:
-        return False
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return True
+    return _save(panels_figure(panels, y=y, x=x, logy=logy, title=title, reference=reference,
+                               reference_label=reference_label, note=note), path)
 
 
 def panels_figure(panels: dict[str, dict[str, History]], *, y: str, x: str,
@@ -302,13 +306,8 @@ def plot_sweep(table: dict[str, list[dict]], *, field: str, metric: str, path: s
                maximize: bool | None = None, title: str = "") -> bool:
     """:func:`sweep_figure` saved as a PNG; False (nothing written) when no point has a
     value."""
-    fig = sweep_figure(table, field=field, metric=metric, maximize=maximize, title=title)
-    if fig is None:
-        return False
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return True
+    return _save(sweep_figure(table, field=field, metric=metric, maximize=maximize,
+                              title=title), path)
 
 
 def sweep_figure(table: dict[str, list[dict]], *, field: str, metric: str,
