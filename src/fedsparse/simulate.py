@@ -25,6 +25,7 @@ from .rounds import ClientStore, DivergenceError, Replies, RoundLoop, sample_cli
 
 __all__ = ["DivergenceError", "sample_clients", "simulate"]
 
+
 def _fingerprint(algorithm, problem, data, seed, clients_per_round, channel) -> dict:
     return {"algorithm": repr(algorithm), "problem": problem.name, "data": repr(data),
             "seed": seed, "clients_per_round": clients_per_round, "channel": repr(channel)}
