@@ -31,6 +31,7 @@ import numpy as np
 from .._validation import ConfigError, check_int
 
 __all__ = [
+    "contiguous_groups",
     "describe_partition",
     "from_partitions",
     "partition_clusters",
@@ -194,8 +195,28 @@ def partition_label_skew(y, num_clients=20, labels_per_client=2, *, sizes="balan
     return _finish(_allocate(codes, holders, weight, num_clients, rng, "partition_label_skew"))
 
 
+def contiguous_groups(num_clients, num_groups) -> np.ndarray:
+    """Group ids of consecutive blocks of clients: (num_clients,) int64.
+
+    Clients ``0 .. n_0 - 1`` are group 0, the next ``n_1`` group 1, ..., with block sizes
+    differing by at most one (the first blocks are the larger): 50 clients in 2 groups
+    give clients 0-24 group 0 and 25-49 group 1, the layout of Mao et al. 2022 (SAFARI).
+    :func:`partition_groups` with ``contiguous=True`` and the ``safari`` channel of the
+    experiment configs both use this rule, so they agree on who is in which group.
+    """
+    num_clients = check_int("num_clients", num_clients, minimum=1)
+    num_groups = check_int("num_groups", num_groups, minimum=1)
+    if num_groups > num_clients:
+        raise ConfigError(f"num_groups={num_groups} is invalid: must be at most "
+                          f"num_clients={num_clients} (no group may be empty)")
+    groups = np.empty(num_clients, dtype=np.int64)
+    for g, members in enumerate(np.array_split(np.arange(num_clients), num_groups)):
+        groups[members] = g
+    return groups
+
+
 def partition_groups(y, num_clients, num_groups, labels_per_group, seed=0, *,
-                     return_groups=False):
+                     return_groups=False, contiguous=False):
     """Group split (SAFARI): clients in ``num_groups`` groups, each group one label set.
 
     Clients are dealt into groups at random with group sizes differing by at most one.
@@ -204,6 +225,13 @@ def partition_groups(y, num_clients, num_groups, labels_per_group, seed=0, *,
     at most the number of classes). Each label's examples are shared equally among all
     clients of the groups holding it. Labels held by no group are left out; otherwise
     every example is assigned exactly once.
+
+    With ``contiguous=True`` nothing about the layout is random: the groups are
+    consecutive blocks of clients (:func:`contiguous_groups`) and group ``g`` holds the
+    sorted classes ``g*k .. g*k+k-1`` (cyclically). 50 clients, 2 groups and 5 labels per
+    group give the balanced split of Mao et al. 2022's experiments: clients 0-24 hold
+    labels 0-4 and clients 25-49 labels 5-9, each client an equal share of each of its
+    labels (only which examples go to whom depends on the seed).
 
     Parameters
     ----------
@@ -216,6 +244,8 @@ def partition_groups(y, num_clients, num_groups, labels_per_group, seed=0, *,
     seed : int or None
     return_groups : bool, default False
         Also return the (num_clients,) int64 group of each client.
+    contiguous : bool, default False
+        Consecutive blocks of clients and consecutive label sets (see above).
 
     Returns
     -------
@@ -232,11 +262,18 @@ def partition_groups(y, num_clients, num_groups, labels_per_group, seed=0, *,
     if k > classes.size:
         raise ConfigError(f"labels_per_group={k} is invalid: y has only {classes.size} distinct "
                          "labels")
+    if not isinstance(contiguous, (bool, np.bool_)):
+        raise ConfigError(f"contiguous={contiguous!r} is invalid: must be True or False")
     rng = np.random.default_rng(seed)
-    groups = np.empty(num_clients, dtype=np.int64)
-    for g, members in enumerate(np.array_split(rng.permutation(num_clients), num_groups)):
-        groups[members] = g
-    sets = _cyclic_label_sets(num_groups, k, classes.size, rng)
+    if contiguous:
+        groups = contiguous_groups(num_clients, num_groups)
+        pos = np.arange(num_groups)[:, None] * k + np.arange(k)[None, :]
+        sets = pos % classes.size
+    else:
+        groups = np.empty(num_clients, dtype=np.int64)
+        for g, members in enumerate(np.array_split(rng.permutation(num_clients), num_groups)):
+            groups[members] = g
+        sets = _cyclic_label_sets(num_groups, k, classes.size, rng)
     holders = [np.flatnonzero((sets[groups] == c).any(axis=1)) for c in range(classes.size)]
     parts = _finish(_allocate(codes, holders, np.ones(num_clients), num_clients, rng,
                               "partition_groups"))

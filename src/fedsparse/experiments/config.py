@@ -526,14 +526,81 @@ def build_algorithm(spec: dict):
     return _build("algorithm", algorithms.REGISTRY, spec)
 
 
+#: The keys of each ``[channel]`` kind (:func:`build_channel`).
+CHANNEL_KEYS = {
+    "perfect": ("kind",),
+    "bernoulli": ("kind", "probability"),
+    "safari": ("kind", "probability", "groups", "num_clients", "num_groups",
+               "at_least_one_per_group", "full_first_round"),
+}
+
+
 def build_channel(spec: dict | None):
-    from ..channels import BernoulliChannel, PerfectChannel
+    """The channel of a ``[channel]`` table (None when there is none: every upload arrives).
+
+    Kinds:
+
+    * ``perfect``: every upload arrives;
+    * ``bernoulli``: ``probability`` = one number in [0, 1] or one per client;
+    * ``safari``: the channel of Mao et al. 2022's experiments
+      (:func:`fedsparse.channels.safari_channel`): ``probability`` (a number, one per
+      client, or ``"asymmetric"``: 0.18 for group 0 and 0.6 for the rest, the public
+      code's variant), the client groups, and ``at_least_one_per_group`` /
+      ``full_first_round`` (both default true). The groups are either ``groups`` = one id
+      per client, or ``num_clients`` and ``num_groups``: consecutive blocks of clients
+      (:func:`fedsparse.data.partition.contiguous_groups`), the same rule as the data
+      table ``partition = "groups"`` with ``contiguous = true``, so the two agree when
+      they name the same numbers. A channel does not see the data set, so the numbers
+      are repeated in the channel table; a run whose data has more clients than the
+      channel has groups for stops with an error naming ``groups``.
+
+    Example::
+
+        channel = {kind = "safari", probability = 0.6, num_clients = 50, num_groups = 2}
+    """
+    from ..channels import BernoulliChannel, PerfectChannel, safari_channel
 
     if not spec:
         return None
-    kind = check_choice("channel.kind", spec.get("kind"), ("perfect", "bernoulli"))
+    spec = _check_table("channel", spec)
+    kind = check_choice("channel.kind", spec.get("kind"), tuple(CHANNEL_KEYS))
+    _check_keys("[channel]", spec, CHANNEL_KEYS[kind])
     if kind == "perfect":
         return PerfectChannel()
     if "probability" not in spec:
-        raise fail("channel.probability", None, "a bernoulli channel needs a probability in [0, 1]")
-    return BernoulliChannel(spec["probability"])
+        raise fail("channel.probability", None, f"a {kind} channel needs a probability in "
+                   "[0, 1]" + (' (or "asymmetric")' if kind == "safari" else ""))
+    if kind == "bernoulli":
+        return BernoulliChannel(spec["probability"])
+    if "groups" in spec:
+        if "num_clients" in spec or "num_groups" in spec:
+            raise fail("channel.groups", spec["groups"], "give either groups (one id per "
+                       "client) or num_clients and num_groups (consecutive blocks), not both")
+        groups = spec["groups"]
+        if not isinstance(groups, list) or not groups or not all(
+                isinstance(g, int) and not isinstance(g, bool) for g in groups):
+            raise fail("channel.groups", groups, "must be a list of integer group ids, one "
+                       "per client")
+    else:
+        from ..data.partition import contiguous_groups
+
+        missing = [k for k in ("num_clients", "num_groups") if k not in spec]
+        if missing:
+            raise fail(f"channel.{missing[0]}", None, "a safari channel needs its client "
+                       "groups: groups = [one id per client], or num_clients and num_groups "
+                       "(consecutive blocks, as the data's contiguous group split)")
+        groups = contiguous_groups(check_int("channel.num_clients", spec["num_clients"],
+                                             minimum=1),
+                                   check_int("channel.num_groups", spec["num_groups"],
+                                             minimum=1))
+    flags = {}
+    for key in ("at_least_one_per_group", "full_first_round"):
+        value = spec.get(key, True)
+        if not isinstance(value, bool):
+            raise fail(f"channel.{key}", value, "must be true or false")
+        flags[key] = value
+    probability = spec["probability"]
+    if isinstance(probability, str) and probability != "asymmetric":
+        raise fail("channel.probability", probability, 'must be a number in [0, 1], one '
+                   'per client, or "asymmetric"')
+    return safari_channel(probability, groups, **flags)

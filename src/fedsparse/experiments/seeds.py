@@ -32,14 +32,20 @@ from .._validation import check_int
 from ..history import History, higher_is_better
 
 #: Record fields that describe the model at a round; a diverged run's are recorded as
-#: null (the byte and time counters up to the divergence stay).
+#: null (the byte and time counters up to the divergence stay). The ``personal_*``
+#: fields are those of the personalised models (FedMac and its baselines).
 MODEL_METRICS = ("objective", "test_objective", "rel_error", "support_precision",
                  "support_recall", "support_f1", "accuracy", "test_accuracy", "density",
-                 "nnz")
+                 "nnz", "personal_objective", "personal_accuracy",
+                 "personal_test_objective", "personal_test_accuracy")
 #: The metrics whose best round means something (not density or nnz, which are
-#: smallest at the all-zero initial model).
+#: smallest at the all-zero initial model). The best test accuracy over rounds, then its
+#: mean and spread over seeds, is the metric Liu et al. 2023 report (after Huang et al.
+#: 2021), for the global and the personalised models alike.
 BEST_METRICS = ("objective", "test_objective", "rel_error", "support_precision",
-                "support_recall", "support_f1", "accuracy", "test_accuracy")
+                "support_recall", "support_f1", "accuracy", "test_accuracy",
+                "personal_objective", "personal_accuracy", "personal_test_objective",
+                "personal_test_accuracy")
 #: Keys of a resolved run that are its hyper-parameters (summary.json ``params``).
 PARAM_KEYS = ("rounds", "seed", "clients_per_round", "dtype", "channel", "data", "problem",
               "algorithm")

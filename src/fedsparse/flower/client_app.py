@@ -12,7 +12,11 @@ Three message types:
   S = 1 and ``clients = tensor([partition_id])``, so the counter-based random numbers
   draw the same mini-batches as the embedded simulator, and reply with the encoded
   upload; per-client algorithm state stays on the node in ``context.state``;
-* ``evaluate`` -- loss (and accuracy) of the global model on the local data.
+* ``evaluate`` -- loss (and accuracy) of the global model on the local data and, for a
+  personalised algorithm (FedMac, pFedMe, Per-FedAvg, HeurFedAMP), of this client's
+  personalised model, which lives in ``context.state`` and never leaves the node: the
+  reply carries ``personal_objective``, ``personal_accuracy`` and their ``personal_test_``
+  forms, which the server micro-averages by example counts as the simulator does.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from flwr.clientapp import ClientApp
 from ..algorithms.base import ClientContext, DataSpec
 from ..data.federated import FederatedDataset
 from ..metrics import evaluate as evaluate_model
+from ..metrics import evaluate_personal
 from . import codec
 from .job import Job, NodeData, job_from_config, load_node_data
 
@@ -39,6 +44,9 @@ class _Runtime:
     problem: object
     algorithm: object
     node: NodeData
+    #: The algorithm's initial server state, built on first use by
+    #: :func:`_personal_model` (what represents a client that has not trained yet).
+    initial: dict | None = None
 
 
 _RUNTIMES: dict[str, _Runtime] = {}
@@ -86,6 +94,30 @@ def _client_state(rt: _Runtime, context: Context) -> dict | None:
         return None
     return rt.algorithm.init_clients(rt.problem, torch.tensor([rt.node.partition_id]),
                                      rt.job.seed)
+
+
+def _personal_model(rt: _Runtime, context: Context, model: torch.Tensor
+                    ) -> torch.Tensor | None:
+    """(P,) this client's personalised model, or None if the algorithm has none.
+
+    ``algorithm.personalized`` reads the client state kept on the node and, for a client
+    that has not trained yet, the server state that stands in for it: the global model
+    ``model`` (FedMac, pFedMe, Per-FedAvg) or, for HeurFedAMP, the server's copy of the
+    client's model, which is the initial model until the client has trained. So the
+    node passes the initial server state with ``model`` set to the global model, which
+    gives exactly what the simulator evaluates.
+    """
+    if not rt.algorithm.stateful_clients:
+        return None
+    client_state = _client_state(rt, context)
+    if rt.initial is None:
+        rt.initial = rt.algorithm.init(rt.problem, rt.job.seed)
+    personal = rt.algorithm.personalized({**rt.initial, "model": model}, client_state)
+    if personal is None:
+        return None
+    # (1, P) for this client; a per-client fallback of the server (N, P) broadcasts to
+    # (N, P), whose row partition_id is this client's.
+    return personal[0] if personal.shape[0] == 1 else personal[rt.node.partition_id]
 
 
 def _store_state(context: Context, state: dict | None) -> None:
@@ -166,6 +198,10 @@ def make_client_app(job: Job | None = None) -> ClientApp:
         for key in ("objective", "accuracy", "test_objective", "test_accuracy"):
             if measured[key] is not None:
                 metrics[key] = float(measured[key])
+        personal = _personal_model(rt, context, model.to(rt.job.torch_dtype))
+        if personal is not None:
+            mine = evaluate_personal(rt.problem, _local_dataset(rt.node), personal[None])
+            metrics.update({k: float(v) for k, v in mine.items() if v is not None})
         return Message(RecordDict({"metrics": MetricRecord(metrics)}), reply_to=msg)
 
     return app

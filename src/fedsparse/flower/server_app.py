@@ -318,7 +318,9 @@ def _put_config(content: RecordDict, config: dict) -> None:
 def _evaluate(grid: Grid, table: dict, model: torch.Tensor, t: int, timeout: float,
               poll: float) -> dict:
     """Objective (and accuracy) of ``model`` over the nodes that reply: sum_i p_i f_i(x)
-    with the weights renormalised over them, like the simulator's evaluation."""
+    with the weights renormalised over them, like the simulator's evaluation; and, when
+    the nodes hold personalised models, ``personal_*`` (train) and ``personal_test_*``
+    metrics micro-averaged by the nodes' example counts."""
     content = RecordDict()
     codec.put(content, "model", model, "auto")
     msgs = [Message(copy.deepcopy(content) if i else content, info["node_id"],
@@ -340,6 +342,17 @@ def _evaluate(grid: Grid, table: dict, model: torch.Tensor, t: int, timeout: flo
         if all(f"{prefix}accuracy" in r for r in have):
             out[f"{prefix}accuracy"] = float(w @ torch.tensor(
                 [float(r[f"{prefix}accuracy"]) for r in have], dtype=torch.float64))
+    # Personalised models (they stay on the nodes): each node reports its own model on
+    # its own data; micro-averaged over the examples, as fedsparse.metrics.
+    # evaluate_personal does in the simulator.
+    for prefix, count_key in (("personal_", "num-examples"), ("personal_test_", "test-examples")):
+        for name in ("objective", "accuracy"):
+            have = [r for r in rows if f"{prefix}{name}" in r and count_key in r]
+            if not have:
+                continue
+            n = torch.tensor([float(r[count_key]) for r in have], dtype=torch.float64)
+            out[f"{prefix}{name}"] = float(n @ torch.tensor(
+                [float(r[f"{prefix}{name}"]) for r in have], dtype=torch.float64) / n.sum())
     return out
 
 
