@@ -8,6 +8,7 @@ from fedsparse import ConfigError
 from fedsparse.experiments.config import (
     apply_overrides,
     build_algorithm,
+    build_channel,
     build_data,
     check_config,
     pick_run,
@@ -139,3 +140,31 @@ def test_a_missing_data_file_suggests_set_data_path(tmp_path):
         build_data({"kind": "libsvm_file", "path": str(tmp_path / "none.svm")}, torch.float32)
     with pytest.raises(ConfigError, match=r"--set data.path="):
         build_data({"kind": "federated_real", "dataset": "e2006"}, torch.float32)
+
+
+def test_scheduled_channel_table_replays_its_trace():
+    import torch
+
+    channel = build_channel({"kind": "scheduled", "delivered": [[1, 0, 1], [0, 1, 1]]})
+    clients = torch.tensor([0, 2])
+    assert channel.delivered(0, 0, clients).tolist() == [True, True]
+    assert channel.delivered(0, 1, clients).tolist() == [False, True]
+    with pytest.raises(ConfigError, match="run reached round 3"):
+        channel.delivered(0, 2, clients)
+    cycled = build_channel({"kind": "scheduled", "delivered": [[True], [False]], "cycle": True})
+    assert cycled.delivered(0, 3, torch.tensor([0])).tolist() == [False]
+
+
+@pytest.mark.parametrize("table", [
+    {"kind": "scheduled"},
+    {"kind": "scheduled", "delivered": []},
+    {"kind": "scheduled", "delivered": [1, 0]},
+    {"kind": "scheduled", "delivered": [[1, 0], [1]]},
+    {"kind": "scheduled", "delivered": [[1, 2]]},
+    {"kind": "scheduled", "delivered": [[0.5, 1]]},
+    {"kind": "scheduled", "delivered": [[1, 0]], "cycle": "yes"},
+    {"kind": "scheduled", "delivered": [[1, 0]], "probability": 0.5},
+])
+def test_scheduled_channel_table_errors_name_the_key(table):
+    with pytest.raises(ConfigError, match=r"channel\.delivered|channel\.cycle|probability"):
+        build_channel(table)

@@ -532,7 +532,24 @@ CHANNEL_KEYS = {
     "bernoulli": ("kind", "probability"),
     "safari": ("kind", "probability", "groups", "num_clients", "num_groups",
                "at_least_one_per_group", "full_first_round"),
+    "scheduled": ("kind", "delivered", "cycle"),
 }
+
+
+def _scheduled_channel(spec: dict, scheduled):
+    """A ``scheduled`` channel table checked before it reaches torch."""
+    rows = spec.get("delivered")
+    allowed = ("a list of rounds, each a list of 0/1 or true/false with one entry per "
+               "client, all rounds of the same length")
+    if not isinstance(rows, list) or not rows or not all(
+            isinstance(r, list) and r and len(r) == len(rows[0]) for r in rows):
+        raise fail("channel.delivered", rows, allowed)
+    if not all(v in (0, 1) and (isinstance(v, bool) or type(v) is int) for r in rows for v in r):
+        raise fail("channel.delivered", rows, allowed)
+    cycle = spec.get("cycle", False)
+    if not isinstance(cycle, bool):
+        raise fail("channel.cycle", cycle, "must be true or false")
+    return scheduled(torch.tensor(rows, dtype=torch.bool), cycle=cycle)
 
 
 def build_channel(spec: dict | None):
@@ -542,6 +559,9 @@ def build_channel(spec: dict | None):
 
     * ``perfect``: every upload arrives;
     * ``bernoulli``: ``probability`` = one number in [0, 1] or one per client;
+    * ``scheduled``: a recorded delivery trace, ``delivered`` = one list of 0/1 (or
+      true/false) per round with one entry per client, repeated after its last round if
+      ``cycle = true`` (:class:`fedsparse.channels.ScheduledChannel`);
     * ``safari``: the channel of Mao et al. 2022's experiments
       (:func:`fedsparse.channels.safari_channel`): ``probability`` (a number, one per
       client, or ``"asymmetric"``: 0.18 for group 0 and 0.6 for the rest, the public
@@ -558,7 +578,7 @@ def build_channel(spec: dict | None):
 
         channel = {kind = "safari", probability = 0.6, num_clients = 50, num_groups = 2}
     """
-    from ..channels import BernoulliChannel, PerfectChannel, safari_channel
+    from ..channels import BernoulliChannel, PerfectChannel, ScheduledChannel, safari_channel
 
     if not spec:
         return None
@@ -567,6 +587,8 @@ def build_channel(spec: dict | None):
     _check_keys("[channel]", spec, CHANNEL_KEYS[kind])
     if kind == "perfect":
         return PerfectChannel()
+    if kind == "scheduled":
+        return _scheduled_channel(spec, ScheduledChannel)
     if "probability" not in spec:
         raise fail("channel.probability", None, f"a {kind} channel needs a probability in "
                    "[0, 1]" + (' (or "asymmetric")' if kind == "safari" else ""))
