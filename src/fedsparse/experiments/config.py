@@ -27,6 +27,9 @@ Schema::
     reference = "Distributed-IHT"   # a run label
     at_rounds = [100]        # the reference's rounds whose value is the target
     metric = "objective"
+    [[claims]]               # optional: the paper's claims as checks with a verdict
+    text = "..."             # (see fedsparse.experiments.claims)
+    kind = "reaches"         # or "order"
 
 A run may also hold a ``[runs.flower]`` (or ``[defaults.flower]``) table: Flower-only
 settings read by ``fedsparse flower app`` (see :mod:`fedsparse.flower.job`).
@@ -50,6 +53,7 @@ from pathlib import Path
 import torch
 
 from .._validation import ConfigError, check_choice, check_int, fail
+from .claims import check_claim_labels, check_claims, claim_labels
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 RUN_KEYS = {"label", "panel", "rounds", "seed", "clients_per_round", "dtype", "channel", "data",
@@ -59,7 +63,7 @@ TABLE_KEYS = ("data", "problem", "algorithm", "channel", "flower")
 #: Top-level keys of an experiment config. ``short_title`` and ``fstar_rounds`` are read
 #: by the Figure 6 experiments (:mod:`fedsparse.experiments.real_data`).
 TOP_KEYS = ("title", "short_title", "description", "paper_claim", "fstar_rounds", "defaults",
-            "runs", "plot", "compare")
+            "runs", "plot", "compare", "claims")
 PLOT_KEYS = ("y", "x", "logy")
 COMPARE_KEYS = ("reference", "at_rounds", "metric")
 #: Every numeric field a round record can hold (:func:`fedsparse.metrics.evaluate`, the
@@ -204,6 +208,9 @@ def check_config(config: dict) -> dict:
         for i, r in enumerate(at):
             check_int(f"compare.at_rounds[{i}]", r, minimum=1)
         check_metric("compare.metric", compare.get("metric", "objective"))
+    if "claims" in config:
+        check_claims(config["claims"], check_metric)
+        check_claim_labels(config["claims"], {run_label(r) for r in runs})
     return config
 
 
@@ -309,6 +316,9 @@ def select_runs(config: dict, only: Iterable[str]) -> dict:
     compare = config.get("compare")
     if compare and compare.get("reference") not in {run_label(r) for r in config["runs"]}:
         del config["compare"]  # its reference run is not selected: nothing to compare with
+    if config.get("claims"):  # likewise the claims about runs that are not selected
+        kept = {run_label(r) for r in config["runs"]}
+        config["claims"] = [c for c in config["claims"] if set(claim_labels(c)) <= kept]
     return config
 
 

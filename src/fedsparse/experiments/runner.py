@@ -24,6 +24,7 @@ from .._validation import ConfigError, fail
 from ..history import History
 from ..report.plots import plot_panels
 from ..simulate import DivergenceError, simulate
+from .claims import format_verdicts, verdicts
 from .config import (
     DTYPES,
     METRICS,
@@ -279,6 +280,7 @@ def run_experiment(config: dict, out: str | Path, *, resume: bool = False,
     notes: list[str] = []
     summary = {"title": config.get("title", ""), "paper_claim": config.get("paper_claim", ""),
                "runs": summary_runs, "comparisons": _comparisons(config, panels, notes),
+               "claims": verdicts(config.get("claims", []), panels),
                "plots": plots, "seconds": time.perf_counter() - tic, "seeds": seeds or 1}
     with open(out / "summary.json", "w") as fh:
         json.dump(strict_json(summary), fh, indent=2, default=_json_default, allow_nan=False)
@@ -286,6 +288,8 @@ def run_experiment(config: dict, out: str | Path, *, resume: bool = False,
         log(format_comparison(c))
     for note in notes:
         log(note)
+    for line in format_verdicts(summary["paper_claim"], summary["claims"]):
+        log(line)
     return summary
 
 
