@@ -49,6 +49,7 @@ CONFIG_CASES = [
     ("unknown [plot] key", None, ['+[plot]\ny = ["objective"]\nlogx = true\n'],
      ["'logx'", "did you mean 'logy'"]),
     ("[plot] y not a list", None, ['+[plot]\ny = "objective"\n'], ["plot.y", "list"]),
+    ("[plot] unknown band", None, ['+[plot]\nband = "sem"\n'], ["plot.band", "ci95"]),
     ("misspelt plot metric", None, ['+[plot]\ny = ["objectve"]\n'],
      ["objectve", "did you mean 'objective'"]),
     ("plot metric no run records", None, ['+[plot]\ny = ["test_accuracy"]\n'],
@@ -115,6 +116,8 @@ SET_CASES = [
     ("--quick on a TOML experiment", ["--quick"], ["no quick form", "--rounds"]),
     ("--resume with --force", ["--resume", "--force"], ["exclude each other"]),
     ("--rounds 0", ["--rounds", "0"], ["rounds=0"]),
+    ("--band without --seeds", ["--band", "ci95"], ["--band ci95", "--seeds"]),
+    ("--band unknown", ["--seeds", "2", "--band", "sem"], ["--band", "invalid choice"]),
 ]
 
 

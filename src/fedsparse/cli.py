@@ -95,7 +95,8 @@ def _python_only(name: str, python_exp, args) -> None:
 
     given = [opt for opt, on in (("--set", args.set), ("--rounds", args.rounds is not None),
                                  ("--only", args.only), ("--resume", args.resume),
-                                 ("--seeds", args.seeds is not None)) if on]
+                                 ("--seeds", args.seeds is not None),
+                                 ("--band", args.band)) if on]
     if given:
         base = getattr(INFO.get(name), "config", None)
         hint = (f"; its runs are the TOML experiment {base!r}: fedsparse run {base} "
@@ -134,6 +135,11 @@ def cmd_run(args) -> int:
                 print(f"note: no comparison: the reference run {compare.get('reference')!r} "
                       "is not among the --only runs")
         config = _apply_overrides(config, args.set, args.rounds)
+        if args.band:
+            if not args.seeds:
+                raise ConfigError(f"--band {args.band} draws the spread over seeds: give "
+                                  "--seeds N (N >= 2) as well")
+            config["plot"] = {**config.get("plot", {}), "band": args.band}
         runs = resolve_runs(config)  # every check before --out is touched
         created = prepare_output(out, resume=args.resume, force=args.force,
                                  slugs=[r["slug"] for r in runs])
@@ -274,6 +280,9 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     run.add_argument("--seeds", type=int, metavar="N",
                      help="run every run N times, replicate k adding k to its run seed and "
                      "data.seed; plots show mean ± std, summary.json mean, std and n")
+    run.add_argument("--band", choices=("std", "ci95"),
+                     help="with --seeds: shade ± one std (default) or the 95%% confidence "
+                     "interval of the mean (Student's t)")
     run.set_defaults(func=cmd_run)
 
     lst = sub.add_parser("list", help="list the named experiments: paper, runtime, needs")

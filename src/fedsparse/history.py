@@ -124,7 +124,7 @@ class History:
         return pd.DataFrame.from_records(rows, columns=self.fields())
 
     def plot(self, metric: str = "objective", x: str = "round", ax=None, *,
-             label: str | None = None, band: bool = True, **kwargs):
+             label: str | None = None, band: str | None = "std", **kwargs):
         """Draw ``metric`` against ``x`` (round 0 included) on a matplotlib axes.
 
         Parameters
@@ -133,7 +133,8 @@ class History:
             "test_accuracy"; "round", "bytes_total").
         ax : axes to draw on; default the current axes of pyplot.
         label : legend entry (default the metric name).
-        band : for a mean over seeds, shade mean ± std (sample standard deviation).
+        band : for a mean over seeds, shade mean ± std (sample standard deviation,
+            "std"), a 95% confidence interval of the mean ("ci95"), or nothing (None).
         **kwargs : passed to ``ax.plot`` (color, linestyle, marker, ...).
 
         Returns
@@ -152,6 +153,10 @@ class History:
 
             raise fail("metric", metric, "is not recorded by this run; it records "
                        + ", ".join(self.recorded()))
+        if band not in (None, "std", "ci95"):
+            from ._validation import fail
+
+            raise fail("band", band, '"std", "ci95" or None')
         draw_history(ax, self, y=metric, x=x, label=label or metric, band=band, **kwargs)
         return ax
 

@@ -127,3 +127,28 @@ def test_sweep_plot_uses_a_log_grid_axis_and_marks_divergence(tmp_path):
     assert path.exists()
     table["A"] = [dict(p, value=None, diverged=True) for p in table["A"]]
     assert not plot_sweep(table, field="f", metric="objective", path=tmp_path / "none.png")
+
+
+def test_a_95_percent_interval_band_by_hand():
+    import numpy as np
+
+    from fedsparse.experiments.seeds import mean_history
+    from fedsparse.report.plots import band_halfwidth
+
+    # n = 3, std 0.1: t_{0.975, 2} = 4.302653 (tables), half-width 4.302653 * 0.1 / sqrt(3)
+    assert band_halfwidth(np.array([0.1]), 3, "ci95")[0] == pytest.approx(0.248414, abs=1e-6)
+    assert band_halfwidth(np.array([0.1]), 3, "std")[0] == 0.1
+    assert band_halfwidth(np.array([0.1]), 1, "ci95")[0] == 0.0  # no interval from one seed
+    seeds = [_history([0.5, 0.3, 0.2]), _history([0.7, 0.5, 0.4]), _history([0.6, 0.4, 0.3])]
+    for s, h in enumerate(seeds):
+        h.config["seed"] = s
+    mean = mean_history(seeds, [None, None, None])
+    fig = panels_figure({"": {"FedAvg": mean}}, y="objective", x="round", band="ci95")
+    ax = fig.axes[0]
+    assert ax.get_legend().get_title().get_text() == "mean, 95% CI over 3 seeds"
+    vertices = ax.collections[0].get_paths()[0].vertices
+    at_round_1 = vertices[vertices[:, 0] == 1, 1]
+    # round 1: mean 0.6, std 0.1
+    assert at_round_1.max() == pytest.approx(0.6 + 0.248414, abs=1e-5)
+    assert at_round_1.min() == pytest.approx(0.6 - 0.248414, abs=1e-5)
+    plt.close(fig)

@@ -23,6 +23,7 @@ Schema::
     y = ["objective"]        # metrics on the y axis (one figure each)
     x = ["round", "bytes_total"]
     logy = true
+    band = "std"             # with --seeds: "std" or "ci95" (95% interval of the mean)
     [compare]                # optional: rounds each run needs to reach a reference
     reference = "Distributed-IHT"   # a run label
     at_rounds = [100]        # the reference's rounds whose value is the target
@@ -64,7 +65,7 @@ TABLE_KEYS = ("data", "problem", "algorithm", "channel", "flower")
 #: by the Figure 6 experiments (:mod:`fedsparse.experiments.real_data`).
 TOP_KEYS = ("title", "short_title", "description", "paper_claim", "fstar_rounds", "defaults",
             "runs", "plot", "compare", "claims")
-PLOT_KEYS = ("y", "x", "logy")
+PLOT_KEYS = ("y", "x", "logy", "band")
 COMPARE_KEYS = ("reference", "at_rounds", "metric")
 #: Every numeric field a round record can hold (:func:`fedsparse.metrics.evaluate`, the
 #: round loop, personalised models' ``personal_*`` metrics, and algorithms' diagnostics:
@@ -196,6 +197,7 @@ def check_config(config: dict) -> dict:
             _metric_list(f"plot.{axis}", plot[axis])
     if not isinstance(plot.get("logy", False), bool):
         raise fail("plot.logy", plot["logy"], "must be true or false")
+    check_choice("plot.band", plot.get("band", "std"), ("std", "ci95"))
     compare = _check_table("compare", config.get("compare", {}))
     if compare:
         _check_keys("[compare]", compare, COMPARE_KEYS)

@@ -275,7 +275,7 @@ def run_experiment(config: dict, out: str | Path, *, resume: bool = False,
         for x in plot.get("x", ["round", "bytes_total"]):
             path = out / f"{y}_vs_{x}.png"
             if plot_panels(panels, y=y, x=x, path=path, logy=plot.get("logy", False),
-                           title=config.get("title", "")):
+                           title=config.get("title", ""), band=plot.get("band", "std")):
                 plots.append(path.name)
     notes: list[str] = []
     summary = {"title": config.get("title", ""), "paper_claim": config.get("paper_claim", ""),

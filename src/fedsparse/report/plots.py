@@ -8,8 +8,10 @@ What every figure does so a reader can read it:
   a curve equals an earlier one;
 * byte axes in B/KB/MB/GB (powers of 1000), on a log scale when the plotted values span
   :data:`BYTES_LOG_DECADES` decades or more; round axes with integer ticks;
-* a mean over seeds drawn as its mean curve with a shaded band of ± one sample standard
-  deviation, the legend saying "mean ± std over n seeds".
+* a mean over seeds drawn as its mean curve with a shaded band: ± one sample standard
+  deviation (``band="std"``) or a 95% confidence interval of the mean (``band="ci95"``:
+  ± t_{0.975, n-1} std / sqrt(n), Student's t over the n seeds that did not diverge),
+  the legend saying which ("mean ± std over n seeds", "mean, 95% CI over n seeds").
 """
 
 from __future__ import annotations
@@ -163,6 +165,31 @@ def _series(history: History, x: str, y: str, logy: bool = False):
     return np.asarray(a, dtype=float), np.asarray(b, dtype=float), stds
 
 
+#: The bands a mean over seeds can be drawn with.
+BANDS = ("std", "ci95")
+
+
+def band_halfwidth(stds: np.ndarray, n: int, band: str) -> np.ndarray:
+    """Half-width of the band around a mean of ``n`` seeds with sample std ``stds``:
+    the std itself, or the 95% Student-t confidence interval of the mean."""
+    if band == "std":
+        return stds
+    if band != "ci95":
+        raise ValueError(f"band={band!r} is invalid: must be one of {', '.join(BANDS)}")
+    if n < 2:
+        return np.zeros_like(stds)
+    from scipy.stats import t
+
+    return t.ppf(0.975, n - 1) * stds / math.sqrt(n)
+
+
+def _band_title(band: str, counts: set[int]) -> str | None:
+    if not counts:
+        return None
+    what = "mean ± std" if band == "std" else "mean, 95% CI"
+    return f"{what} over {'/'.join(map(str, sorted(counts)))} seeds"
+
+
 def _finite(v) -> bool:
     return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
 
@@ -176,9 +203,10 @@ def seed_note(history: History) -> str:
 
 
 def draw_history(ax, history: History, *, y: str, x: str = "round", label: str = "",
-                 band: bool = True, logy: bool = False, style_axes: bool = True,
+                 band: str | None = "std", logy: bool = False, style_axes: bool = True,
                  **kwargs) -> bool:
-    """Draw one history (or a mean over seeds with its ± std band) on ``ax``.
+    """Draw one history (or a mean over seeds with its band, see :data:`BANDS`; None
+    draws no band) on ``ax``.
 
     Returns
     -------
@@ -191,7 +219,9 @@ def draw_history(ax, history: History, *, y: str, x: str = "round", label: str =
     kw = line_style(0, xs.size, 1) | kwargs
     (line,) = ax.plot(xs, ys, label=label + seed_note(history), **kw)
     if band and stds is not None and np.any(stds > 0):
-        lo, hi = ys - stds, ys + stds
+        (n,) = _seed_counts({"": history}) or {0}
+        half = band_halfwidth(stds, n, band)
+        lo, hi = ys - half, ys + half
         if logy:  # a band reaching below zero is cut at the axis, not dropped
             lo = np.maximum(lo, ys * 1e-3)
         ax.fill_between(xs, lo, hi, color=line.get_color(), alpha=0.18, linewidth=0)
@@ -225,7 +255,7 @@ def wrap(text: str, width_inches: float, fontsize: float) -> str:
 
 def plot_panels(panels: dict[str, dict[str, History]], *, y: str, x: str, path: str | Path,
                 logy: bool = False, title: str = "", reference: float | None = None,
-                reference_label: str = "f*", note: str = "") -> bool:
+                reference_label: str = "f*", note: str = "", band: str = "std") -> bool:
     """One subplot per panel, one line per run, saved as a PNG (:func:`panels_figure`).
 
     Returns
@@ -234,18 +264,18 @@ def plot_panels(panels: dict[str, dict[str, History]], *, y: str, x: str, path: 
         True if the figure was written; False if no run has the metric.
     """
     return _save(panels_figure(panels, y=y, x=x, logy=logy, title=title, reference=reference,
-                               reference_label=reference_label, note=note), path)
+                               reference_label=reference_label, note=note, band=band), path)
 
 
 def panels_figure(panels: dict[str, dict[str, History]], *, y: str, x: str,
                   logy: bool = False, title: str = "", reference: float | None = None,
-                  reference_label: str = "f*", note: str = ""):
+                  reference_label: str = "f*", note: str = "", band: str = "std"):
     """The figure of :func:`plot_panels`: one subplot per panel, one line per run.
 
     Parameters
     ----------
     panels : {panel name: {run label: History}}; a History that is a mean over seeds
-        (``History.seeds`` not empty) is drawn with a ± std band.
+        (``History.seeds`` not empty) is drawn with a band.
     y, x : record fields for the axes; round 0 (the initial model) is included.
     logy : log-scale y axis (non-positive values are left out).
     title : figure title (wrapped to the figure width).
@@ -254,6 +284,8 @@ def panels_figure(panels: dict[str, dict[str, History]], *, y: str, x: str,
         "f* (2000 rounds of Distributed-IHT)".
     note : a line printed inside every panel (bottom left), e.g. how the f* of a gap
         plot f - f* was obtained.
+    band : "std" (± one sample standard deviation) or "ci95" (95% confidence interval
+        of the mean) for a mean over seeds.
 
     Returns
     -------
@@ -276,7 +308,8 @@ def panels_figure(panels: dict[str, dict[str, History]], *, y: str, x: str,
             same = next((other for other, curve in drawn if _coincides(curve, (xs, ys))), None)
             text = label + (f" (coincides with {same})" if same else "")
             draw_history(ax, panels[panel][label], y=y, x=x, label=text, logy=logy,
-                         style_axes=False, zorder=2 + i, **line_style(i, xs.size, len(runs)))
+                         band=band, style_axes=False, zorder=2 + i,
+                         **line_style(i, xs.size, len(runs)))
             drawn.append((label, (xs, ys)))
             all_x.extend(xs.tolist())
             all_y.extend(ys.tolist())
@@ -287,12 +320,7 @@ def panels_figure(panels: dict[str, dict[str, History]], *, y: str, x: str,
         style_axis(ax, y, all_y, which="y", log=True if logy else None)
         ax.set_title(wrap(panel or title_of(y, x), 5.2, 10), fontsize=10)
         ax.grid(alpha=0.3)
-        counts = _seed_counts(panels[panel])
-        legend_title = None
-        if len(counts) == 1:
-            legend_title = f"mean ± std over {counts.pop()} seeds"
-        elif counts:
-            legend_title = "mean ± std over " + "/".join(map(str, sorted(counts))) + " seeds"
+        legend_title = _band_title(band, _seed_counts(panels[panel]))
         ax.legend(fontsize=8, title=legend_title, title_fontsize=8)
         if note:
             ax.text(0.01, 0.01, wrap(note, 5.0, 7), transform=ax.transAxes, fontsize=7,
