@@ -1,6 +1,6 @@
 """FedGradMP speed: the vectorised client update against a per-client Python loop.
 
-Paper 002's Figure 9 setting (30 clients x 100 examples, d = 1000, tau = 10, mini-batch
+Jeong et al. 2024's Figure 9 setting (30 clients x 100 examples, d = 1000, tau = 10, mini-batch
 40, K = 3 local iterations, float64, noiseless): wall-clock seconds until the global
 model's relative error is below 1e-10, for
 

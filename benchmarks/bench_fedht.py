@@ -1,6 +1,6 @@
 """Speed of the hard-thresholding family, measured side by side in one run.
 
-(a) FedIter-HT on paper 000's simulation I (100 clients x 100 examples, d = 1000, K = 5,
+(a) FedIter-HT on Tong et al. 2022's simulation I (100 clients x 100 examples, d = 1000, K = 5,
     full local gradients): seconds per round against the memory-bandwidth bound, i.e.
     the bytes the local steps must read (every step's full gradient touches every entry
     of every A_i once) divided by this machine's read bandwidth, measured here.

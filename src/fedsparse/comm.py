@@ -1,4 +1,4 @@
-"""Payload encodings and their exact sizes in bytes (SPEC.md section 4).
+"""Payload encodings and their exact sizes in bytes (docs/decisions.md, "Conventions").
 
 A dense vector of P values costs ``P * itemsize``. A sparse one is sent as
 (index, value) pairs, each index the smallest unsigned integer that holds every

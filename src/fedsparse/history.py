@@ -29,7 +29,7 @@ class History:
     Attributes
     ----------
     records : one dict per round (``round`` = rounds completed, from 1), with the
-        fields of SPEC.md section 4; ``None`` where a field is not defined.
+        fields of docs/decisions.md, "Conventions"; ``None`` where a field is not defined.
     initial : the same metrics for the initial model (round 0).
     model : (P,) final global model.
     config : what produced the run (algorithm, problem, data, seed, ...).

@@ -1,4 +1,4 @@
-"""What every round records about the global model (SPEC.md section 4).
+"""What every round records about the global model (docs/decisions.md, "Conventions").
 
 Two evaluation paths give the same numbers (up to float64 round-off):
 

@@ -1,4 +1,4 @@
-"""Paper 000 Figure 6 on real data: the quick variants run in seconds; full runs are slow."""
+"""Tong et al. 2022, Figure 6, on real data: quick variants run in seconds, full runs are slow."""
 
 from __future__ import annotations
 

@@ -93,7 +93,7 @@ def add_data_parser(subparsers) -> argparse.ArgumentParser:
     d.add_argument("--parts-per-cluster", type=int, default=20)
     d.add_argument("--clusters-per-client", type=int, default=2)
     d.add_argument("--by-labels", action="store_true",
-                   help="clusters: use the labels as clusters (paper 000 on MNIST)")
+                   help="clusters: use the labels as clusters (Tong et al. 2022 on MNIST)")
     d.add_argument("--max-examples", type=int, help="subsample first (seeded)")
     d.add_argument("--plot", metavar="PNG", help="save the client x label heat map here")
     d.set_defaults(func=cmd_describe)

@@ -14,7 +14,7 @@ Splits
   each label's examples are shared (balanced or power-law) among its holders.
 * :func:`partition_groups` - clients in groups; a group shares one label set.
 * :func:`partition_dirichlet` - per-label Dirichlet(alpha) client shares.
-* :func:`partition_clusters` - the split of paper 000: K-means clusters (or the
+* :func:`partition_clusters` - the split of Tong et al. 2022: K-means clusters (or the
   labels) cut into equal parts, each client taking parts of distinct clusters.
 
 A bad argument, or a split that cannot be made, raises
@@ -339,7 +339,7 @@ def _feasible(remaining: np.ndarray, clients_left: int, per_client: int) -> bool
 
 def partition_clusters(X, num_clients=100, num_clusters=10, parts_per_cluster=20,
                        clusters_per_client=2, seed=0, labels=None, *, n_init=3):
-    """Paper 000's cluster split.
+    """Tong et al. 2022's cluster split.
 
     The examples are grouped into ``num_clusters`` clusters by K-means on the
     features (scikit-learn ``KMeans(num_clusters, random_state=seed, n_init=n_init)``;

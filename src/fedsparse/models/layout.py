@@ -17,8 +17,8 @@ from torch import nn
 
 from .._validation import check_int, fail
 
-#: Module types whose ``weight`` is prunable (SPEC 5.1: conv and linear weights only;
-#: biases and normalisation parameters are never masked).
+#: Module types whose ``weight`` is prunable (docs/decisions.md, section 4: conv and linear
+#: weights only; biases and normalisation parameters are never masked).
 PRUNABLE_TYPES = (nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.Linear)
 
 

@@ -7,7 +7,7 @@ statistics (``track_running_stats=False``, the "static batch normalisation" of D
 transforms, and a batch's own statistics are what a client sees anyway. See
 :mod:`fedsparse.problems.neural` for what that means at evaluation time.
 
-Parameter counts (all trainable parameters, SPEC 5.1):
+Parameter counts (all trainable parameters, docs/decisions.md, section 4):
 
 ========================================  =========
 ``mlp(784, (100,), 10)`` (FedMac DNN)        79,510
@@ -109,7 +109,7 @@ def cnn(in_channels: int = 1, num_classes: int = 10, image_size: int = 28, *,
         nn.Linear(hidden, num_classes))
 
 
-#: FedMac's VGG configuration (SPEC 5.1): conv3x3 widths, "M" = 2x2 max-pool.
+#: FedMac's VGG configuration (docs/decisions.md, section 4): conv3x3 widths, "M" = 2x2 max-pool.
 VGG_SMALL_CFG = (16, "M", 32, "M", 64, "M", 128, "M", 128, "M")
 
 
@@ -119,8 +119,8 @@ def vgg_small(num_classes: int = 100, in_channels: int = 3, image_size: int = 32
 
     Each number is conv3x3 (pad 1) + ReLU, M a 2x2 max-pool; a 32 x 32 input leaves a
     1 x 1 x 128 feature, flattened into ``Linear(128, num_classes)`` (the paper does not give
-    the classifier; SPEC 5.1). **246,314** parameters for 10 classes, **257,924** for 100
-    (``in_channels=3``, no batch norm).
+    the classifier; docs/decisions.md, section 4). **246,314** parameters for 10 classes,
+    **257,924** for 100 (``in_channels=3``, no batch norm).
 
     Parameters
     ----------
@@ -220,7 +220,8 @@ class ResNet20(nn.Module):
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        """Kaiming-normal conv and linear weights, norm weight 1 and bias 0 (SPEC 5.1).
+        """Kaiming-normal conv and linear weights, norm weight 1 and bias 0
+        (docs/decisions.md, section 4).
 
         The linear bias keeps PyTorch's default (as open_lth's ResNet does).
         """

@@ -79,7 +79,7 @@ class Problem:
                          ) -> tuple[torch.Tensor, dict]:
         """Minimise each client's loss over the parameters ``index`` (the others held at 0).
 
-        Paper 002 (FedGradMP), Alg. 1: ``b = argmin f_i(x), x in R(A_Gamma_hat)``; Alg. 2
+        Jeong et al. 2024 (FedGradMP), Alg. 1: ``b = argmin f_i(x), x in R(A_Gamma_hat)``; Alg. 2
         solves it to accuracy delta (``tol``). Requires the ``restricted_solve`` capability.
 
         Parameters

@@ -1,6 +1,6 @@
 """A problem whose parameters are dictionary coefficients: ``loss(a) = f(A a)``.
 
-Paper 002 (Sec. II, IV-D): a model sparse in a dictionary ``A`` (d x m, atoms as
+Jeong et al. 2024 (Sec. II, IV-D): a model sparse in a dictionary ``A`` (d x m, atoms as
 columns) is kept and sent as its coefficients ``a``. Wrapping the problem keeps every
 algorithm and the simulator unaware of dictionaries: for the wrapper, the parameters
 are the coefficients (per class row for softmax: ``C * m`` entries), the gradient is

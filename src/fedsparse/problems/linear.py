@@ -1,4 +1,4 @@
-"""Least squares, binary logistic and multinomial softmax regression (paper 000, A.2)."""
+"""Least squares, binary logistic and multinomial softmax regression (Tong et al. 2022, A.2)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ def _per_client(params: torch.Tensor, S: int) -> torch.Tensor:
 class LeastSquares(Problem):
     """``f_i(x) = 1/(2 n_i) ||A_i x - y_i||^2``.
 
-    Paper 000's appendix A.2 writes ``1/B ||Y - Zx||^2`` (no 1/2); the factor only
+    Tong et al. 2022's appendix A.2 writes ``1/B ||Y - Zx||^2`` (no 1/2); the factor only
     rescales the step size: a step ``gamma`` there is ``2 gamma`` here.
     """
 
@@ -47,7 +47,7 @@ class Logistic(Problem):
     """``f_i(x) = 1/n_i sum_j [log(1 + exp(z_j.x)) - y01_j z_j.x] + (l2/2)||x||^2``.
 
     Labels may be {0, 1} or {-1, 1} (``y > 0`` is the positive class).
-    Paper 000, appendix A.2, with the sign of its printed loss corrected.
+    Tong et al. 2022, appendix A.2, with the sign of its printed loss corrected.
     """
 
     name = "logistic"
@@ -99,7 +99,7 @@ class Logistic(Problem):
 
 
 class Softmax(Problem):
-    """Multinomial softmax regression with per-class sparsity (paper 000, A.2).
+    """Multinomial softmax regression with per-class sparsity (Tong et al. 2022, A.2).
 
     ``f_i(x) = 1/n_i sum_j -log softmax(z_j^T x_r)_{y_j} + (l2/2) sum_r ||x_r||^2``.
     The flat parameter vector holds the C class rows ``x_r`` (each of length d) one

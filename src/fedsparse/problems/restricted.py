@@ -1,6 +1,6 @@
 """Minimising a client's loss over a few coordinates: the ``restricted_solve`` capability.
 
-FedGradMP (paper 002, Alg. 1, step ``b = argmin f_i(x), x in R(A_Gamma_hat)``) solves, on
+FedGradMP (Jeong et al. 2024, Alg. 1, step ``b = argmin f_i(x), x in R(A_Gamma_hat)``) solves, on
 every client at once, a small problem over at most ``3 tau`` coordinates (or atoms). A
 restricted problem is described by
 
@@ -21,7 +21,7 @@ Solvers (all batched over the S clients, no Python loop over clients):
   softmax: damped Newton to 1e-10.
 * ``newton`` — damped Newton with a backtracking (Armijo) line search.
 * ``gd`` — gradient descent with step ``1 / L_restricted`` (L by power iteration on the
-  restricted Hessian bound) until the step is at most ``tol`` (paper 002, Sec. IV-A).
+  restricted Hessian bound) until the step is at most ``tol`` (Jeong et al. 2024, Sec. IV-A).
 
 Stochastic inner steps (Alg. 2's "fixed number of SGD steps") need mini-batches, so the
 algorithm drives them with :func:`restricted_loss_grad` on its own batches.

@@ -1,11 +1,12 @@
-"""Dictionaries (atom sets) and the approximate projection approx_tau (SPEC.md section 1).
+"""Dictionaries (atom sets) and the approximate projection approx_tau (docs/decisions.md,
+section 1).
 
 A model ``x`` in R^d is tau-sparse in a dictionary ``A`` (d x m, atoms as columns) when
-``x = A a`` with ``||a||_0 <= tau`` (paper 002, Sec. II). Such a model is stored and
+``x = A a`` with ``||a||_0 <= tau`` (Jeong et al. 2024, Sec. II). Such a model is stored and
 sent as its coefficients ``a`` (m entries, tau non-zero).
 
-``approx_tau(w)`` (paper 002, Sec. II) returns a support ``Gamma`` of tau atoms and the
-projection ``P_Gamma w`` of ``w`` on ``span(A_Gamma)``. Here, as SPEC.md pins it, Gamma
+``approx_tau(w)`` (Jeong et al. 2024, Sec. II) returns a support ``Gamma`` of tau atoms and the
+projection ``P_Gamma w`` of ``w`` on ``span(A_Gamma)``. Here, as docs/decisions.md pins it, Gamma
 holds the tau atoms with the largest ``|A^T w|`` after dividing by the column norms
 (the correlation of ``w`` with each unit atom), and ``P_Gamma w`` is the least-squares
 projection. For the identity (standard basis) this is exactly hard thresholding H_tau.
@@ -46,7 +47,7 @@ def identity_dictionary(dim: int, *, dtype: torch.dtype = torch.float64) -> torc
 
 def gaussian_dictionary(*, dim: int, atoms: int, seed: int = 0,
                         dtype: torch.dtype = torch.float64) -> torch.Tensor:
-    """Random Gaussian dictionary (paper 002, Sec. IV-D), columns are atoms.
+    """Random Gaussian dictionary (Jeong et al. 2024, Sec. IV-D), columns are atoms.
 
     Entries are i.i.d. ``N(0, 1/dim)``, so every atom has norm close to 1. The draw
     depends on ``seed`` only (a private ``torch.Generator``), so server and clients
@@ -256,7 +257,8 @@ def _load_file(path) -> np.ndarray:
 def approx_projection(w: torch.Tensor | None, sparsity: int, dictionary=None, *,
                       coefficients: torch.Tensor | None = None
                       ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """approx_tau(w) with respect to a dictionary (SPEC.md section 1; paper 002, Sec. II).
+    """approx_tau(w) with respect to a dictionary (Jeong et al. 2024, Sec. II; our reading:
+    docs/decisions.md, section 1).
 
     Parameters
     ----------

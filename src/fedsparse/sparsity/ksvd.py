@@ -1,6 +1,6 @@
 """K-SVD dictionary learning with OMP sparse coding (Aharon, Elad, Bruckstein 2006).
 
-Paper 002 (Sec. V-A.2, Fig. 2) learns a 50-atom dictionary from the first 80 frames of
+Jeong et al. 2024 (Sec. V-A.2, Fig. 2) learns a 50-atom dictionary from the first 80 frames of
 a video with K-SVD and recovers a later frame with FedGradMP in that dictionary.
 """
 

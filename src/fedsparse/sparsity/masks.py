@@ -1,4 +1,5 @@
-"""Pruning masks over the flat parameter vector of a model (SPEC.md section 5.2, step 3).
+"""Pruning masks over the flat parameter vector of a model (Mao et al. 2022;
+docs/decisions.md, section 4).
 
 Magnitude and SynFlow masks (Tanaka et al. 2020) are data-free: one (P,) bool mask per
 model. FedSpa (Huang et al. 2022) keeps one persistent mask per client and evolves it
@@ -6,11 +7,11 @@ after local training: cosine-annealed drop by magnitude, regrowth by gradient.
 
 Every mask keeps an exact number of entries per scope: ``ceil(density * count)``
 prunable entries, chosen by score with ties broken as for H_tau (the lower flat index
-wins, SPEC.md section 1). Only prunable entries compete (conv and linear weights, as
+wins, docs/decisions.md, section 1). Only prunable entries compete (conv and linear weights, as
 :class:`~fedsparse.models.layout.ParamLayout` marks them); biases and normalisation
 parameters are always kept.
 
-``density`` is the fraction *kept* (SPEC.md section 5.5, gotcha 1): Mao et al. 2022's
+``density`` is the fraction *kept* (docs/decisions.md, section 4): Mao et al. 2022's
 "60% pruned" is ``density=0.4``.
 """
 
