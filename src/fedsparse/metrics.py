@@ -24,6 +24,12 @@ from .sparsity import support_scores
 DEFAULT_MAX_EXAMPLES = 8192
 
 
+#: The global model's fields of a round record (:func:`evaluate` adds ``nnz`` and
+#: ``density``); None where a field is not defined (no test split, no ground truth, a
+#: regression problem's accuracy).
+MODEL_FIELDS = ("objective", "accuracy", "test_objective", "test_accuracy", "rel_error",
+                "support_precision", "support_recall", "support_f1")
+
 def _split_metrics(problem: Problem, split: ClientSplit, model: torch.Tensor,
                    client_weights: torch.Tensor) -> tuple[float, float | None]:
     """Weighted objective and accuracy of ``model`` on one split (all clients at once)."""

@@ -394,3 +394,20 @@ def test_safari_runs_unchanged_over_flower_on_a_scheduled_channel(compensation):
     # the lost uploads changed the model: a run on a perfect channel ends elsewhere
     perfect = _simulate(job_from_config({**job.to_dict(), "channel": None}))
     assert not torch.allclose(perfect.model, reference.model)
+
+
+def test_the_flower_server_writes_the_simulators_per_round_schema(tmp_path):
+    """Every round record has the same fields on both runtimes, and the saved files read
+    back alike (``fs.load_run``/``History.load`` work on either)."""
+    job = job_from_config({**JOB, "flower": {**JOB["flower"], "evaluate_every": 1}})
+    history = run_on_grid(FakeGrid(job, range(4)), job)
+    reference = _simulate(job)
+    assert set(history.initial) == set(reference.initial)
+    assert history.initial["objective"] == pytest.approx(reference.initial["objective"])
+    assert history.records[-1]["rel_error"] is None  # the server has no ground truth
+    for ours, theirs in zip(history.records, reference.records, strict=True):
+        assert set(ours) == set(theirs), set(ours) ^ set(theirs)
+    history.save(tmp_path / "flower")
+    reference.save(tmp_path / "sim")
+    header = [(tmp_path / d / "history.csv").read_text().splitlines()[0] for d in ("flower", "sim")]
+    assert header[0] == header[1]

@@ -39,6 +39,7 @@ from flwr.serverapp import Grid, ServerApp
 from .._validation import ConfigError
 from ..algorithms.base import DataSpec
 from ..history import History
+from ..metrics import MODEL_FIELDS
 from ..rounds import ClientStore, Replies, RoundLoop
 from . import codec
 from .job import Job, job_from_config
@@ -269,20 +270,32 @@ def run_on_grid(grid: Grid, job: Job, *, callback: Callable | None = None) -> Hi
                               "data": repr(job.data), "seed": job.seed,
                               "clients_per_round": per_round, "rounds": job.rounds,
                               "runtime": "flower", "nodes": len(table)})
-    history.initial = {"round": 0, "bytes_up": 0, "bytes_down": 0, "bytes_up_total": 0,
-                       "bytes_down_total": 0, "bytes_total": 0, "clients_sampled": 0,
-                       "delivered": 0, "seconds": 0.0, "elapsed": 0.0}
     rounds_done = []
+
+    def measure(model, t: int) -> dict:
+        # The simulator's record fields (None where the server cannot know them: it has
+        # no ground truth, and no accuracy for a regression problem).
+        out = dict.fromkeys(MODEL_FIELDS)
+        out.update(_evaluate(grid, table, model, t, timeout, poll))
+        return out
 
     def evaluate(model, state, store) -> dict:
         t = len(rounds_done)
         rounds_done.append(t)
         out: dict = {}
         if every >= 0 and (t + 1 == job.rounds or (every and (t + 1) % every == 0)):
-            out.update(_evaluate(grid, table, model, t, timeout, poll))
+            out.update(measure(model, t))
         out["nnz"] = int((model != 0).sum())
         out["density"] = out["nnz"] / model.numel()
         return out
+
+    model = bound.model(state)
+    nnz = int((model != 0).sum())
+    history.initial = {"round": 0, **(measure(model, -1) if every >= 0 else {}),
+                       "nnz": nnz, "density": nnz / model.numel(),
+                       "bytes_up": 0, "bytes_down": 0, "bytes_up_total": 0,
+                       "bytes_down_total": 0, "bytes_total": 0, "clients_sampled": 0,
+                       "delivered": 0, "seconds": 0.0, "elapsed": 0.0}
 
     def logged(record, state):
         log(INFO, "fedsparse: round %d/%d: %d/%d delivered, %d rejected, %d B up, %d B down",
@@ -328,7 +341,10 @@ def _evaluate(grid: Grid, table: dict, model: torch.Tensor, t: int, timeout: flo
             for i, info in enumerate(table.values())]
     replies = exchange(grid, msgs, timeout, poll)
     rows = [dict(r.content["metrics"]) for r in replies if not r.has_error()]
-    out: dict = {"evaluated_clients": len(rows)}
+    out: dict = {}
+    if len(rows) < len(msgs):
+        log(WARNING, "fedsparse: evaluation at round %d: %d of %d node(s) replied; the "
+            "metrics are over those", t + 1, len(rows), len(msgs))
     if not rows:
         return out
     for prefix, weight_key in (("", "weight"), ("test_", "test-examples")):
