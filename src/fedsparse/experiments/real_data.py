@@ -110,8 +110,15 @@ def _plots(out: Path, panels: dict[str, dict[str, History]], fstars: dict[str, d
         tag = f"-{slugify(panel)}" if panel else ""
         # one panel per file: name it in the axes title, which has room for it
         name_of = {(panel or title): hists}
-        fstar = fstars[panel]["f_star"]
-        for name, kw in ((f"objective{tag}.png", {"y": "objective", "reference": fstar}),
+        ref = fstars[panel]
+        fstar = ref["f_star"]
+        how = (f"f* = {fstar:.6g}: the lowest objective of {ref['rounds']} rounds of "
+               f"centralised IHT (step {ref['step_size']:.3g})"
+               if ref.get("f_star_source", "centralised IHT") == "centralised IHT" else
+               f"f* = {fstar:.6g}: the best federated run (below {ref['rounds']} rounds of "
+               "centralised IHT)")
+        for name, kw in ((f"objective{tag}.png", {"y": "objective", "reference": fstar,
+                                                   "reference_label": "f*", "note": how}),
                          (f"test_accuracy{tag}.png", {"y": "test_accuracy"})):
             if plot_panels(name_of, x="round", path=out / name, **kw):
                 written.append(name)
@@ -126,7 +133,7 @@ def _plots(out: Path, panels: dict[str, dict[str, History]], fstars: dict[str, d
                     rec["f - f*"] = max(rec["objective"] - fstar, floor)
             gaps[label] = g
         if plot_panels({(panel or title): gaps}, y="f - f*", x="round",
-                       path=out / f"gap{tag}.png", logy=True):
+                       path=out / f"gap{tag}.png", logy=True, note=how):
             written.append(f"gap{tag}.png")
     return written
 
