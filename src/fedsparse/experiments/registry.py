@@ -144,6 +144,8 @@ INFO: dict[str, ExperimentInfo] = {
     "fedht-fig3": ExperimentInfo("fedht", "Figure 3", "1 min"),
     "fedht-fig3-auto": ExperimentInfo("fedht", "Figure 3 (equal step)", "1 min"),
     "fedht-fig3-literal-loss": ExperimentInfo("fedht", "Figure 3 (literal loss)", "1 min"),
+    "fedht-fig3-minibatch": ExperimentInfo("fedht", "Figure 3 (mini-batches)", "2 min"),
+    "fedht-fig3-one-over-n": ExperimentInfo("fedht", "Figure 3 (1/n objective)", "1.5 min"),
     "fig6-mnist5k": ExperimentInfo("fedht", "Figure 6", "20 min", (DATA_EXTRA,),
                                    config="fedht-fig6-mnist5k"),
     "fig6-fashion-mnist": ExperimentInfo("fedht", "Figure 6", "30 min", (FASHION,),

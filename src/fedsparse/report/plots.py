@@ -125,11 +125,20 @@ def style_axis(ax, name: str, values, *, which: str = "x", log: bool | None = No
         if log:  # the log scale's minor labels would repeat units in between
             axis.set_minor_formatter(NullFormatter())
     elif log:
-        # plain numbers (0.4, 20) rather than 4 x 10^-1; minor ticks are labelled only
-        # when the axis spans less than two decades and would otherwise show one label
+        # plain numbers (0.4, 20) rather than 4 x 10^-1; on an axis spanning less than
+        # two decades (one or two major labels) the minor ticks at 2 and 5 x 10^k are
+        # labelled too, not all eight, which would overlap
         axis.set_major_formatter(FuncFormatter(_plain))
         narrow = not spans_decades(values, 2.0)
-        axis.set_minor_formatter(FuncFormatter(_plain) if narrow else NullFormatter())
+        axis.set_minor_formatter(FuncFormatter(_plain_2_5) if narrow else NullFormatter())
+
+
+def _plain_2_5(value: float, _pos=None) -> str:
+    """:func:`_plain` for 2 and 5 x 10^k, "" for the other minor ticks of a log axis."""
+    if value <= 0:
+        return ""
+    mantissa = value / 10 ** math.floor(math.log10(value) + 1e-9)
+    return _plain(value) if any(abs(mantissa - m) < 1e-6 for m in (2, 5)) else ""
 
 
 def _plain(value: float, _pos=None) -> str:
@@ -322,9 +331,8 @@ def panels_figure(panels: dict[str, dict[str, History]], *, y: str, x: str,
         ax.grid(alpha=0.3)
         legend_title = _band_title(band, _seed_counts(panels[panel]))
         ax.legend(fontsize=8, title=legend_title, title_fontsize=8)
-        if note:
-            ax.text(0.01, 0.01, wrap(note, 5.0, 7), transform=ax.transAxes, fontsize=7,
-                    va="bottom", ha="left", color="0.3")
+        if note:  # under the axis label, where no curve can hide it
+            ax.set_xlabel(ax.get_xlabel() + "\n" + wrap(note, 5.0, 9), fontsize=9)
     if title:
         fig.suptitle(wrap(title, width, 11), fontsize=11)
     return fig
