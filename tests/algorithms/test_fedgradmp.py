@@ -1,4 +1,4 @@
-"""FedGradMP (paper 002, Algorithms 1-2)."""
+"""FedGradMP (Jeong, Needell, Qin 2024, Algorithms 1-2)."""
 
 import pytest
 import torch
@@ -186,7 +186,7 @@ def test_batch_weights_reproduce_ctx_batch_gradient():
     assert torch.equal(y, torch.gather(yf, 1, index))
 
 
-def test_paper_002_configs_build():
+def test_jeong2024_configs_build():
     from fedsparse.experiments.config import build_algorithm, load_config, resolve_runs
     from fedsparse.experiments.registry import toml_experiments
 
@@ -206,3 +206,110 @@ def test_video_experiment_quick(tmp_path):
     summary = video_recovery(tmp_path, quick=True)
     assert (tmp_path / "frames.png").exists()
     assert summary["rel_error"] < 0.5
+
+
+# --------------------------------------------------------------------------------------
+# sparsity_scope="global": ||x||_0 <= tau over the whole softmax model (Sec. V-B.2)
+
+
+def _restricted_newton(lam: float) -> tuple[float, float]:
+    """argmin over (a, b) of (1/3)[logsumexp(3a, 3b, 0) - 3a] + (lam/2)(a^2 + b^2), by a
+    2 x 2 Newton iteration written out here (independent of the library's solver)."""
+    a = b = 0.0
+    for _ in range(50):
+        e = torch.tensor([3 * a, 3 * b, 0.0], dtype=DT).softmax(0)
+        p0, p1 = float(e[0]), float(e[1])
+        g = torch.tensor([p0 - 1 + lam * a, p1 + lam * b], dtype=DT)
+        H = torch.tensor([[3 * p0 * (1 - p0) + lam, -3 * p0 * p1],
+                          [-3 * p0 * p1, 3 * p1 * (1 - p1) + lam]], dtype=DT)
+        step = torch.linalg.solve(H, g)
+        a, b = a - float(step[0]), b - float(step[1])
+    return a, b
+
+
+def test_global_scope_one_local_iteration_by_hand():
+    # Softmax, 3 classes, d = 3, one client with three examples (w = 1/3 each):
+    # (3, 0, 0) label 0, (0, 1, 0) label 1, (0, 0, 1) label 2; l2 = 0.5, tau = 1, K = 1.
+    # At x = 0 every softmax probability is 1/3, so grad_c[j] = (1/3)(1/3 - [y_j = c]) X_jj:
+    #   row 0: (-2/3, 1/9, 1/9), row 1: (1/3, -2/9, 1/9), row 2: (1/3, 1/9, -2/9).
+    # Global identify, 2 tau = 2 largest |r| over the whole model: flat 0 (2/3), then
+    # flat 3 and flat 6 tie at 1/3 -> the lower index, 3. Gamma^ = {0, 3} (Lambda empty).
+    # Restricted problem on (a, b) = (x_0[0], x_1[0]): only example 1 moves,
+    #   (1/3)[logsumexp(3a, 3b, 0) - 3a] + (0.5/2)(a^2 + b^2) + const,
+    # with a > 0 > b and |a| > |b| (example 1 is of class 0). H_1 over the whole model
+    # keeps a alone; the server (one client) keeps it too.
+    X = torch.tensor([[3.0, 0, 0], [0, 1.0, 0], [0, 0, 1.0]], dtype=DT)
+    data = fs.data.from_arrays([X], [torch.tensor([0.0, 1.0, 2.0], dtype=DT)], dtype=DT)
+    prob = fs.problems.softmax(num_classes=3, l2=0.5)
+    a, b = _restricted_newton(0.5)
+    assert a > -b > 0
+    h = fs.simulate(fs.algorithms.fed_grad_mp(sparsity=1, local_steps=1,
+                                              sparsity_scope="global"),
+                    prob, data, rounds=1, progress=False)
+    expected = torch.zeros(9, dtype=DT)
+    expected[0] = a
+    assert torch.allclose(h.model, expected, atol=1e-9)
+    # row scope: tau = 1 in each class row -> three non-zeros
+    row = fs.simulate(fs.algorithms.fed_grad_mp(sparsity=1, local_steps=1), prob, data,
+                      rounds=1, progress=False)
+    assert ((row.model.reshape(3, 3) != 0).sum(-1) == 1).all()
+
+
+def test_global_scope_softmax_run_keeps_tau_over_the_model():
+    g = torch.Generator().manual_seed(0)
+    xs = [torch.randn(40, 10, generator=g, dtype=DT) for _ in range(4)]
+    W = torch.randn(10, 3, generator=g, dtype=DT)
+    ys = [(x @ W).argmax(-1).to(DT) for x in xs]
+    data = fs.data.from_arrays(xs, ys, dtype=DT)
+    prob = fs.problems.softmax(num_classes=3)
+    algo = fs.algorithms.fed_grad_mp(sparsity=12, local_steps=3, batch_size=10,
+                                     inner_solver="sgd", inner_steps=2, radius=5.0,
+                                     sparsity_scope="global")
+    h = fs.simulate(algo, prob, data, rounds=5, progress=False)
+    assert int((h.model != 0).sum()) == 12           # 12 of 30, more than a row's 10 allowed
+    assert torch.linalg.vector_norm(h.model) <= 5.0 + 1e-12
+    assert h.records[-1]["objective"] < h.initial["objective"]
+    assert algo.hyperparameters()["sparsity_scope"] == "global"
+
+
+def test_global_scope_with_a_dictionary_projects_each_row_on_its_atoms():
+    from fedsparse.algorithms.sparse_models import SparseModel
+    from fedsparse.sparsity.dictionaries import Dictionary
+
+    g = torch.Generator().manual_seed(0)
+    D = Dictionary(torch.randn(6, 4, generator=g, dtype=DT))
+    # 2 rows x 4 atoms, scores |a_j| ||a_j||: choose coefficients so that the 3 largest
+    # scores are atoms 0, 1 of row 0 and atom 2 of row 1 (row 0 gets 2, row 1 gets 1).
+    a = torch.tensor([5.0, 4.0, 0.01, 0.02, 0.03, 0.01, 6.0, 0.02], dtype=DT) / torch.cat(
+        [D.norms, D.norms])
+    geo = SparseModel(3, 2, D, scope="global")
+    out, mask = geo.approx(a)
+    assert mask.tolist() == [True, True, False, False, False, False, True, False]
+    for r, atoms in ((0, [0, 1]), (1, [2])):
+        w = D.matrix @ a[4 * r: 4 * r + 4]
+        sol = torch.linalg.lstsq(D.matrix[:, atoms], w.unsqueeze(-1)).solution.squeeze(-1)
+        expect = torch.zeros(4, dtype=DT)
+        expect[atoms] = sol
+        assert torch.allclose(out[4 * r: 4 * r + 4], expect, atol=1e-12)
+    # with the identity dictionary, global approx_tau is the global hard threshold
+    eye = SparseModel(3, 2, Dictionary(torch.eye(4, dtype=DT)), scope="global")
+    v = torch.tensor([[1.0, -5, 2, 0, 3, 0.5, -4, 1]], dtype=DT)
+    assert torch.allclose(eye.approx(v)[0],
+                          fs.sparsity.hard_threshold_blocks(v, 3, 2, scope="global"))
+
+
+def test_global_scope_validation():
+    with pytest.raises(ConfigError, match="sparsity_scope='whole' is invalid: must be one of "
+                                          "'row', 'global'"):
+        fs.algorithms.fed_grad_mp(sparsity=3, sparsity_scope="whole")
+    data = fs.data.fedprox_synthetic(0.5, 0.5, num_clients=2, dim=5, num_classes=3, seed=0)
+    prob = fs.problems.softmax(num_classes=3)
+    with pytest.raises(ConfigError, match="sparsity=16 is invalid: must be at most the model "
+                                          "dimension 15"):
+        fs.simulate(fs.algorithms.fed_grad_mp(sparsity=16, sparsity_scope="global"), prob,
+                    data, rounds=1, progress=False)
+    with pytest.raises(ConfigError, match="sparsity=9 is invalid: must be at most the number "
+                                          "of atoms of all class rows 6"):
+        fs.simulate(fs.algorithms.fed_grad_mp(sparsity=9, sparsity_scope="global",
+                                              dictionary={"kind": "gaussian", "atoms": 2}),
+                    prob, data, rounds=1, progress=False)

@@ -79,3 +79,65 @@ def test_validation():
         fs.algorithms.fed_mid(sparsity=3, client_lr=-1.0)
     with pytest.raises(ConfigError, match="regularizer"):
         fs.algorithms.fed_mid(sparsity=3, regularizer="scad")
+
+
+# --------------------------------------------------------------------------------------
+# The l2 ball ||x|| <= R and the global sparsity scope (Jeong et al. 2024, Sec. V-B.2)
+
+
+def test_fed_mid_radius_by_hand():
+    # As test_fed_mid_two_clients_by_hand with Pi_R, R = 0.6, after every prox:
+    # client 1: (1, 0.25) -> H_1 (1, 0) -> Pi (0.6, 0); client 2: (0, 0.5), inside.
+    # server: H_1(0.5 * (0.3, 0.25)) = (0.15, 0), inside.
+    algo = fs.algorithms.fed_mid(sparsity=1, client_lr=0.5, server_lr=0.5, local_steps=1,
+                                 radius=0.6)
+    h = fs.simulate(algo, fs.problems.least_squares(), _two_clients(), rounds=1, progress=False)
+    assert torch.allclose(h.model, torch.tensor([0.15, 0.0], dtype=DT), atol=1e-15)
+
+
+def test_fed_dual_avg_radius_acts_on_the_primal_point():
+    # As test_fed_dual_avg_two_clients_by_hand: z = (1, 0.75); model = Pi_0.5(H_1(z)) = (0.5, 0)
+    # while the dual stays (1, 0.75).
+    algo = fs.algorithms.fed_dual_avg(sparsity=1, client_lr=0.5, server_lr=2.0, local_steps=1,
+                                      radius=0.5)
+    data = _two_clients()
+    prob = fs.problems.least_squares()
+    algo = algo.bind(prob, data)
+    h = fs.simulate(algo, prob, data, rounds=1, progress=False)
+    assert torch.allclose(h.model, torch.tensor([0.5, 0.0], dtype=DT), atol=1e-15)
+    v = torch.tensor([3.0, -4.0, 0.0], dtype=DT)
+    ball = fs.algorithms.fed_mid(regularizer="l1", penalty=1.0, radius=1.0)
+    # l1 then the ball: soft threshold (2, -3, 0), then scaled to norm 1
+    assert torch.allclose(ball.prox(v, 1.0), torch.tensor([2.0, -3.0, 0.0], dtype=DT) / 13 ** 0.5)
+
+
+def test_fed_mid_global_scope_with_radius_equals_fed_iter_ht():
+    data = fs.data.fedprox_synthetic(0.5, 0.5, num_clients=4, dim=20, num_classes=3, seed=1,
+                                     dtype=DT)
+    prob = fs.problems.softmax(num_classes=3)
+    kw = dict(sparsity=7, local_steps=3, batch_size=8, sparsity_scope="global", radius=0.5)
+    mid = fs.simulate(fs.algorithms.fed_mid(client_lr=0.5, **kw), prob, data, rounds=4, seed=1,
+                      progress=False)
+    iht = fs.simulate(fs.algorithms.fed_iter_ht(step_size=0.5, **kw), prob, data, rounds=4,
+                      seed=1, progress=False)
+    assert torch.equal(mid.model, iht.model)
+    assert int((mid.model != 0).sum()) == 7
+    assert float(torch.linalg.vector_norm(mid.model)) <= 0.5 + 1e-12
+    free = fs.simulate(fs.algorithms.fed_mid(client_lr=0.5, **{**kw, "radius": None}), prob,
+                       data, rounds=4, seed=1, progress=False)
+    assert float(torch.linalg.vector_norm(free.model)) > 0.5         # so the ball binds
+    dual = fs.simulate(fs.algorithms.fed_dual_avg(client_lr=0.5, **kw), prob, data, rounds=4,
+                       seed=1, progress=False)
+    assert int((dual.model != 0).sum()) == 7
+    assert float(torch.linalg.vector_norm(dual.model)) <= 0.5 + 1e-12
+
+
+def test_scope_and_radius_validation():
+    with pytest.raises(ConfigError, match="sparsity_scope='model' is invalid: must be one of "
+                                          "'row', 'global'"):
+        fs.algorithms.fed_mid(sparsity=3, sparsity_scope="model")
+    with pytest.raises(ConfigError, match="sparsity_scope='global' is invalid: must be 'row' "
+                                          "with regularizer='l1'"):
+        fs.algorithms.fed_dual_avg(regularizer="l1", penalty=0.1, sparsity_scope="global")
+    with pytest.raises(ConfigError, match="radius=-1.0"):
+        fs.algorithms.fed_dual_avg(sparsity=3, radius=-1.0)

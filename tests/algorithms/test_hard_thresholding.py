@@ -108,3 +108,77 @@ def test_sparsity_larger_than_dimension_is_a_clear_error():
                                           "dimension 3"):
         fs.simulate(fs.algorithms.fed_ht(sparsity=50, step_size=0.1),
                     fs.problems.least_squares(), data, rounds=1)
+
+
+# --------------------------------------------------------------------------------------
+# sparsity_scope: tau per class row ("row") or over the whole model ("global")
+
+
+def test_hard_threshold_blocks_row_and_global_scope_by_hand():
+    x = torch.tensor([3.0, -1.0, 2.0, 0.5, 4.0, -2.5])          # two blocks of 3
+    row = fs.sparsity.hard_threshold_blocks(x, 2, 2)              # 2 per block
+    assert row.tolist() == [3.0, 0.0, 2.0, 0.0, 4.0, -2.5]
+    glob = fs.sparsity.hard_threshold_blocks(x, 2, 2, scope="global")   # 2 in total
+    assert glob.tolist() == [3.0, 0.0, 0.0, 0.0, 4.0, 0.0]
+    # global ties go to the lower flat index, so exactly k survive even across blocks
+    ties = fs.sparsity.hard_threshold_blocks(torch.ones(2, 4), 3, 2, scope="global")
+    assert ties.tolist() == [[1.0, 1.0, 1.0, 0.0]] * 2
+    with pytest.raises(ConfigError, match="scope='all' is invalid: must be one of 'row', "
+                                          "'global'"):
+        fs.sparsity.hard_threshold_blocks(x, 2, 2, scope="all")
+
+
+def test_fed_iter_ht_global_scope_keeps_exactly_tau_over_the_model():
+    data = fs.data.fedprox_synthetic(0.5, 0.5, num_clients=4, dim=20, num_classes=3, seed=0)
+    prob = fs.problems.softmax(num_classes=3)
+    kw = dict(sparsity=5, step_size=0.5, local_steps=2, batch_size=8)
+    glob = fs.simulate(fs.algorithms.fed_iter_ht(sparsity_scope="global", **kw), prob, data,
+                       rounds=5, seed=0, progress=False)
+    row = fs.simulate(fs.algorithms.fed_iter_ht(**kw), prob, data, rounds=5, seed=0,
+                      progress=False)
+    assert int((glob.model != 0).sum()) == 5                      # tau over all 60 entries
+    assert int((row.model != 0).sum()) == 15                      # tau in each of 3 rows
+    # tau = 5 whole-model entries travel per upload: 4 clients x 5 (1-byte index, 4-byte value)
+    assert glob.records[0]["bytes_up"] == 4 * 5 * (1 + 4)
+    assert glob.records[-1]["objective"] < glob.initial["objective"]
+    # the global budget may exceed a class row's length (20) but not the model's (60)
+    fs.simulate(fs.algorithms.fed_iter_ht(**{**kw, "sparsity": 30}, sparsity_scope="global"),
+                prob, data, rounds=1, progress=False)
+    with pytest.raises(ConfigError, match="sparsity=61 is invalid: must be at most the model "
+                                          "dimension 60"):
+        fs.simulate(fs.algorithms.fed_iter_ht(**{**kw, "sparsity": 61},
+                                              sparsity_scope="global"),
+                    prob, data, rounds=1, progress=False)
+    with pytest.raises(ConfigError, match='sparsity_scope="global"'):   # the row error hints
+        fs.simulate(fs.algorithms.fed_iter_ht(**{**kw, "sparsity": 21}), prob, data, rounds=1,
+                    progress=False)
+
+
+@pytest.mark.parametrize("builder", [fs.algorithms.fed_ht, fs.algorithms.fed_iter_ht,
+                                     fs.algorithms.distributed_iht])
+def test_bad_sparsity_scope_is_a_clear_error(builder):
+    with pytest.raises(ConfigError, match="sparsity_scope='rows' is invalid: must be one of "
+                                          "'row', 'global'"):
+        builder(sparsity=3, step_size=0.1, sparsity_scope="rows")
+
+
+def test_fed_iter_ht_radius_by_hand():
+    # As test_fed_iter_ht_by_hand, with Pi_R (R = 0.5) after every H_1:
+    # client 0: (0.25, 0.5, 0) -> H_1 (0, 0.5, 0) -> Pi (norm 0.5, kept);
+    #           step 2 -> (0.25, 0.875, 0) -> H_1 (0, 0.875, 0) -> Pi (0, 0.5, 0).
+    # client 1: (0, 0, 1.5) -> Pi (0, 0, 0.5); grad = 0.5 - 3 -> 0.5 + 1.25 = 1.75 -> 0.5.
+    # server: (2/3)(0, 0.5, 0) + (1/3)(0, 0, 0.5) = (0, 1/3, 1/6) -> H_1 (0, 1/3, 0), inside.
+    up, model = _round(fs.algorithms.fed_iter_ht(sparsity=1, step_size=0.5, local_steps=2,
+                                                 radius=0.5))
+    assert torch.allclose(up, torch.tensor([[0, 0.5, 0], [0, 0, 0.5]], dtype=torch.float64))
+    assert torch.allclose(model, torch.tensor([0, 1 / 3, 0], dtype=torch.float64))
+    # a radius that never binds changes nothing
+    up_big, model_big = _round(fs.algorithms.fed_iter_ht(sparsity=1, step_size=0.5,
+                                                         local_steps=2, radius=100.0))
+    up_none, model_none = _round(fs.algorithms.fed_iter_ht(sparsity=1, step_size=0.5,
+                                                           local_steps=2))
+    assert torch.equal(up_big, up_none) and torch.equal(model_big, model_none)
+    with pytest.raises(ConfigError, match="radius=0.0"):
+        fs.algorithms.fed_iter_ht(sparsity=1, step_size=0.5, radius=0.0)
+    with pytest.raises(ConfigError, match="radius=1.0 is invalid: fed_ht does not take"):
+        fs.algorithms.hard_thresholding._build("fed_ht", 1, 0.5, 2, None, False, radius=1.0)

@@ -429,3 +429,41 @@ def test_fedgradmp_figure5(tmp_path):
                   f"{gmp[-1]:.3f} after 40 rounds",
                   f"FedIterHT = FedMid end at {e['FedIterHT (gamma = 0.001)'][-1]:.2f} and "
                   f"FedDualAvg at {e['FedDualAvg (eta_c = 0.001, eta_s = 1)'][-1]:.2f}")
+
+
+FIG6 = ("FedGradMP", "FedIterHT (gamma = 0.05)", "FedMid (eta_c = 0.05)",
+        "FedDualAvg (eta_c = 0.05)", "FedAvg (gamma = 0.05, dense)")
+FIG7 = ("standard basis", "Gaussian dictionary (200 atoms)")
+
+
+def _accuracy_row(h: History, label: str) -> str:
+    """'| label | train / test at round 100 | mean over rounds 91-100 | MB sent |'."""
+    train = [float(v) for v in h.column("accuracy")]
+    test = [float(v) for v in h.column("test_accuracy")]
+    return row(label, f"{100 * train[-1]:.1f}% / {100 * test[-1]:.1f}%",
+               f"{100 * sum(train[-10:]) / 10:.1f}% / {100 * sum(test[-10:]) / 10:.1f}%",
+               f"{h.records[-1]['bytes_total'] / 1e6:.1f} MB")
+
+
+@pytest.mark.slow
+def test_fedgradmp_figures6_and_7(tmp_path):
+    summary6, fig6 = run_cli(tmp_path, "fedgradmp-fig6")
+    _, fig7 = run_cli(tmp_path, "fedgradmp-fig7")
+    h6 = {label: h for (_, label), h in fig6.items()}
+    h7 = {label: h for (_, label), h in fig7.items()}
+    models = {r["label"]: np.load(tmp_path / "fedgradmp-fig6" / r["dir"] / "model.npy")
+              for r in summary6["runs"]}
+    norms = [float(np.linalg.norm(m)) for m in models.values()]
+    per_row = (models[FIG6[0]].reshape(10, 784) != 0).sum(1)
+    for label in FIG6[:4]:                          # ||x||_0 <= 90 over the whole model
+        assert int((models[label] != 0).sum()) == 90
+    # FedMid with eta_s = 1 is FedIter-HT; Figure 7's standard basis is Figure 6's FedGradMP
+    assert h6[FIG6[1]].column("accuracy") == h6[FIG6[2]].column("accuracy")
+    assert h7[FIG7[0]].column("accuracy") == h6[FIG6[0]].column("accuracy")
+    assert_quoted("fedgradmp.md",
+                  *(_accuracy_row(h6[label], label) for label in FIG6),
+                  *(_accuracy_row(h7[label], label) for label in FIG7),
+                  f"the final models' norms are {min(norms):.1f} to {max(norms):.1f}",
+                  f"FedGradMP's final model spends between {per_row.min()} and {per_row.max()} "
+                  "of its 90 entries on a class row")
+    assert max(norms) < 1e5                         # "the ball never binds at the end"

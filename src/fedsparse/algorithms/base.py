@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from .. import rng
-from .._validation import ConfigError, check_float, check_int, fail
+from .._validation import ConfigError, check_float, fail
 from ..data.federated import ClientSplit, FederatedDataset
 from ..data.sparse_rows import SparseRows
 from ..problems.base import Problem
@@ -316,15 +316,6 @@ def weighted_mean(uploads: torch.Tensor, cohort: Cohort) -> torch.Tensor:
     w = cohort.weights[rows]
     w = (w / w.sum()).to(uploads.dtype).to(uploads.device)
     return w @ uploads[rows.to(uploads.device)]
-
-
-def check_sparsity(sparsity: int, problem: Problem, spec: DataSpec) -> None:
-    """sparsity must fit in one block of the model (a class row for softmax)."""
-    block = problem.param_dim(spec.dim) // problem.blocks
-    what = "the model dimension" if problem.blocks == 1 else "the class-row length"
-    check_int("sparsity", sparsity, minimum=1)
-    if sparsity > block:
-        raise fail("sparsity", sparsity, f"must be at most {what} {block}")
 
 
 def check_step_size(name: str, value):

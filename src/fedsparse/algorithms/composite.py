@@ -1,5 +1,6 @@
 """Federated composite optimisation: FedMid and FedDualAvg (Yuan, Zaheer, Reddi 2021),
-the sparse baselines of paper 002 (Sec. V-B), with an l0 constraint, l0 or l1 penalty."""
+the sparse baselines of Jeong et al. 2024 (Sec. V-B), with an l0 constraint, l0 or l1
+penalty, and optionally the l2 ball of Jeong et al. 2024."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ import math
 import torch
 
 from .._validation import check_choice, check_float, check_int, fail
-from ..sparsity import hard_threshold_blocks
-from .base import Algorithm, ClientContext, check_sparsity, payload_rows, weighted_mean
+from ..sparsity import hard_threshold_blocks, project_l2_ball
+from .base import Algorithm, ClientContext, payload_rows, weighted_mean
+from .sparse_models import check_scope, check_scoped_sparsity
 
 REGULARIZERS = ("l0_constraint", "l0", "l1")
 
@@ -18,15 +20,26 @@ class FederatedComposite(Algorithm):
     """FedMid (federated mirror descent) and FedDualAvg with a sparsity regulariser psi.
 
     ``prox_{s psi}`` is: H_tau for the constraint ``||x||_0 <= tau`` (per class row for
-    softmax); hard thresholding at ``sqrt(2 lambda s)`` for ``lambda ||x||_0``; soft
-    thresholding at ``lambda s`` for ``lambda ||x||_1``.
+    softmax, or over the whole model with ``sparsity_scope="global"``); hard
+    thresholding at ``sqrt(2 lambda s)`` for ``lambda ||x||_0``; soft thresholding at
+    ``lambda s`` for ``lambda ||x||_1``.
+
+    With ``radius`` R the feasible set also has the l2 ball ``||x|| <= R`` (Jeong et al.
+    2024 apply ``||x|| <= 1e5`` "throughout all the methods" in Sec. V-B.2) and every
+    prox below is followed by ``Pi_R`` (so each local iterate and the server model are
+    in the ball, as in FedGradMP's Alg. 2). ``Pi_R o prox`` is the exact prox of
+    ``psi + indicator(ball)`` for the l0 constraint (the tau largest entries are still
+    the best support) and for the l1 penalty (the optimality condition gives
+    ``x = soft(v) / (1 + mu)``, a scaling); for the l0 penalty it is the composition of
+    the two, not the joint prox.
 
     FedMid (Yuan et al. 2021, Alg. 2 with the squared-norm mirror map), round t::
 
         client:  x <- prox_{eta_c psi}(x - eta_c g(x)),  K steps from x_t
         server:  x_{t+1} = prox_{eta_s eta_c psi}(x_t + eta_s mean_i(x_i - x_t))
 
-    With the l0 constraint and eta_s = 1 this is exactly FedIter-HT (paper 000, Alg. 2).
+    With the l0 constraint and eta_s = 1 this is exactly FedIter-HT (Tong et al. 2022,
+    Alg. 2).
 
     FedDualAvg (Yuan et al. 2021, Alg. 1), round t, dual state z (model = its prox)::
 
@@ -36,13 +49,18 @@ class FederatedComposite(Algorithm):
 
     with ``eta~_{t,k} = eta_s eta_c K t + eta_c k``. Uploads and the broadcast of the dual
     are dense (z is not sparse); FedMid's uploads are sparse under the l0 constraint.
-    The mean is p-weighted over the uploads that arrived (SPEC.md section 3).
+    The mean is p-weighted over the uploads that arrived (docs/decisions.md, section 3).
     """
 
     def __init__(self, name, *, sparsity, client_lr, server_lr, local_steps, batch_size,
-                 regularizer, penalty):
+                 regularizer, penalty, sparsity_scope="row", radius=None):
         self.name = name
         self.regularizer = check_choice("regularizer", regularizer, REGULARIZERS)
+        self.sparsity_scope = check_scope(sparsity_scope)
+        if regularizer != "l0_constraint" and sparsity_scope != "row":
+            raise fail("sparsity_scope", sparsity_scope, "must be 'row' with "
+                       f"regularizer={regularizer!r} (the penalty acts entry by entry)")
+        self.radius = check_float("radius", radius, positive=True, allow_none=True)
         if regularizer == "l0_constraint":
             self.sparsity = check_int("sparsity", sparsity, minimum=1)
             if penalty:
@@ -68,22 +86,25 @@ class FederatedComposite(Algorithm):
         return {"sparsity": self.sparsity, "client_lr": self.client_lr,
                 "server_lr": self.server_lr, "local_steps": self.local_steps,
                 "batch_size": self.batch_size, "regularizer": self.regularizer,
-                "penalty": self.penalty}
+                "penalty": self.penalty, "sparsity_scope": self.sparsity_scope,
+                "radius": self.radius}
 
     def _bind(self, problem, spec, stats):
         self.blocks = problem.blocks
         if self.sparsity is not None:
-            check_sparsity(self.sparsity, problem, spec)
+            check_scoped_sparsity(self.sparsity, self.sparsity_scope, problem, spec)
 
     def prox(self, v: torch.Tensor, step: float) -> torch.Tensor:
-        """prox_{step psi}(v), batched over leading axes."""
+        """prox_{step psi}(v), then Pi_R when a radius is set; batched over leading axes."""
         if self.regularizer == "l0_constraint":
-            return hard_threshold_blocks(v, self.sparsity, self.blocks)
-        if self.regularizer == "l0":
+            x = hard_threshold_blocks(v, self.sparsity, self.blocks, self.sparsity_scope)
+        elif self.regularizer == "l0":
             # argmin_x (1/2)(x - v)^2 + step*lambda*[x != 0]: keep v where v^2/2 > step*lambda.
-            return torch.where(v.abs() > math.sqrt(2 * self.penalty * step), v,
-                               torch.zeros_like(v))
-        return torch.sign(v) * torch.clamp(v.abs() - self.penalty * step, min=0.0)
+            x = torch.where(v.abs() > math.sqrt(2 * self.penalty * step), v,
+                            torch.zeros_like(v))
+        else:
+            x = torch.sign(v) * torch.clamp(v.abs() - self.penalty * step, min=0.0)
+        return x if self.radius is None else project_l2_ball(x, self.radius)
 
     def init(self, problem, seed=0):
         state = super().init(problem, seed)
@@ -127,30 +148,41 @@ class FederatedComposite(Algorithm):
 
 def fed_mid(*, sparsity: int | None = None, client_lr: float = 0.01, server_lr: float = 1.0,
             local_steps: int = 5, batch_size: int | None = None,
-            regularizer: str = "l0_constraint", penalty: float = 0.0) -> FederatedComposite:
+            regularizer: str = "l0_constraint", penalty: float = 0.0,
+            sparsity_scope: str = "row", radius: float | None = None) -> FederatedComposite:
     """FedMid (Yuan, Zaheer, Reddi 2021) with a sparsity regulariser (see
-    :class:`FederatedComposite`); paper 002's baseline uses the l0 constraint.
+    :class:`FederatedComposite`); Jeong et al. 2024's baseline uses the l0 constraint.
 
     Parameters
     ----------
-    sparsity : tau for ``regularizer="l0_constraint"`` (per class row for softmax).
+    sparsity : tau for ``regularizer="l0_constraint"`` (per class row for softmax unless
+        ``sparsity_scope`` is "global").
     client_lr, server_lr : eta_c and eta_s.
     local_steps : K.
     batch_size : examples per local step; None = full local data.
     regularizer : "l0_constraint", "l0" (penalty lambda ||x||_0) or "l1" (lambda ||x||_1).
     penalty : lambda for the penalties.
+    sparsity_scope : "row" (tau per softmax class row) or "global" (the tau largest
+        entries of the whole model); only with the l0 constraint.
+    radius : R of the l2 ball (``Pi_R`` after every prox, at the clients and the
+        server); None = no ball.
     """
     return FederatedComposite("fed_mid", sparsity=sparsity, client_lr=client_lr,
                               server_lr=server_lr, local_steps=local_steps,
-                              batch_size=batch_size, regularizer=regularizer, penalty=penalty)
+                              batch_size=batch_size, regularizer=regularizer, penalty=penalty,
+                              sparsity_scope=sparsity_scope, radius=radius)
 
 
 def fed_dual_avg(*, sparsity: int | None = None, client_lr: float = 0.01,
                  server_lr: float = 1.0, local_steps: int = 5, batch_size: int | None = None,
-                 regularizer: str = "l0_constraint", penalty: float = 0.0
+                 regularizer: str = "l0_constraint", penalty: float = 0.0,
+                 sparsity_scope: str = "row", radius: float | None = None
                  ) -> FederatedComposite:
     """FedDualAvg (Yuan, Zaheer, Reddi 2021) with a sparsity regulariser (see
-    :class:`FederatedComposite`). Parameters as :func:`fed_mid`."""
+    :class:`FederatedComposite`). Parameters as :func:`fed_mid`; the ball acts on the
+    primal points ``x = Pi_R(prox(z))`` (the dual z is an unconstrained sum of
+    gradients)."""
     return FederatedComposite("fed_dual_avg", sparsity=sparsity, client_lr=client_lr,
                               server_lr=server_lr, local_steps=local_steps,
-                              batch_size=batch_size, regularizer=regularizer, penalty=penalty)
+                              batch_size=batch_size, regularizer=regularizer, penalty=penalty,
+                              sparsity_scope=sparsity_scope, radius=radius)

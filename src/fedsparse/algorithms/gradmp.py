@@ -1,5 +1,5 @@
 """Federated gradient matching pursuit: FedGradMP and its inexact, partial-participation
-variant (Jeong, Needell, Qin 2024 -- paper 002, Algorithms 1 and 2)."""
+variant (Jeong, Needell, Qin 2024, Algorithms 1 and 2)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import torch
 from .._validation import check_choice, check_float, check_int
 from ..problems.restricted import mask_to_index, restricted_lipschitz, restricted_loss_grad
 from .base import Algorithm, ClientContext, check_step_size, payload_rows, weighted_mean
-from .sparse_models import SparseModel, check_dictionary_arg, dictionary_spec
+from .sparse_models import SparseModel, check_dictionary_arg, check_scope, dictionary_spec
 
 INNER_SOLVERS = ("exact", "newton", "gd", "sgd")
 
@@ -24,7 +24,8 @@ def batch_weights(ctx: ClientContext, step: int, batch_size: int | None) -> torc
 
 
 class FedGradMP(Algorithm):
-    """FedGradMP (paper 002, Alg. 1) and inexact FedGradMP with partial participation (Alg. 2).
+    """FedGradMP (Jeong et al. 2024, Alg. 1) and inexact FedGradMP with partial participation
+    (Alg. 2).
 
     Client i, from ``x_{t,1} = x_t`` and ``Lambda = supp(x_t)``, for k = 1..K::
 
@@ -41,8 +42,22 @@ class FedGradMP(Algorithm):
 
     approx_tau is hard thresholding in the standard basis and, for a dictionary A, picks
     the tau atoms with largest ``|A^T w|_j / ||a_j||`` and projects by least squares
-    (SPEC.md section 1). Models are kept and sent as their coefficients; for softmax,
-    sparsity and approx act per class row.
+    (docs/decisions.md, section 1). Models are kept and sent as their coefficients.
+
+    Softmax models (``blocks`` class rows) count tau in one of two ways
+    (``sparsity_scope``). "row": every step above acts on each class row separately,
+    ``||x_r||_0 <= tau`` for each r, so Gamma^ holds up to ``blocks * 3 tau`` atoms.
+    "global": the model is one vector with ``||x||_0 <= tau`` (Jeong et al. 2024,
+    Sec. V-B.2), and each local iteration is Alg. 1 on that vector::
+
+        Gamma  = the 2 tau largest |r_q| (/ ||a_q|| with a dictionary) over all rows
+        Gamma^ = Gamma u supp(x_{t,k})                    at most 3 tau positions
+        b      = argmin f_i(x) over x supported on Gamma^
+        x_{t,k+1} = H_tau(b)                              tau largest over all rows
+
+    (with a dictionary, H_tau is approx_tau in the block-diagonal dictionary, see
+    :class:`~fedsparse.algorithms.sparse_models.SparseModel`); the server keeps the tau
+    largest entries of the average over the whole model.
 
     The restricted minimisation (``inner_solver``): "exact" (least squares: Cholesky on
     the <= 3 tau columns with one refinement step, SVD-based lstsq where that is
@@ -59,8 +74,9 @@ class FedGradMP(Algorithm):
 
     def __init__(self, *, sparsity, local_steps, batch_size, dictionary, clients_per_round,
                  inner_solver, radius, inner_tol, inner_max_iter, inner_steps, inner_lr,
-                 inner_batch_size):
+                 inner_batch_size, sparsity_scope="row"):
         self.sparsity = check_int("sparsity", sparsity, minimum=1)
+        self.sparsity_scope = check_scope(sparsity_scope)
         self.local_steps = check_int("local_steps", local_steps, minimum=1)
         self.batch_size = check_int("batch_size", batch_size, minimum=1, allow_none=True)
         check_dictionary_arg(dictionary)
@@ -78,7 +94,8 @@ class FedGradMP(Algorithm):
         self.geometry: SparseModel | None = None  # set by bind
 
     def hyperparameters(self):
-        return {"sparsity": self.sparsity, "local_steps": self.local_steps,
+        return {"sparsity": self.sparsity, "sparsity_scope": self.sparsity_scope,
+                "local_steps": self.local_steps,
                 "batch_size": self.batch_size, "dictionary": dictionary_spec(self.dictionary),
                 "clients_per_round": self.clients_per_round, "inner_solver": self.inner_solver,
                 "radius": self.radius, "inner_tol": self.inner_tol,
@@ -88,7 +105,7 @@ class FedGradMP(Algorithm):
     def _bind(self, problem, spec, stats):
         # The geometry (dictionary, blocks) is a pure function of (problem, d, dtype).
         self.geometry = SparseModel.build(self.sparsity, self.dictionary, problem, spec.dim,
-                                          spec.dtype, self.name)
+                                          spec.dtype, self.name, self.sparsity_scope)
 
     def init(self, problem, seed=0):
         spec = self._require_bound()
@@ -127,7 +144,8 @@ class FedGradMP(Algorithm):
         S, P = ctx.size, payload.shape[-1]
         a = payload_rows(payload, S)
         lam = a != 0                        # Lambda = supp(x_t) at k = 1
-        width = min(P, geo.blocks * 3 * self.sparsity)
+        # |Gamma u Lambda| <= 3 tau, per class row or over the whole model.
+        width = min(P, (1 if geo.is_global else geo.blocks) * 3 * self.sparsity)
         iters = []
         for k in range(self.local_steps):
             X, y, w = ctx.batch(k, self.batch_size)
@@ -159,13 +177,15 @@ def fed_grad_mp(*, sparsity: int, local_steps: int = 3, batch_size: int | None =
                 dictionary=None, clients_per_round: int | None = None,
                 inner_solver: str = "exact", radius: float | None = None,
                 inner_tol: float = 1e-6, inner_max_iter: int = 100, inner_steps: int = 2,
-                inner_lr: float | str = "auto", inner_batch_size: int | None = None
-                ) -> FedGradMP:
-    """FedGradMP (paper 002, Algorithm 1; Algorithm 2 with the inexact/partial options).
+                inner_lr: float | str = "auto", inner_batch_size: int | None = None,
+                sparsity_scope: str = "row") -> FedGradMP:
+    """FedGradMP (Jeong et al. 2024, Algorithm 1; Algorithm 2 with the inexact/partial
+    options).
 
     Parameters
     ----------
-    sparsity : tau, atoms kept (per class row for softmax).
+    sparsity : tau, atoms kept (per class row for softmax unless ``sparsity_scope`` is
+        "global").
     local_steps : K local GradMP iterations per round.
     batch_size : b, mini-batch size of the gradient proxy; None = full local data.
     dictionary : None (standard basis), a (d, m) tensor (atoms as columns), or a spec
@@ -181,9 +201,12 @@ def fed_grad_mp(*, sparsity: int, local_steps: int = 3, batch_size: int | None =
     inner_steps : number of SGD steps of the "sgd" inner solver.
     inner_lr : SGD step size of the "sgd" inner solver, or "auto" = 1/L_restricted.
     inner_batch_size : SGD mini-batch of the "sgd" inner solver (default ``batch_size``).
+    sparsity_scope : "row" (tau per softmax class row) or "global" (tau over the whole
+        model, the paper's ``||x||_0 <= 90`` for its softmax experiments); no effect on
+        single-block models. See :class:`FedGradMP` for the global iteration.
     """
     return FedGradMP(sparsity=sparsity, local_steps=local_steps, batch_size=batch_size,
                      dictionary=dictionary, clients_per_round=clients_per_round,
                      inner_solver=inner_solver, radius=radius, inner_tol=inner_tol,
                      inner_max_iter=inner_max_iter, inner_steps=inner_steps, inner_lr=inner_lr,
-                     inner_batch_size=inner_batch_size)
+                     inner_batch_size=inner_batch_size, sparsity_scope=sparsity_scope)

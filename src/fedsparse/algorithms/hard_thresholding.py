@@ -1,22 +1,28 @@
-"""Federated iterative hard thresholding: Fed-HT, FedIter-HT, Distributed-IHT (paper 000)."""
+"""Federated iterative hard thresholding: Fed-HT, FedIter-HT, Distributed-IHT (Tong et al.
+2022)."""
 
 from __future__ import annotations
 
 import torch
 
-from .._validation import ConfigError, check_int, fail
-from ..sparsity import hard_threshold_blocks
+from .._validation import ConfigError, check_float, check_int, fail
+from ..sparsity import hard_threshold_blocks, project_l2_ball
 from .base import (
     Algorithm,
     ClientContext,
-    check_sparsity,
     check_step_size,
     lipschitz_statistics,
     payload_rows,
     resolve_step_size,
     weighted_mean,
 )
-from .sparse_models import SparseModel, check_dictionary_arg, dictionary_spec
+from .sparse_models import (
+    SparseModel,
+    check_dictionary_arg,
+    check_scope,
+    check_scoped_sparsity,
+    dictionary_spec,
+)
 
 
 class FederatedHardThresholding(Algorithm):
@@ -29,17 +35,28 @@ class FederatedHardThresholding(Algorithm):
 
     Server: ``x_{t+1} = H_tau(sum_i p_i x_{t,K}^(i))`` with p_i renormalised over the
     uploads that arrived. Distributed-IHT (Alg. A1) is Fed-HT with K = 1.
-    For softmax, H_tau acts on each class row (paper 000, A.2).
+    For softmax, H_tau acts on each class row (``sparsity_scope="row"``, Tong et al.
+    2022, A.2) or keeps the tau largest entries of the whole model
+    (``sparsity_scope="global"``, ``||x||_0 <= tau`` as in Jeong et al. 2024, V-B.2).
 
-    FedIter-HT also takes a dictionary A (paper 002 compares it so): the model is kept
-    and sent as tau-sparse coefficients a, the local step is taken on the model
-    coefficients and H_tau becomes approx_tau (SPEC.md section 1; support chosen by the
-    coefficients): ``a <- approx_tau(a - gamma A^T grad f(A a))``, server
+    FedIter-HT also takes a dictionary A (Jeong et al. 2024 compare it so): the model is
+    kept and sent as tau-sparse coefficients a, the local step is taken on the model
+    coefficients and H_tau becomes approx_tau (docs/decisions.md, section 1; support
+    chosen by the coefficients): ``a <- approx_tau(a - gamma A^T grad f(A a))``, server
     ``approx_tau(sum_i p_i a_i)``; "auto" steps use the smoothness of ``a -> f(A a)``.
+
+    FedIter-HT with ``radius`` R adds the l2 ball ``||x|| <= R`` of Jeong et al. 2024
+    (Sec. IV-C, applied "throughout all the methods" in their Sec. V-B.2) as FedGradMP
+    does: ``x_{t,k+1} = Pi_R(H_tau(x_{t,k} - gamma g_{t,k}))`` after every local step and
+    ``x_{t+1} = Pi_R(H_tau(sum_i p_i x_{t,K}^(i)))`` at the server. Pi_R o H_tau is the
+    exact Euclidean projection on ``{||x||_0 <= tau, ||x|| <= R}`` (the tau largest
+    entries maximise ``||v_S||``, which minimises the distance whether the ball binds
+    or not).
     """
 
     def __init__(self, name: str, *, sparsity: int, step_size, local_steps: int,
-                 batch_size: int | None, local_threshold: bool, dictionary=None):
+                 batch_size: int | None, local_threshold: bool, dictionary=None,
+                 sparsity_scope: str = "row", radius: float | None = None):
         self.name = name
         check_dictionary_arg(dictionary)
         if dictionary is not None and not local_threshold:
@@ -48,6 +65,11 @@ class FederatedHardThresholding(Algorithm):
         self.dictionary = dictionary
         self.geometry: SparseModel | None = None  # set by bind when there is a dictionary
         self.sparsity = check_int("sparsity", sparsity, minimum=1)
+        self.sparsity_scope = check_scope(sparsity_scope)
+        self.radius = check_float("radius", radius, positive=True, allow_none=True)
+        if self.radius is not None and not local_threshold:
+            raise fail("radius", radius, f"{name} does not take an l2 ball (FedIter-HT, "
+                       "FedGradMP, FedMid and FedDualAvg do)")
         self.step_size = check_step_size("step_size", step_size)
         self.local_steps = check_int("local_steps", local_steps, minimum=1)
         self.batch_size = check_int("batch_size", batch_size, minimum=1, allow_none=True)
@@ -57,8 +79,11 @@ class FederatedHardThresholding(Algorithm):
         self.blocks = 1  # set by bind: class rows thresholded separately (softmax)
 
     def hyperparameters(self):
-        out = {"sparsity": self.sparsity, "step_size": self.step_size,
-               "local_steps": self.local_steps, "batch_size": self.batch_size}
+        out = {"sparsity": self.sparsity, "sparsity_scope": self.sparsity_scope,
+               "step_size": self.step_size, "local_steps": self.local_steps,
+               "batch_size": self.batch_size}
+        if self.local_threshold:
+            out["radius"] = self.radius
         if self.name == "distributed_iht":
             del out["local_steps"]
         if self.dictionary is not None:
@@ -72,16 +97,18 @@ class FederatedHardThresholding(Algorithm):
     def statistics(self, problem, split):
         if self.dictionary is not None:  # "auto" needs the smoothness of a -> f(A a)
             problem = SparseModel.build(self.sparsity, self.dictionary, problem,
-                                        split.X.shape[-1], split.X.dtype, self.name).wrap(problem)
+                                        split.X.shape[-1], split.X.dtype, self.name,
+                                        self.sparsity_scope).wrap(problem)
         return lipschitz_statistics(self.step_size, problem, split)
 
     def _bind(self, problem, spec, stats):
         self.blocks = problem.blocks
         if self.dictionary is None:
-            check_sparsity(self.sparsity, problem, spec)
+            check_scoped_sparsity(self.sparsity, self.sparsity_scope, problem, spec)
         else:  # tau counts atoms, which SparseModel.build checks
             self.geometry = SparseModel.build(self.sparsity, self.dictionary, problem,
-                                              spec.dim, spec.dtype, self.name)
+                                              spec.dim, spec.dtype, self.name,
+                                              self.sparsity_scope)
         # "auto" is resolved once, on the server, and sent to the clients with the model.
         self.resolved_step = resolve_step_size(self.step_size, stats) \
             if stats or self.step_size != "auto" else None
@@ -101,10 +128,12 @@ class FederatedHardThresholding(Algorithm):
         return {"step_size": state["step_size"]}
 
     def _threshold(self, x: torch.Tensor) -> torch.Tensor:
-        """H_tau per block, or approx_tau on the coefficients with a dictionary."""
+        """H_tau (per block or global), or approx_tau on the coefficients with a
+        dictionary; then Pi_R when a radius is set."""
         if self.geometry is None:
-            return hard_threshold_blocks(x, self.sparsity, self.blocks)
-        return self.geometry.approx(x)[0]
+            x = hard_threshold_blocks(x, self.sparsity, self.blocks, self.sparsity_scope)
+            return x if self.radius is None else project_l2_ball(x, self.radius)
+        return self.geometry.project_ball(self.geometry.approx(x)[0], self.radius)
 
     def model(self, state):
         if self.geometry is None:
@@ -128,47 +157,58 @@ class FederatedHardThresholding(Algorithm):
 
 
 def _build(name, sparsity, step_size, local_steps, batch_size, local_threshold,
-           dictionary=None):
+           dictionary=None, sparsity_scope="row", radius=None):
     return FederatedHardThresholding(name, sparsity=sparsity, step_size=step_size,
                                      local_steps=local_steps, batch_size=batch_size,
-                                     local_threshold=local_threshold, dictionary=dictionary)
+                                     local_threshold=local_threshold, dictionary=dictionary,
+                                     sparsity_scope=sparsity_scope, radius=radius)
 
 
 def fed_ht(*, sparsity: int, step_size: float | str = "auto", local_steps: int = 5,
-           batch_size: int | None = None) -> FederatedHardThresholding:
-    """Fed-HT (paper 000, Algorithm 1): K local SGD steps, hard thresholding at the server.
+           batch_size: int | None = None, sparsity_scope: str = "row"
+           ) -> FederatedHardThresholding:
+    """Fed-HT (Tong et al. 2022, Algorithm 1): K local SGD steps, hard thresholding at the
+    server.
 
     ``x_{t+1} = H_tau(sum_i p_i x_{t,K}^(i))``, ``x_{t,k+1} = x_{t,k} - gamma g_{t,k}``.
     Uploads are dense; the broadcast is tau-sparse.
 
     Parameters
     ----------
-    sparsity : tau, non-zeros kept (per class row for softmax).
+    sparsity : tau, non-zeros kept (per class row for softmax unless ``sparsity_scope``
+        is "global").
     step_size : gamma, or "auto" = 1 / max_i L_i.
     local_steps : K.
     batch_size : examples per local step and client; None = the full local data.
+    sparsity_scope : "row" (tau per softmax class row) or "global" (the tau largest
+        entries of the whole model); no effect on single-block models.
     """
-    return _build("fed_ht", sparsity, step_size, local_steps, batch_size, False)
+    return _build("fed_ht", sparsity, step_size, local_steps, batch_size, False,
+                  sparsity_scope=sparsity_scope)
 
 
 def fed_iter_ht(*, sparsity: int, step_size: float | str = "auto", local_steps: int = 5,
-                batch_size: int | None = None, dictionary=None) -> FederatedHardThresholding:
-    """FedIter-HT (paper 000, Algorithm 2): hard thresholding after every local step too.
+                batch_size: int | None = None, dictionary=None, sparsity_scope: str = "row",
+                radius: float | None = None) -> FederatedHardThresholding:
+    """FedIter-HT (Tong et al. 2022, Algorithm 2): hard thresholding after every local
+    step too.
 
     ``x_{t,k+1} = H_tau(x_{t,k} - gamma g_{t,k})``, ``x_{t+1} = H_tau(sum_i p_i x_{t,K}^(i))``.
     Uploads and broadcasts are tau-sparse. Parameters as :func:`fed_ht`, plus
     ``dictionary``: None (standard basis), a (d, m) tensor or a spec dict such as
     ``{kind="gaussian", atoms=200, seed=0}``; with a dictionary, H_tau is approx_tau and
-    the model travels as its m coefficients (see :class:`FederatedHardThresholding`).
+    the model travels as its m coefficients (see :class:`FederatedHardThresholding`);
+    and ``radius``: R of the l2 ball, ``Pi_R`` after every thresholding (local steps and
+    server), None = no ball.
     """
     return _build("fed_iter_ht", sparsity, step_size, local_steps, batch_size, True,
-                  dictionary)
+                  dictionary, sparsity_scope, radius)
 
 
 def distributed_iht(*, sparsity: int, step_size: float | str = "auto",
-                    batch_size: int | None = None, local_steps: int = 1
-                    ) -> FederatedHardThresholding:
-    """Distributed-IHT (paper 000, Algorithm A1): one local step per round.
+                    batch_size: int | None = None, local_steps: int = 1,
+                    sparsity_scope: str = "row") -> FederatedHardThresholding:
+    """Distributed-IHT (Tong et al. 2022, Algorithm A1): one local step per round.
 
     ``x_{t+1} = H_tau(sum_i p_i (x_t - gamma v_t^(i)))`` = Fed-HT with K = 1.
     ``local_steps`` is accepted for a uniform interface and must be 1.
@@ -176,4 +216,5 @@ def distributed_iht(*, sparsity: int, step_size: float | str = "auto",
     if local_steps != 1:
         raise fail("local_steps", local_steps, "Distributed-IHT takes exactly one local step "
                    "per round; use fed_ht for more")
-    return _build("distributed_iht", sparsity, step_size, 1, batch_size, False)
+    return _build("distributed_iht", sparsity, step_size, 1, batch_size, False,
+                  sparsity_scope=sparsity_scope)

@@ -1,11 +1,17 @@
-"""Hard thresholding and the other proximal/projection operators (SPEC.md section 1)."""
+"""Hard thresholding and the other proximal/projection operators (docs/decisions.md,
+section 1)."""
 
 from __future__ import annotations
 
 import numpy as np
 import torch
 
-from .._validation import check_float, check_int, fail
+from .._validation import check_choice, check_float, check_int, fail
+
+#: Where a sparsity budget tau is counted on a multi-block (softmax) model: in each class
+#: row ("row", ``||x_r||_0 <= tau`` for every r) or over the whole model ("global",
+#: ``||x||_0 <= tau``).
+SCOPES = ("row", "global")
 
 
 def top_indices(x: torch.Tensor, k: int) -> torch.Tensor:
@@ -21,7 +27,7 @@ def top_indices(x: torch.Tensor, k: int) -> torch.Tensor:
     (..., k) int64 indices, ordered by decreasing magnitude.
     """
     # A stable descending sort keeps equal magnitudes in index order, which is exactly
-    # SPEC.md's tie rule (order on (-|x_j|, j)); torch.topk gives no such guarantee.
+    # the tie rule of docs/decisions.md (order on (-|x_j|, j)); torch.topk gives no such guarantee.
     order = torch.sort(x.abs(), dim=-1, descending=True, stable=True).indices
     return order[..., :k]
 
@@ -33,7 +39,7 @@ def hard_threshold(x: torch.Tensor, k: int) -> torch.Tensor:
     """H_k: keep exactly the ``k`` largest-magnitude entries along the last axis.
 
     Ties are broken in favour of the lower index, so exactly ``k`` entries survive
-    (SPEC.md section 1). ``k >= d`` returns ``x`` unchanged. Batched over leading axes.
+    (docs/decisions.md, section 1). ``k >= d`` returns ``x`` unchanged. Batched over leading axes.
 
     Parameters
     ----------
@@ -86,23 +92,30 @@ def _hard_threshold_numpy(x: np.ndarray, k: int) -> np.ndarray:
     return np.where(keep, x, np.zeros((), dtype=x.dtype))
 
 
-def hard_threshold_blocks(x: torch.Tensor, k: int, blocks: int) -> torch.Tensor:
-    """H_k applied to each of ``blocks`` equal rows of the flat vector (softmax class rows).
+def hard_threshold_blocks(x: torch.Tensor, k: int, blocks: int, scope: str = "row"
+                          ) -> torch.Tensor:
+    """H_k on a model made of ``blocks`` equal rows (softmax class rows).
 
-    Paper 000 appendix A.2 constrains ``||x_r||_0 <= tau`` for every class row ``r``.
+    ``scope="row"`` applies H_k to each row: ``||x_r||_0 <= k`` for every class row r
+    (Tong et al. 2022, appendix A.2). ``scope="global"`` applies H_k to the whole flat
+    vector: the k largest magnitudes over all rows, ``||x||_0 <= k`` (Jeong et al. 2024,
+    Sec. V-B.2: ``||x||_0 <= 90`` on the 784 x 10 model). Ties go to the lower flat index
+    in both cases, so exactly ``k`` positions are kept per row, respectively overall.
 
     Parameters
     ----------
     x : (..., blocks * m) tensor.
-    k : entries kept per block.
+    k : entries kept per block ("row") or in total ("global").
     blocks : number of equal blocks; must divide ``x.shape[-1]``.
+    scope : "row" or "global".
 
     Returns
     -------
-    (..., blocks * m) tensor with at most ``k`` non-zeros per block.
+    (..., blocks * m) tensor with at most ``k`` non-zeros per block, respectively in total.
     """
     blocks = check_int("blocks", blocks, minimum=1)
-    if blocks == 1:
+    check_choice("scope", scope, SCOPES)
+    if blocks == 1 or scope == "global":
         return hard_threshold(x, k)
     shape = x.shape
     if shape[-1] % blocks:
