@@ -85,3 +85,16 @@ def test_records_must_match_the_round(edit, message):
 
 def test_not_a_dict():
     assert "not a dict" in _refused([1, 2, 3])
+
+
+@pytest.mark.parametrize("where", ["a directory", "under a file"])
+def test_a_checkpoint_path_that_cannot_be_written_is_refused_before_training(tmp_path, where):
+    import fedsparse as fs
+
+    (tmp_path / "f").write_text("")
+    path = tmp_path if where == "a directory" else tmp_path / "f" / "ckpt.pt"
+    data = fs.data.shifted_gaussian(num_clients=3, samples_per_client=10, dim=8, sparsity=2,
+                                    seed=0)
+    with pytest.raises(ConfigError, match="checkpoint="):
+        fs.simulate(fs.algorithms.fed_iter_ht(sparsity=2, step_size=0.01),
+                    fs.problems.least_squares(), data, rounds=2, checkpoint=path)

@@ -218,7 +218,7 @@ def cmd_show(args) -> int:
 
 
 def cmd_sweep(args) -> int:
-    from .experiments.runner import check_out_dir
+    from .experiments.runner import output_guard, prepare_output
     from .experiments.sweep import run_sweep
 
     if not args.grid:  # before loading anything: a sweep without a grid runs nothing
@@ -229,9 +229,11 @@ def cmd_sweep(args) -> int:
         raise ConfigError(f"experiment {name!r} is a Python experiment; sweeps need a TOML config")
     config = _apply_overrides(config, args.set, args.rounds)
     grid = dict(args.grid)
-    out = check_out_dir(args.out or Path("runs") / f"{name}-sweep")
-    result = run_sweep(config, grid, out=out, metric=args.metric, maximize=args.maximize,
-                       seeds=args.seeds, jobs=args.jobs)
+    out = Path(args.out or Path("runs") / f"{name}-sweep").expanduser()
+    created = prepare_output(out, force=args.force, resumable=False)  # never replaced silently
+    with output_guard(out, created=created):
+        result = run_sweep(config, grid, out=out, metric=args.metric, maximize=args.maximize,
+                           seeds=args.seeds, jobs=args.jobs)
     print(json.dumps(result["best"], indent=2))
     print(f"wrote {out}/ : {', '.join(result['files'])}; `fedsparse run {out}/tuned.toml"
           f"{f' --seeds {args.seeds}' if args.seeds else ''}` reruns the winners")
@@ -313,6 +315,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     sweep.add_argument("--set", action="append", type=_assignment, metavar="FIELD=VALUE")
     sweep.add_argument("--rounds", type=int)
     sweep.add_argument("--out")
+    sweep.add_argument("--force", action="store_true",
+                       help="replace the results of an earlier sweep or run in --out")
     sweep.set_defaults(func=cmd_sweep)
 
     _add_optional_parsers(sub, only)

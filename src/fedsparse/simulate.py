@@ -153,6 +153,12 @@ def simulate(algorithm: Algorithm, problem: Problem, data: FederatedDataset, *, 
         raise fail("clients_per_round", clients_per_round,
                    f"must be at most the number of clients {data.num_clients}")
     check_int("checkpoint_every", checkpoint_every, minimum=1)
+    if checkpoint is not None:
+        # refused now, not when the first checkpoint is saved after hours of training
+        existing = next(a for a in Path(checkpoint).absolute().parents if a.exists())
+        if Path(checkpoint).is_dir() or not existing.is_dir():
+            raise fail("checkpoint", str(checkpoint), "must be a file path (it is a "
+                       "directory, or lies under a file)")
     check_int("client_batch", client_batch, minimum=1, allow_none=True)
     if dtype is not None and dtype != data.dtype:
         data = data.to(dtype)

@@ -113,6 +113,16 @@ def test_cli_outputs_are_strict_and_mark_divergence(regression, tmp_path, capsys
     assert all(r["diverged"] == "False" and float(r["objective"]) > 0 for r in rows
                if r["algorithm.step_size"] != "50")
     assert (out / "sweep.png").stat().st_size > 0
+    # a second sweep into the same folder is refused and leaves the first one's files;
+    # --force replaces them
+    before = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
+    assert main(["sweep", str(regression), "--grid", "algorithm.step_size=[0.01]",
+                 "--out", str(out)]) == 2
+    assert "--force" in capsys.readouterr().err
+    assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()} == before
+    assert main(["sweep", str(regression), "--grid", "algorithm.step_size=[0.01]",
+                 "--out", str(out), "--force"]) == 0
+    assert len(list(csv.DictReader(open(out / "sweep.csv")))) == 2
 
 
 def test_tuned_config_reproduces_the_winners(regression, tmp_path):

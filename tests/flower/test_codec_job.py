@@ -70,6 +70,14 @@ def test_codec_rejects_bad_input():
         codec.encode(torch.zeros(3, dtype=torch.int64))
 
 
+@pytest.mark.parametrize("shape", [[1, 10**12], [10**6, 10**6], [-1, 3]])
+def test_a_claimed_shape_is_bounded_before_anything_is_allocated(shape):
+    arrays, meta = codec.encode(torch.tensor([0.0, 1.5, 0.0, 2.0]), "sparse")
+    meta["shape"] = shape
+    with pytest.raises(codec.MalformedPayload, match="shape"):
+        codec.decode(arrays, meta)
+
+
 def test_job_config_forms_and_errors():
     job = job_from_config(JOB)
     assert job.num_clients == 3 and job.clients_per_round is None

@@ -153,3 +153,15 @@ def test_interrupted_demo_stops_its_processes(tmp_path):
     assert not (out / "history.jsonl").exists()
     # While it ran, SIGTERM meant "stop and clean up"; afterwards the old handler is back.
     assert signal.getsignal(signal.SIGTERM) is before
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["--set", "algorithm=3"], "[algorithm] is a table"),
+    (["--root-certificates", "/nonexistent/ca.pem"], "root_certificates='/nonexistent/ca.pem'"),
+])
+def test_flower_app_refuses_what_it_would_drop_or_defer(tmp_path, capsys, args, expected):
+    out = tmp_path / "app"
+    assert main(["flower", "app", "fedht-default", "--run", "0", "--out", str(out), *args]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("fedsparse flower app: error:") and expected in err
+    assert not (out / "pyproject.toml").exists()

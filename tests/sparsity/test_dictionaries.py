@@ -190,3 +190,10 @@ def test_ksvd_replaces_unused_atoms_and_accepts_numpy():
     assert D.shape == (4, 8) and torch.isfinite(D).all()
     with pytest.raises(ConfigError, match="sparsity"):
         fs.sparsity.ksvd(Y, atoms=3, sparsity=4)
+
+
+def test_ksvd_refuses_non_finite_signals():
+    Y = torch.ones(6, 4)
+    Y[2, 1] = float("nan")
+    with pytest.raises(fs.ConfigError, match="signals="):
+        fs.sparsity.ksvd(Y, atoms=3, sparsity=1)

@@ -362,7 +362,7 @@ def _describe(out: Path, limit: int = 4) -> str:
 
 
 def prepare_output(out: str | Path, *, resume: bool = False, force: bool = False,
-                   slugs: list[str] | None = None) -> bool:
+                   slugs: list[str] | None = None, resumable: bool = True) -> bool:
     """Make ``out`` ready for a run, refusing to mix or silently replace results.
 
     * a new or empty folder is used as is;
@@ -380,7 +380,8 @@ def prepare_output(out: str | Path, *, resume: bool = False, force: bool = False
     Raises
     ------
     ConfigError
-        naming ``--resume`` and ``--force`` when ``out`` already holds results.
+        naming ``--resume`` (if ``resumable``: a sweep is not) and ``--force`` when
+        ``out`` already holds results.
     """
     out = check_out_dir(out)
     if resume and force:
@@ -389,9 +390,10 @@ def prepare_output(out: str | Path, *, resume: bool = False, force: bool = False
     created = not out.exists()
     if out.exists() and any(out.iterdir()):
         if not (resume or force):
+            how = ("continue them with --resume, replace them with --force"
+                   if resumable else "replace them with --force")
             raise fail("--out", str(out), f"already holds results ({_describe(out)}); "
-                       "continue them with --resume, replace them with --force, or choose "
-                       "another --out")
+                       f"{how}, or choose another --out")
         if not _looks_like_fedsparse_output(out):
             raise fail("--out", str(out), f"holds files fedsparse did not write "
                        f"({_describe(out)}); --resume and --force only apply to a folder a "

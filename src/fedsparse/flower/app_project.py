@@ -160,6 +160,9 @@ def write_app_project(config: dict | Job, out: str | Path, *, run: str | int | N
     if not port.isdigit():
         raise ConfigError(f"address={address!r} is invalid: the port {port!r} must be a number")
     check_int("address port", int(port), minimum=1, maximum=65535)
+    if root_certificates is not None and not Path(root_certificates).is_file():
+        raise ConfigError(f"root_certificates={str(root_certificates)!r} is invalid: no such "
+                          "file (give the CA certificate in PEM, e.g. deploy/certificates/ca.crt)")
     name = _slug(name or f"fedsparse-{job.algorithm['kind']}")
     (out / PACKAGE).mkdir(parents=True, exist_ok=True)
     (out / PACKAGE / "__init__.py").write_text(f'"""Flower app of the fedsparse job {name}."""\n')

@@ -46,7 +46,8 @@ def add_flower_parser(subparsers) -> argparse.ArgumentParser:
                      "[[runs]]")
     app.add_argument("--out", required=True, help="directory to write the project to")
     app.add_argument("--run", default=None,
-                     help="label or index of the run of an experiment config (default first)")
+                     help="label or index of the run of an experiment config (needed when it "
+                     "has several runs)")
     app.add_argument("--name", default=None, help="project name")
     app.add_argument("--address", default="127.0.0.1:9093",
                      help="SuperLink address host:port for the deployment connections")
@@ -90,12 +91,7 @@ def flower_app_command(args: argparse.Namespace) -> int:
             run = int(run)
         _check_run_given(config, run)
         if args.set:
-            overrides = {}
-            for item in args.set:
-                if "=" not in item:
-                    raise ConfigError(f"--set {item!r} is invalid: must be KEY=VALUE")
-                key, value = item.split("=", 1)
-                overrides[key.strip()] = _parse_value(value.strip())
+            overrides = _overrides(args.set)
             if "runs" in config:
                 config = flatten(job_from_config(config, run).to_dict())
                 run = None
@@ -105,11 +101,28 @@ def flower_app_command(args: argparse.Namespace) -> int:
                                 flwr_home=args.flwr_home, sim_address=args.sim_address,
                                 overwrite=args.force)
     except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"fedsparse flower app: error: {exc}", file=sys.stderr)
         return 2
     print(f"wrote the Flower app project {out}")
     _print_connections(out, args)
     return 0
+
+
+def _overrides(items) -> dict:
+    """``--set KEY=VALUE`` items as {dotted key: value}; a table (``algorithm``) cannot be
+    replaced by a value, only its keys set."""
+    from ..experiments.config import TABLE_KEYS
+
+    out = {}
+    for item in items:
+        if "=" not in item:
+            raise ConfigError(f"--set {item!r} is invalid: must be KEY=VALUE")
+        key, value = (part.strip() for part in item.split("=", 1))
+        if key in TABLE_KEYS:
+            raise ConfigError(f"--set {item!r} is invalid: [{key}] is a table: set one of "
+                              f"its keys, e.g. --set {key}.kind=...")
+        out[key] = _parse_value(value)
+    return out
 
 
 def _check_run_given(config: dict, run) -> None:
@@ -212,20 +225,15 @@ def flower_demo_command(args: argparse.Namespace) -> int:
         if args.set:
             from .demo import DEMO_JOB
 
-            flat = flatten(config if config is not None else DEMO_JOB)
-            for item in args.set:
-                if "=" not in item:
-                    raise ConfigError(f"--set {item!r} is invalid: must be KEY=VALUE")
-                key, value = item.split("=", 1)
-                flat[key.strip()] = _parse_value(value.strip())
-            config = flat
+            config = {**flatten(config if config is not None else DEMO_JOB),
+                      **_overrides(args.set)}
         result = run_demo(config, args.out, rounds=args.rounds, run=run, nodes=args.nodes,
                           timeout=args.timeout, overwrite=args.force, echo=print)
     except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"fedsparse flower demo: error: {exc}", file=sys.stderr)
         return 2
     except FlowerProcessError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"fedsparse flower demo: error: {exc}", file=sys.stderr)
         print("every process the demo started has been stopped", file=sys.stderr)
         return 1
     print(f"demo: done; the SuperLink and {args.nodes} SuperNodes are stopped")

@@ -20,6 +20,8 @@ payload bytes, which are what the papers count.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import torch
 from flwr.app import Array, ArrayRecord, ConfigRecord, RecordDict
@@ -33,6 +35,10 @@ _VALUE_DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16,
                  "float32": torch.float32, "float64": torch.float64}
 _CONCRETE = ("dense", "sparse", "bitmap")
 
+
+#: The most entries a decoded payload may have (2^31, 8 GB of float32): what a remote
+#: peer claims in the metadata is bounded before anything is allocated.
+MAX_ELEMENTS = 2**31
 
 def _as_rows(x: torch.Tensor) -> torch.Tensor:
     if x.ndim == 0:
@@ -164,7 +170,8 @@ def decode(arrays: ArrayRecord, meta: ConfigRecord,
     MalformedPayload
         for a payload that is inconsistent (lengths, indices out of range or repeated,
         unknown encoding or dtype) or not of ``expected_shape``; what a remote peer sends
-        never reaches torch unchecked.
+        never reaches torch unchecked. Non-finite values are structurally valid and
+        decoded as sent: the round loop screens them (a failed upload of that client).
     """
     enc, dtype = _meta_field(meta, "encoding"), _meta_field(meta, "dtype")
     shape = tuple(_int_list(_meta_field(meta, "shape"), "shape"))
@@ -178,9 +185,12 @@ def decode(arrays: ArrayRecord, meta: ConfigRecord,
     if expected_shape is not None and shape != tuple(expected_shape):
         raise MalformedPayload(f"payload shape {list(shape)} differs from the expected "
                                f"{list(expected_shape)}")
+    if any(n < 0 for n in shape) or math.prod(shape) > MAX_ELEMENTS:
+        raise MalformedPayload(f"payload shape {list(shape)} is negative or larger than "
+                               f"{MAX_ELEMENTS} entries; refused before allocating it")
     torch_dtype = _VALUE_DTYPES[dtype]
     P = shape[-1]
-    R = int(np.prod(shape[:-1], dtype=np.int64))
+    R = math.prod(shape[:-1])
     raw = _array_of(arrays, "value").reshape(-1)
     value_np = np.dtype(np.int16 if torch_dtype == torch.bfloat16 else
                         str(torch.empty(0, dtype=torch_dtype).numpy().dtype))

@@ -100,6 +100,9 @@ def ksvd(signals, *, atoms: int, sparsity: int, iterations: int = 20, seed: int 
         Y = Y.to(torch.float64)
     if Y.ndim != 2:
         raise fail("signals shape", tuple(Y.shape), "must be (num_signals, dim)")
+    if not torch.isfinite(Y).all():
+        raise fail("signals", f"{int((~torch.isfinite(Y)).sum())} non-finite entries",
+                   "must be finite")
     atoms = check_int("atoms", atoms, minimum=1)
     sparsity = check_int("sparsity", sparsity, minimum=1, maximum=atoms)
     iterations = check_int("iterations", iterations, minimum=0)
