@@ -1,0 +1,242 @@
+"""FedMac's experiments (Liu et al. 2023): registration, the configs' setup, the Table 1
+statistic and its formatting on hand-made histories, a tiny end-to-end run, and (slow)
+the numbers that docs/results/fedmac.md quotes.
+
+The slow tests re-run each experiment at the round count the page reports and check that
+the page prints exactly the cells the run gives (``python -m pytest -m slow
+tests/experiments/test_fedmac_experiments.py``; about 45 minutes on one busy core).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from fedsparse.algorithms.personalized import fedmac_bits
+from fedsparse.experiments import fedmac as M
+from fedsparse.experiments.config import resolve_runs
+from fedsparse.experiments.registry import python_experiments
+from fedsparse.experiments.seeds import mean_history, seed_stats
+from fedsparse.history import History
+
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "results" / "fedmac.md"
+EXPERIMENTS = ("fedmac-table1-fmnist", "fedmac-table1-mnist5k", "fedmac-table1-synthetic",
+               "fedmac-fig2", "fedmac-fig3", "fedmac-fig4", "fedmac-fig6")
+
+
+def quiet(*_):
+    """A ``log`` that drops the progress lines."""
+
+
+# ------------------------------------------------------------------------ registration
+
+
+def test_experiments_registered_with_quick_forms():
+    exps = python_experiments()
+    for name in EXPERIMENTS:
+        assert name in exps, name
+        assert exps[name].paper == "fedmac"
+    # every registered name has its settings and a config that resolves
+    assert set(M.TABLE1) | set(M.FIGURES) == set(EXPERIMENTS)
+
+
+@pytest.mark.parametrize("name", sorted(M.TABLE1))
+def test_table1_configs_hold_the_papers_setup(name):
+    runs = resolve_runs(M._config(M.TABLE1[name][0]))
+    assert [r["label"] for r in runs] == list(dict.fromkeys(m for m, _ in M.COLUMNS))
+    for run in runs:
+        algo, data = run["algorithm"], run["data"]
+        assert run["rounds"] == 800  # the paper's T
+        assert (algo["local_steps"], algo["batch_size"]) == (20, 20)
+        if data["kind"] == "federated_real":
+            assert (data["num_clients"], data["labels_per_client"]) == (20, 2)
+            assert run["problem"]["model"]["hidden"] == [100]  # 784-100-10: 79,510 weights
+        else:
+            assert (data["num_clients"], data["dim"]) == (100, 60)
+            assert run["problem"]["model"]["hidden"] == [20]  # 60-20-10: 1,430 weights
+        if algo["kind"] == "fedmac":
+            assert (algo["lam"], algo["step_size"], algo["inner_steps"], algo["beta"]) == \
+                (1e-4, 3000.0, 1, 1.0)
+
+
+# ------------------------------------------------------------- statistic and formatting
+
+
+def _history(seed: int, gm: list[float], pm: list[float]) -> History:
+    h = History(records=[{"round": t, "test_accuracy": g, "personal_test_accuracy": p}
+                         for t, (g, p) in enumerate(zip(gm, pm, strict=True), 1)],
+                initial={"round": 0, "test_accuracy": 0.1})
+    h.config = {"seed": seed}
+    return h
+
+
+def _result(label: str, histories: list[History]) -> M.RunResult:
+    mean = mean_history(histories, [None] * len(histories))
+    return M.RunResult(label, "", label.lower(), mean, seed_stats(mean))
+
+
+def test_best_is_the_maximum_over_rounds_then_mean_over_seeds():
+    # seed 0 peaks at round 2 (0.80), seed 1 at round 3 (0.90): best = mean of the
+    # per-seed maxima (0.85), not the maximum of the mean curve (0.80 at round 3)
+    a = _history(0, [0.5, 0.8, 0.7], [0.90, 0.95, 0.94])
+    b = _history(1, [0.6, 0.6, 0.9], [0.97, 0.96, 0.98])
+    results = {("", "FedMac"): _result("FedMac", [a, b])}
+    rows = M.table_rows(results, M.PAPER_TABLE1["fmnist"])
+    assert [(r["method"], r["model"]) for r in rows] == [("FedMac", "GM"), ("FedMac", "PM")]
+    gm, pm = rows
+    assert gm["best"]["mean"] == pytest.approx(85.0) and gm["best"]["n"] == 2
+    assert gm["best"]["std"] == pytest.approx(7.0710678)  # sample std of 80, 90
+    assert gm["last"]["mean"] == pytest.approx(80.0)      # (0.7 + 0.9) / 2
+    assert gm["seeds"] == pytest.approx([80.0, 90.0])
+    assert pm["best"]["mean"] == pytest.approx(96.5)
+    assert gm["paper"] == 85.7958 and pm["paper"] == 99.3698
+
+
+def test_only_the_papers_columns_are_tabled():
+    # HeurFedAMP records a "global" mean of its client models; Table 1 has only its PM
+    h = _history(0, [0.4, 0.5], [0.7, 0.8])
+    results = {("", "HeurFedAMP"): _result("HeurFedAMP", [h]),
+               ("", "FedAvg"): _result("FedAvg", [_history(0, [0.6, 0.5], [0.1, 0.1])]),
+               ("", "not in the paper"): _result("x", [h])}
+    rows = M.table_rows(results, {})
+    assert [(r["method"], r["model"]) for r in rows] == [("FedAvg", "GM"),
+                                                         ("HeurFedAMP", "PM")]
+    assert rows[0]["best"]["mean"] == pytest.approx(60.0)
+    assert rows[0]["best"]["std"] is None  # one seed: no spread
+    assert rows[0]["paper"] is None
+
+
+def test_format_table_and_stat():
+    assert M.format_stat({"mean": 99.123, "std": 0.051, "n": 3}) == "99.12 ± 0.05"
+    assert M.format_stat({"mean": 99.125, "std": None, "n": 1}) == "99.12"
+    assert M.format_stat({"mean": None, "std": None, "n": 0}) == "-"
+    rows = [{"method": "FedMac", "model": "PM", "best": {"mean": 97.5, "std": None, "n": 1},
+             "last": {"mean": 97.0, "std": None, "n": 1}, "paper": 99.3698, "seeds": [97.5],
+             "diverged": []},
+            {"method": "pFedMe", "model": "GM", "best": {"mean": 60.0, "std": 1.0, "n": 2},
+             "last": {"mean": None, "std": None, "n": 0}, "paper": None, "seeds": [59, 61],
+             "diverged": ["seed 1: loss is nan at round 3"]}]
+    lines = M.format_table(rows, "title").splitlines()
+    assert lines[0] == "title" and len(lines) == 4
+    assert lines[2].split() == ["FedMac", "PM", "97.50", "97.00", "99.37"]
+    assert lines[3].split()[:7] == ["pFedMe", "GM", "60.00", "±", "1.00", "-", "-"]
+    assert lines[3].endswith("(diverged: seed 1: loss is nan at round 3)")
+
+
+def test_dense_cost_and_the_papers_half():
+    d = 79510
+    assert M.dense_bits(d) == 2 * 64 * d
+    # the paper's formula at s = 0.5 is 66/128 of the dense cost
+    assert fedmac_bits(d, 0.5, 0.5) / M.dense_bits(d) == pytest.approx(66 / 128)
+
+
+# ------------------------------------------------------------------- a tiny real run
+
+
+def test_tiny_table1_run_writes_its_table(tmp_path):
+    summary = M.table1("fedmac-table1-synthetic", tmp_path, quick=True, rounds=2, log=quiet)
+    table = (tmp_path / "table.txt").read_text().splitlines()
+    assert "T = 2" in table[0] and "1 seed(s)" in table[0]
+    assert [line.split()[:2] for line in table[2:]] == [[m, k] for m, k in M.COLUMNS]
+    assert (tmp_path / "accuracy_vs_round.png").stat().st_size > 0
+    saved = json.loads((tmp_path / "summary.json").read_text())
+    assert saved["rounds"] == summary["rounds"] == 2 and saved["quick"]
+    for row in saved["table"]:
+        assert 0 <= row["best"]["mean"] <= 100
+        assert row["last"]["mean"] <= row["best"]["mean"] + 1e-9
+    # each run saved its seed's history and the mean beside it
+    first = resolve_runs(M._config(M.TABLE1["fedmac-table1-synthetic"][0]))[0]
+    assert (tmp_path / first["slug"] / "seed-0" / "history.jsonl").exists()
+    assert (tmp_path / first["slug"] / "history.jsonl").exists()
+
+
+def test_figure_table_prints_percentages_once(tmp_path, monkeypatch):
+    # Figure 6's table from hand-made runs (no simulation): the rows hold %, the table
+    # prints them as they are, and the floor round is the first GM density <= 0.505
+    def history(seed, gm, pm, density):
+        h = _history(seed, gm, pm)
+        for rec, d in zip(h.records, density, strict=True):
+            rec.update(model_density=d, personal_density=d)
+        return h
+
+    results = {("", "gamma_w = 0"): _result("gamma_w = 0", [history(
+                   0, [0.5, 0.8, 0.7], [0.90, 0.95, 0.94], [1.0, 0.9, 0.8])]),
+               ("", "gamma_w = 1e-4"): _result("gamma_w = 1e-4", [history(
+                   0, [0.4, 0.6, 0.75], [0.9, 0.91, 0.97], [0.7, 0.5, 0.5])])}
+    monkeypatch.setattr(M, "_run_figure", lambda *a, **k: ({"title": "t"}, results, 3, 1))
+    summary = M.figure6(tmp_path, log=quiet)
+    rows = {r["label"]: r for r in summary["runs"]}
+    assert rows["gamma_w = 0"]["gm_best"] == pytest.approx(80.0)
+    assert rows["gamma_w = 1e-4"]["pm_best"] == pytest.approx(97.0)
+    assert rows["gamma_w = 0"]["gm_floor_round"] is None
+    assert rows["gamma_w = 1e-4"]["gm_floor_round"] == 2
+    table = (tmp_path / "table.txt").read_text().splitlines()
+    assert table[2].split()[3:] == ["80.00", "70.00", "95.00", "94.00", "0.800", "0.800",
+                                    "None"]
+    assert table[3].split()[3:] == ["75.00", "75.00", "97.00", "97.00", "0.500", "0.500",
+                                    "2"]
+    assert (tmp_path / "fig6.png").stat().st_size > 0
+
+
+# ---------------------------------------------- slow: the numbers the page quotes
+
+#: The Table 1 runs the page reports: experiment -> (rounds, seeds), on the full data.
+PAGE_RUNS = {"fedmac-table1-fmnist": (300, 1), "fedmac-table1-synthetic": (150, 1),
+             "fedmac-table1-mnist5k": (150, 3)}
+#: The figures the page reports: experiment -> rounds (one seed).
+PAGE_FIGURES = {"fedmac-fig4": 100, "fedmac-fig6": 100, "fedmac-fig2": 60,
+                "fedmac-fig3": 100}
+
+
+def _quoted(*snippets: str) -> None:
+    text = " ".join(PAGE.read_text().split())
+    missing = [s for s in snippets if " ".join(s.split()) not in text]
+    assert not missing, f"fedmac.md does not quote what the runs give: {missing}"
+
+
+def table_cells(row: dict) -> str:
+    """A Table 1 row as the page writes it: | method | model | best | last | paper |."""
+    paper = "-" if row["paper"] is None else f"{row['paper']:.2f}"
+    return (f"| {row['method']} | {row['model']} | {M.format_stat(row['best'])} | "
+            f"{M.format_stat(row['last'])} | {paper} |")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(PAGE_RUNS))
+def test_page_quotes_table1(name, tmp_path):
+    rounds, seeds = PAGE_RUNS[name]
+    summary = M.table1(name, tmp_path, rounds=rounds, seeds=seeds, log=quiet)
+    _quoted(*(table_cells(r) for r in summary["table"]))
+
+
+def figure_cells(name: str, row: dict) -> str:
+    """A figure's row as the page writes it (accuracies in %, one seed)."""
+    pct = {k: M._fmt(row.get(k)) for k in ("gm_best", "gm_last", "pm_best", "pm_last")}
+    if name == "fedmac-fig4":
+        return (f"| {row['label']} | {pct['pm_best']} | {pct['pm_last']} | {pct['gm_best']} | "
+                f"{M._fmt(row['pm_density_last'], 3)} | {row['pm_floor_round']} | "
+                f"{M._fmt(row['recorded_cost_ratio'], 3)} | "
+                f"{M._fmt(row['formula_cost_ratio'], 3)} |")
+    if name == "fedmac-fig6":
+        return (f"| {row['label']} | {pct['gm_best']} | {pct['gm_last']} | {pct['pm_best']} | "
+                f"{pct['pm_last']} | {M._fmt(row['gm_density_last'], 3)} | "
+                f"{M._fmt(row['pm_density_last'], 3)} | {row['gm_floor_round']} |")
+    label = f"{row['panel']}: {row['label']}"
+    return (f"| {label} | {pct['gm_best']} | {pct['gm_last']} | {pct['pm_best']} | "
+            f"{pct['pm_last']} | {row['pm_rounds_to_95pct_of_best']} |")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(PAGE_FIGURES))
+def test_page_quotes_figures(name, tmp_path):
+    run = {"fedmac-fig2": M.figure2, "fedmac-fig3": M.figure3, "fedmac-fig4": M.figure4,
+           "fedmac-fig6": M.figure6}[name]
+    summary = run(tmp_path, rounds=PAGE_FIGURES[name], log=quiet)
+    if name == "fedmac-fig3":  # Table 1's cells, then the FedMac PM's lead over each model
+        _quoted(*(table_cells(r) for r in summary["table"]),
+                *(f"| {g['method']} {g['model']} | {M._fmt(g['gap'])} | {g['paper_gap']:.2f} |"
+                  for g in summary["gaps"]))
+    else:
+        _quoted(*(figure_cells(name, r) for r in summary["runs"]))
