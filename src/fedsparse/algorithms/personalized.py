@@ -256,21 +256,28 @@ class FedMac(PersonalizedAlgorithm):
     def client_update(self, payload: torch.Tensor, ctx: ClientContext):
         problem = ctx.problem
         eta, eta_p, lam = self.step_size, self.personal_step_size, self.lam
-        w = payload_rows(payload, ctx.size)
+        # The updates run in place on (S, P) buffers: at the DNN's size the round is
+        # memory-bound, and every out-of-place term would be one more (S, P) pass.
+        w = payload_rows(payload, ctx.size).clone()
         theta = w.clone()
         for r in range(self.local_steps):
             X, y, wt = ctx.batch(r, self.batch_size)
             for _ in range(self.inner_steps):
                 g = problem.grad(theta, X, y, wt)
                 if self.gamma:
-                    g = g + self.gamma * phi_rho_grad(theta, self.rho)
-                g = g - lam * w if self.correlation else g + lam * (theta - w)
-                theta = zero_small(theta - eta_p * g, eta_p * self.gamma,
+                    g.add_(phi_rho_grad(theta, self.rho), alpha=self.gamma)
+                if self.correlation:  # g - lam w
+                    g.sub_(w, alpha=lam)
+                else:  # g + lam (theta - w)
+                    g.add_(theta, alpha=lam).sub_(w, alpha=lam)
+                theta = zero_small(theta.sub_(g, alpha=eta_p), eta_p * self.gamma,
                                    floor=self.density_floor)
-            gw = lam * (w - theta)
-            if self.correlation and self.gamma_w:
-                gw = gw + self.gamma_w * phi_rho_grad(w, self.rho)
-            w = w - eta * gw
+            # w <- w - eta (lam (w - theta) + gamma_w phi'(w))
+            shrink = (phi_rho_grad(w, self.rho) if self.correlation and self.gamma_w
+                      else None)
+            w.mul_(1 - eta * lam).add_(theta, alpha=eta * lam)
+            if shrink is not None:
+                w.sub_(shrink, alpha=eta * self.gamma_w)
             if self.correlation:
                 w = zero_small(w, eta * self.gamma_w, floor=self.density_floor)
         info = {"personal_density": float(_density(theta).mean()),
