@@ -339,15 +339,16 @@ def panels_figure(panels: dict[str, dict[str, History]], *, y: str, x: str,
 
 
 def plot_sweep(table: dict[str, list[dict]], *, field: str, metric: str, path: str | Path,
-               maximize: bool | None = None, title: str = "") -> bool:
+               maximize: bool | None = None, title: str = "", ylabel: str | None = None
+               ) -> bool:
     """:func:`sweep_figure` saved as a PNG; False (nothing written) when no point has a
     value."""
     return _save(sweep_figure(table, field=field, metric=metric, maximize=maximize,
-                              title=title), path)
+                              title=title, ylabel=ylabel), path)
 
 
 def sweep_figure(table: dict[str, list[dict]], *, field: str, metric: str,
-                 maximize: bool | None = None, title: str = ""):
+                 maximize: bool | None = None, title: str = "", ylabel: str | None = None):
     """The metric against the swept value, one line per run (a sweep's pivot table).
 
     Parameters
@@ -359,6 +360,7 @@ def sweep_figure(table: dict[str, list[dict]], *, field: str, metric: str,
     maximize : direction of the metric (default: :func:`higher_is_better`); the best
         point of each line is starred.
     title : figure title.
+    ylabel : the y-axis label (default: the metric "at the last round").
 
     Returns
     -------
@@ -416,10 +418,10 @@ def sweep_figure(table: dict[str, list[dict]], *, field: str, metric: str,
     if not up and spans_decades(values, BYTES_LOG_DECADES):
         ax.set_yscale("log")
     ax.set_xlabel(field)
-    ax.set_ylabel(f"{axis_label(metric)} at the last round")
+    ax.set_ylabel(ylabel or f"{axis_label(metric)} at the last round")
     direction = "higher" if up else "lower"
     ax.set_title(wrap(title or f"{metric} vs {field} ({direction} is better, "
-                      "star = best per run)", 6.4, 10), fontsize=10)
+                      "star = best per run)", 5.6, 10), fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     return fig
