@@ -299,6 +299,16 @@ def _write_summary(out: Path, summary: dict) -> None:
                                                  allow_nan=False) + "\n")
 
 
+def _report(out: Path, lines: list[str], log, **summary) -> dict:
+    """Write a figure's text table (``table.txt``) and ``summary.json``, log the table,
+    return the summary."""
+    text = "\n".join(lines)
+    (out / "table.txt").write_text(text + "\n")
+    _write_summary(out, summary)
+    log(text)
+    return summary
+
+
 def _config(name: str) -> dict:
     return load_config(CONFIG_DIR / f"{name}.toml")
 
@@ -605,13 +615,8 @@ def figure2(out: str | Path, *, quick: bool = False, rounds: int | None = None,
                      f"{_fmt(r['gm_last']):>8} {_fmt(r['pm_best']):>8} "
                      f"{_fmt(r['pm_last']):>8} {_fmt(r['loss_last'], 4):>10} "
                      f"{str(r['pm_rounds_to_95pct_of_best']):>25}")
-    text = "\n".join(lines)
-    (out / "table.txt").write_text(text + "\n")
-    summary = {"title": config.get("title", ""), "experiment": "fedmac-fig2", "quick": quick,
-               "rounds": T, "eval_every": every, "runs": rows, "plots": ["fig2.png"]}
-    _write_summary(out, summary)
-    log(text)
-    return summary
+    return _report(out, lines, log, title=config.get("title", ""), experiment="fedmac-fig2",
+                   quick=quick, rounds=T, eval_every=every, runs=rows, plots=["fig2.png"])
 
 
 def figure3(out: str | Path, *, quick: bool = False, rounds: int | None = None,
@@ -650,14 +655,9 @@ def figure3(out: str | Path, *, quick: bool = False, rounds: int | None = None,
     for g in gaps:
         lines.append(f"  {g['method']:<11} {g['model']}: {_fmt(g['gap']):>6} / "
                      f"{g['paper_gap']:.2f}")
-    text = "\n".join(lines)
-    (out / "table.txt").write_text(text + "\n")
-    summary = {"title": config.get("title", ""), "experiment": "fedmac-fig3", "quick": quick,
-               "rounds": T, "eval_every": every, "table": rows, "gaps": gaps,
-               "plots": ["accuracy_vs_round.png"]}
-    _write_summary(out, summary)
-    log(text)
-    return summary
+    return _report(out, lines, log, title=config.get("title", ""), experiment="fedmac-fig3",
+                   quick=quick, rounds=T, eval_every=every, table=rows, gaps=gaps,
+                   plots=["accuracy_vs_round.png"])
 
 
 def dense_bits(dim: int) -> float:
@@ -762,13 +762,8 @@ def figure4(out: str | Path, *, quick: bool = False, rounds: int | None = None,
                      f"{_fmt(r['recorded_cost_ratio'], 3):>11} "
                      f"{_fmt(r['formula_cost_ratio'], 3):>8}")
     lines.append(f"(cost after {at} rounds, relative to 2 x 64 d bits a round)")
-    text = "\n".join(lines)
-    (out / "table.txt").write_text(text + "\n")
-    summary = {"title": config.get("title", ""), "experiment": "fedmac-fig4", "quick": quick,
-               "rounds": T, "eval_every": every, "runs": rows, "plots": ["fig4.png"]}
-    _write_summary(out, summary)
-    log(text)
-    return summary
+    return _report(out, lines, log, title=config.get("title", ""), experiment="fedmac-fig4",
+                   quick=quick, rounds=T, eval_every=every, runs=rows, plots=["fig4.png"])
 
 
 def figure6(out: str | Path, *, quick: bool = False, rounds: int | None = None,
@@ -826,13 +821,8 @@ def figure6(out: str | Path, *, quick: bool = False, rounds: int | None = None,
                      f"{_fmt(r['gm_last']):>8} {_fmt(r['pm_best']):>8} "
                      f"{_fmt(r['pm_last']):>8} {_fmt(r['gm_density_last'], 3):>7} "
                      f"{_fmt(r['pm_density_last'], 3):>7} {str(r['gm_floor_round']):>12}")
-    text = "\n".join(lines)
-    (out / "table.txt").write_text(text + "\n")
-    summary = {"title": config.get("title", ""), "experiment": "fedmac-fig6", "quick": quick,
-               "rounds": T, "eval_every": every, "runs": rows, "plots": ["fig6.png"]}
-    _write_summary(out, summary)
-    log(text)
-    return summary
+    return _report(out, lines, log, title=config.get("title", ""), experiment="fedmac-fig6",
+                   quick=quick, rounds=T, eval_every=every, runs=rows, plots=["fig6.png"])
 
 
 @register_experiment("fedmac-fig2", paper="fedmac",
