@@ -94,30 +94,34 @@ def local_train(opt: LocalOptimizer, x: torch.Tensor, ctx: ClientContext, *,
     -------
     (S, P) local models after K steps.
     """
+    # In place on (S, P) buffers: for a network every out-of-place term is one more pass
+    # over S x P memory, which is what a round of small local steps is bound by.
     x = x.clone()
     m = None if mask is None else mask.to(x.dtype)
     if m is not None:
-        x = x * m
+        x.mul_(m)
     buf = exp_avg = exp_sq = None
     b1, b2 = opt.betas
     for k in range(opt.local_steps):
         X, y, w = ctx.batch(first_step + k, opt.batch_size)
-        g = ctx.problem.grad(x, X, y, w)
+        g = ctx.problem.grad(x, X, y, w)  # a new tensor: updated in place below
         if mu:
-            g = g + mu * (x - anchor)
+            g.add_(x - anchor, alpha=mu)
         if m is not None:
-            g = g * m
-        if opt.optimizer == "adam":
-            exp_avg = (1 - b1) * g if exp_avg is None else b1 * exp_avg + (1 - b1) * g
-            exp_sq = (1 - b2) * g * g if exp_sq is None else b2 * exp_sq + (1 - b2) * g * g
+            g.mul_(m)
+        if opt.optimizer == "adam":  # torch.optim.Adam's update, term for term
+            if exp_avg is None:
+                exp_avg, exp_sq = torch.zeros_like(x), torch.zeros_like(x)
+            exp_avg.mul_(b1).add_(g, alpha=1 - b1)
+            exp_sq.mul_(b2).addcmul_(g, g, value=1 - b2)
             step = k + 1
-            denom = (exp_sq / (1 - b2 ** step)).sqrt() + opt.eps
-            x = x - opt.step_size * (exp_avg / (1 - b1 ** step)) / denom
+            denom = (exp_sq / (1 - b2 ** step)).sqrt_().add_(opt.eps)
+            x.addcdiv_(exp_avg, denom, value=-opt.step_size / (1 - b1 ** step))
         elif opt.momentum:
-            buf = g if buf is None else opt.momentum * buf + g
-            x = x - opt.step_size * buf
+            buf = g if buf is None else buf.mul_(opt.momentum).add_(g)
+            x.sub_(buf, alpha=opt.step_size)
         else:
-            x = x - opt.step_size * g
+            x.sub_(g, alpha=opt.step_size)
         if m is not None:
-            x = x * m
+            x.mul_(m)
     return x

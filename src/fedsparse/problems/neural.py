@@ -371,6 +371,8 @@ class NeuralProblem(Problem):
                 if differentiable:
                     pieces.append(res)
                     order.append(torch.arange(S, device=device)[rows])
+                elif isinstance(rows, slice):  # one chunk of every client: no (S, P) copy
+                    out = res
                 else:
                     out[rows] = res
             for i in torch.nonzero(solo).reshape(-1).tolist():
