@@ -71,7 +71,8 @@ def test_demo_command_line_errors(tmp_path, capsys):
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "x").write_text("mine")
     assert main(["flower", "demo", "--out", str(tmp_path / "full")]) == 2
-    assert "not empty" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "not empty" in err and "--force" in err and "overwrite=True" not in err
     assert (tmp_path / "full" / "x").read_text() == "mine"
     assert not (tmp_path / "o").exists()
 
