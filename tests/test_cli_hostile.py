@@ -622,3 +622,20 @@ def test_an_experiment_that_does_not_take_an_option_says_so(tmp_path):
     finally:
         registry._PYTHON.pop("test-old-style", None)
     assert not (tmp_path / "o").exists()
+
+
+def test_the_declared_output_names_cover_every_file_a_run_writes(tiny, tmp_path):
+    """--force and --resume check kept files against output_patterns before anything
+    runs: the patterns must name every file a run writes (with seeds too)."""
+    from fnmatch import fnmatchcase
+
+    from fedsparse.experiments.config import load_config, resolve_runs
+    from fedsparse.experiments.runner import output_patterns
+
+    out = tmp_path / "out"
+    assert _run(["run", str(tiny), "--out", str(out), "--quiet", "--seeds", "2"])[0] == 0
+    config = load_config(tiny)
+    patterns = output_patterns(config, [r["slug"] for r in resolve_runs(config)])
+    written = set(read_manifest(out).files)
+    assert {"fed-ht/seed-1/history.jsonl", "summary.json"} <= written
+    assert [f for f in written if not any(fnmatchcase(f, p) for p in patterns)] == []
