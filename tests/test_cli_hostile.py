@@ -525,6 +525,27 @@ def test_out_of_memory_is_not_blamed_on_the_output_folder(tiny, tmp_path, monkey
     assert str(out) not in err.split("error:")[1].split("\n")[0]
 
 
+@pytest.mark.skipif(sys.platform != "linux", reason="an address-space cap (RLIMIT_AS)")
+def test_a_run_too_large_for_memory_is_not_blamed_on_the_folder(tiny, tmp_path):
+    """The reported case, under a 3 GiB address-space cap so it fails fast: a billion
+    clients. (A generator that refuses the size up front is as good: exit code 2.)"""
+    import resource
+
+    def cap():
+        resource.setrlimit(resource.RLIMIT_AS, (3 * 2**30, 3 * 2**30))
+
+    out = tmp_path / "out"
+    res = subprocess.run([sys.executable, "-m", "fedsparse.cli", "run", str(tiny), "--out",
+                          str(out), "--quiet", "--set", "data.num_clients=1000000000"],
+                         capture_output=True, text=True, timeout=600, preexec_fn=cap,
+                         env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    err = res.stderr
+    assert res.returncode in (1, 2), err
+    assert "Traceback" not in err and "Cannot allocate memory" not in err, err
+    assert "out of memory" in err or "num_clients" in err, err
+    assert not out.exists()  # nothing was written: no folder left behind
+
+
 def test_a_failure_while_marking_the_folder_keeps_the_real_error(tiny, tmp_path, monkeypatch):
     """Out of memory, the system cannot even list the folder: the user still hears about
     the memory, not "Cannot allocate memory: '<out>'"."""

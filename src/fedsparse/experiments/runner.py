@@ -529,6 +529,8 @@ def output_guard(out: str | Path, *, created: bool, resume_command: str | None =
         try:
             yield out
         except BaseException as exc:
+            if isinstance(exc, MemoryError):  # free what the failed frames still hold,
+                traceback.clear_frames(exc.__traceback__)  # so the folder can be marked
             try:
                 if before and _snapshot(out) == before:
                     # refused before writing anything (e.g. a checkpoint of another run on
