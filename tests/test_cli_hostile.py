@@ -417,6 +417,8 @@ def test_ctrl_c_prints_the_exact_command_that_continues(tiny, tmp_path, monkeypa
     assert expected in err, err
     failed = (out / "FAILED").read_text()
     assert expected in failed and "..." not in failed and "DIR" not in failed
+    # the interrupted run's files are in the manifest with their hashes
+    assert all(read_manifest(out).files.values()) and "FAILED" in read_manifest(out).files
     # the command does what it says
     monkeypatch.setattr("fedsparse.experiments.runner.execute_run", real)
     code, _, err = _run(shlex.split(expected)[1:])
@@ -660,3 +662,42 @@ def test_the_declared_output_names_cover_every_file_a_run_writes(tiny, tmp_path)
     written = set(read_manifest(out).files)
     assert {"fed-ht/seed-1/history.jsonl", "summary.json"} <= written
     assert [f for f in written if not any(fnmatchcase(f, p) for p in patterns)] == []
+
+
+def test_the_recorder_refuses_every_way_of_touching_a_protected_file(tmp_path):
+    import shutil
+
+    from fedsparse.manifest import ProtectedFileError, recording, start_manifest
+
+    folder = tmp_path / "out"
+    (folder / "mine").mkdir(parents=True)
+    (folder / "notes.txt").write_text("mine")
+    (folder / "mine" / "data.npz").write_bytes(b"mine")
+    start_manifest(folder, folder_created=False)
+    attempts = [
+        lambda: (folder / "notes.txt").write_text("x"),
+        lambda: open(folder / "notes.txt", "a"),
+        lambda: os.open(folder / "notes.txt", os.O_WRONLY | os.O_TRUNC),
+        lambda: os.replace(folder / "new.txt", folder / "notes.txt"),
+        lambda: os.rename(folder / "notes.txt", folder / "moved.txt"),
+        lambda: os.remove(folder / "notes.txt"),
+        lambda: (folder / "mine" / "other.npz").write_bytes(b"x"),  # inside the user's folder
+        lambda: shutil.rmtree(folder / "mine"),
+        lambda: shutil.rmtree(folder),
+    ]
+    with recording(folder, protect=["notes.txt", "mine/"]) as written:
+        (folder / "new.txt").write_text("fedsparse's")
+        for attempt in attempts:
+            with pytest.raises(ProtectedFileError, match="did not write"):
+                attempt()
+        (folder / "sub").mkdir()
+        (folder / "sub" / "history.jsonl").write_text("{}")
+    assert (folder / "notes.txt").read_text() == "mine"
+    assert (folder / "mine" / "data.npz").read_bytes() == b"mine"
+    assert not (folder / "mine" / "other.npz").exists()
+    assert written.files == {"new.txt", "sub/history.jsonl"} and written.dirs == {"sub"}
+    manifest = read_manifest(folder)
+    assert set(manifest.files) == {"new.txt", "sub/history.jsonl"}
+    assert manifest.files["new.txt"] == hashlib.sha256(b"fedsparse's").hexdigest()
+    # outside a recording block nothing is refused or recorded
+    (folder / "notes.txt").write_text("edited by the user")

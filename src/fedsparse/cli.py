@@ -134,19 +134,15 @@ def _python_options(name: str, python_exp, args) -> dict:
     return kwargs
 
 
-def _data_seed_of(run: dict):
-    from .experiments.runner import data_seed
-
-    return data_seed(run)
-
-
 def _seeds_text(runs: list[dict]) -> str:
     """"run seed 0, data seed 0" (or the list of each) for the runs of an experiment."""
+    from .experiments.runner import data_seed
+
     def listed(values) -> str:
         values = sorted(set(values))
         return ("s " if len(values) > 1 else " ") + ", ".join(map(str, values))
 
-    data = [d for r in runs if (d := _data_seed_of(r)) is not None]
+    data = [d for r in runs if (d := data_seed(r)) is not None]
     return (f"run seed{listed(r['seed'] for r in runs)}, "
             + (f"data seed{listed(data)}" if data else "data read from files"))
 
@@ -177,11 +173,10 @@ def _guarded(out: Path, created: bool, args, block, *, resumable: bool = True):
             return block()
     except KeyboardInterrupt:
         if has_output(out):
-            again = resume or rerun
             kept = (f"what finished is kept in {out} (see {out / FAILED})"
                     if (out / FAILED).exists() else f"{out} is as it was")
-            print(f"fedsparse: interrupted; {kept}. Continue with:\n  {again}",
-                  file=sys.stderr)
+            how = f"Continue with:\n  {resume}" if resume else f"Start again with:\n  {rerun}"
+            print(f"fedsparse: interrupted; {kept}. {how}", file=sys.stderr)
         else:
             typed = shlex.join(["fedsparse", *(getattr(args, "argv", None) or [])])
             print("fedsparse: interrupted before any result was written (nothing was kept). "
@@ -432,10 +427,12 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                      help="run only this run of a multi-run experiment (repeatable)")
     run.add_argument("--rounds", type=int, help="override the number of rounds of every run")
     run.add_argument("--resume", action="store_true",
-                     help="continue the runs in --out from their checkpoints")
+                     help="continue the runs in --out from their checkpoints (refused where "
+                     "--out holds no earlier run)")
     run.add_argument("--force", action="store_true",
-                     help="replace the results of an earlier run in --out (its files are "
-                     "deleted first; only a folder a fedsparse run wrote)")
+                     help="replace an earlier run in --out: first removes the files fedsparse "
+                     "wrote there (its manifest lists them), unless changed since; your own "
+                     "files stay, and a folder fedsparse did not write is refused")
     run.add_argument("--quick", action="store_true",
                      help="Python experiments only: the same steps at a reduced scale (fewer "
                      "rounds, clients or seeds), to check that everything runs; its numbers "
@@ -478,7 +475,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     sweep.add_argument("--rounds", type=int)
     sweep.add_argument("--out")
     sweep.add_argument("--force", action="store_true",
-                       help="replace the results of an earlier sweep or run in --out")
+                       help="replace an earlier sweep or run in --out (only the files "
+                       "fedsparse wrote there, unless changed since; your own files stay)")
     sweep.set_defaults(func=cmd_sweep)
 
     _add_optional_parsers(sub, only)

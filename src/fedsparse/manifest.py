@@ -389,9 +389,10 @@ def recording(folder: str | Path, *, protect: Iterable[str] = (),
     while the block runs; refuse writes to the ``protect`` paths.
 
     The folder must exist and have a manifest (:func:`start_manifest`). On exit, also
-    after an exception, every recorded file still present gets its hash; files recorded
-    but gone (a temporary file renamed) are dropped. If the folder itself is gone (a run
-    that failed before writing anything removes it), nothing is written.
+    after an exception (whose place a failure here never takes), every recorded file
+    still present gets its hash; files recorded but gone (a temporary file renamed) are
+    dropped. If the folder or its manifest is gone (a run that failed before writing
+    anything removes them), nothing is written.
 
     Parameters
     ----------
@@ -406,6 +407,7 @@ def recording(folder: str | Path, *, protect: Iterable[str] = (),
     """
     folder = Path(folder)
     _install_hook()
+    failed = False
     with open(folder / MANIFEST, "a") as journal:
         rec = _Recorder(folder, set(protect), set(ignore), journal)
         result = Recording(files=rec.files, dirs=rec.dirs)  # live: filled as it runs
@@ -413,11 +415,18 @@ def recording(folder: str | Path, *, protect: Iterable[str] = (),
             _ACTIVE.append(rec)
         try:
             yield result
+        except BaseException:
+            failed = True
+            raise
         finally:
             with _LOCK:
                 _ACTIVE.remove(rec)
-    if result.files or result.dirs:
-        finish(folder, result.files)
+            if result.files or result.dirs:
+                try:
+                    finish(folder, result.files)
+                except Exception:
+                    if not failed:  # never in place of the block's own exception
+                        raise
 
 
 def finish(folder: str | Path, written: Iterable[str]) -> None:

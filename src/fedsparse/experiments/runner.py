@@ -589,10 +589,16 @@ def _what(exc: BaseException) -> str:
 
 def _mark_failed(out: Path, exc: BaseException, *, created: bool, written=None,
                  resume_command: str | None = None, rerun_command: str | None = None) -> None:
+    """Write ``out/FAILED`` (the error, the command that goes on) and mark the folder
+    failed; or, when the block wrote nothing but bookkeeping (``written``: what
+    :func:`fedsparse.manifest.recording` saw; None = judge by what the folder holds),
+    remove that and, if the run created the folder, the folder."""
     if not out.is_dir():
         return
     files = set(written.files) if written is not None else set()
-    if not files - _NO_RESULTS:  # no result written yet: leave no trace
+    results = bool(files - _NO_RESULTS) if written is not None else \
+        any(p.name not in _NO_RESULTS for p in _entries(out))  # unknown: what is there
+    if not results:  # no result written yet: leave no trace
         for rel in files:
             (out / rel).unlink(missing_ok=True)
         for rel in sorted(written.dirs if written is not None else (),
