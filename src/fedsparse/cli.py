@@ -317,9 +317,10 @@ def _seed_comment(name: str) -> str:
             "# neural model's initialisation); `data.seed` draws the data (the synthetic problem,\n"
             "# or the split and subsample of a real data set). Here: "
             f"{_seeds_text(runs)}.\n"
-            "# --set seed=N changes only the run seed (a run with every client in every round,\n"
-            "# full batches and no channel then gives the same numbers); --set data.seed=N\n"
-            "# changes the data; --seeds N repeats every run, adding 0..N-1 to both.\n")
+            "# --set seed=N changes only the run seed (a linear model trained on every client\n"
+            "# in every round, on full batches, over no channel, then gives the same numbers);\n"
+            "# --set data.seed=N changes the data; --seeds N repeats every run, adding 0..N-1\n"
+            "# to both.\n")
 
 
 def cmd_sweep(args) -> int:
@@ -372,20 +373,22 @@ def _leaf_parser(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.A
     return parser
 
 
-def _unknown_options(parser: argparse.ArgumentParser, extra: list[str]) -> str:
+def _unknown_options(parser: argparse.ArgumentParser, extra: list[str],
+                     argv: list[str]) -> str:
     """"unrecognized arguments: ..." with, for each unknown option, the options it may
     have meant."""
     options = [o for a in parser._actions for o in a.option_strings if o.startswith("--")]
     notes = []
-    for i, token in enumerate(extra):
+    for token in extra:
         if not token.startswith("--"):
             continue
         name = token.split("=", 1)[0]
         close = [o for o in options if o.startswith(name)] or \
             difflib.get_close_matches(name, options, n=2, cutoff=0.6)
         if name == "--seed" and "--seeds" in options:
+            after = argv[argv.index(token) + 1:argv.index(token) + 2]
             value = token.split("=", 1)[1] if "=" in token else (
-                extra[i + 1] if i + 1 < len(extra) and extra[i + 1].isdigit() else "N")
+                after[0] if after and after[0].isdigit() else "N")
             notes.append(f"{name} is not an option (options are never abbreviated): the run "
                          f"seed is --set seed={value}, the data seed --set data.seed={value}; "
                          "--seeds N repeats every run over N seeds")
@@ -518,7 +521,7 @@ def main(argv: list[str] | None = None) -> int:
     args, extra = parser.parse_known_args(argv)
     if extra:  # exits with status 2, naming the options the user may have meant
         leaf = _leaf_parser(parser, argv)
-        leaf.error(_unknown_options(leaf, extra))
+        leaf.error(_unknown_options(leaf, extra, argv))
     args.argv = argv  # the exact command, for the messages that say how to go on
     try:
         return args.func(args)
