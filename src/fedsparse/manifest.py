@@ -1,11 +1,11 @@
 """What fedsparse wrote into an output folder, so that ``--force`` removes that and nothing else.
 
-Every folder the command line writes (``run``, ``sweep``, ``flower app``) gets a manifest,
-``.fedsparse-manifest``: JSON lines naming every file and folder fedsparse created there,
-with the SHA-256 of each file as fedsparse left it. ``--force`` then removes exactly the
-files the manifest lists whose content is unchanged; a file the user changed since, and
-any file or folder the manifest does not list, is kept and reported, and a folder without
-a manifest is never emptied.
+Every folder the command line writes (``run``, ``sweep``, ``flower app``, ``flower demo``)
+gets a manifest, ``.fedsparse-manifest``: JSON lines naming every file and folder
+fedsparse created there, with the SHA-256 of each file as fedsparse left it. ``--force``
+then removes exactly the files the manifest lists whose content is unchanged; a file the
+user changed since, and any file or folder the manifest does not list, is kept and
+reported, and a folder without a manifest is never emptied.
 
 How writes are recorded: :func:`recording` installs (once per process) a Python audit hook
 (:func:`sys.addaudithook`) that sees every ``open`` for writing, ``os.rename``/``os.replace``
@@ -18,8 +18,10 @@ block ends, the manifest is rewritten with the hash of every file. The same hook
 folder before the block and is not fedsparse's -- a user's file next to the output is
 never overwritten.
 
-Files written by other processes (Flower's ServerApp, a worker process) are not recorded:
-they count as the user's, which is the safe side (kept, never removed).
+Files written by other processes (a worker process) are not recorded: they count as the
+user's, which is the safe side (kept, never removed). Writers that know exactly what they
+wrote (the Flower app project, the Flower demo, whose history comes from the ServerApp's
+process) list it with :func:`record_files`.
 """
 
 from __future__ import annotations
