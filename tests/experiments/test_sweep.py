@@ -149,7 +149,8 @@ def test_unknown_or_unrecorded_metric_lists_the_recorded_ones(regression):
         run_sweep(config, {"algorithm.step_size": [0.05]}, metric="accuracy", log=_quiet)
 
 
-def test_bad_grid_is_a_config_error(regression, capsys):
+def test_bad_grid_is_a_config_error(regression, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the default --out, runs/NAME-sweep, goes there
     config = load_config(regression)
     with pytest.raises(ConfigError, match="must be a non-empty list"):
         run_sweep(config, {"algorithm.step_size": []}, log=_quiet)
