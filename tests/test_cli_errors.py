@@ -193,9 +193,10 @@ def test_experiment_and_command_errors(tiny, tmp_path):
     _check(["run", str(tmp_path / "missing.toml")], ["does not exist"])
     _check(["run", str(tmp_path), "--out", str(tmp_path / "b")], ["not a file"])
     _check(["sweep", str(tiny)], ["--grid"])
-    for opt in (["--resume"], ["--set", "rounds=3"], ["--rounds", "3"], ["--only", "x"]):
+    # what a Python experiment cannot take (it takes --rounds, --seeds, --resume, --quick)
+    for opt in (["--set", "rounds=3"], ["--only", "x"], ["--seeds", "2", "--band", "ci95"]):
         _check(["run", "fig6-mnist5k", "--out", str(tmp_path / "c"), *opt],
-               ["Python experiment", opt[0], "fedht-fig6-mnist5k"])
+               ["Python experiment", opt[-2], "fedht-fig6-mnist5k"])
     assert not (tmp_path / "c").exists()
 
 

@@ -113,7 +113,8 @@ def save_checkpoint(path: Path, payload: dict) -> None:
     """Write a checkpoint atomically (a crash mid-write keeps the previous one)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    torch.save(payload, tmp)
+    with open(tmp, "wb") as fh:  # Python's open, so fedsparse.manifest records the file
+        torch.save(payload, fh)
     os.replace(tmp, path)
 
 

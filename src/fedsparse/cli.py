@@ -11,8 +11,10 @@ import argparse
 import datetime
 import difflib
 import importlib.util
+import inspect
 import json
 import re
+import shlex
 import sys
 import tomllib
 from pathlib import Path
@@ -20,6 +22,8 @@ from pathlib import Path
 from ._validation import ConfigError
 
 DEFAULT_EXPERIMENT = "fedht-default"
+#: What a command run under :func:`_guarded` returns when Ctrl-C stopped it.
+INTERRUPTED = object()
 #: A number TOML does not accept but a user types (".5", "1.", "1E3").
 _NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
 
@@ -89,37 +93,108 @@ def _apply_overrides(config: dict, assignments, rounds) -> dict:
     return apply_overrides(config, assignments or (), rounds)
 
 
-def _python_only(name: str, python_exp, args) -> None:
-    """Refuse the options a Python experiment would ignore."""
-    from .experiments.registry import INFO, has_quick
+#: Options of ``run`` a Python experiment cannot take: it is not a list of config runs.
+_TOML_ONLY = (("--set", "set"), ("--only", "only"), ("--band", "band"))
+#: The options ``run`` passes to a Python experiment function, by parameter name.
+_PYTHON_OPTIONS = {"quick": "--quick", "rounds": "--rounds", "seeds": "--seeds",
+                   "resume": "--resume", "device": "--device"}
 
-    given = [opt for opt, on in (("--set", args.set), ("--rounds", args.rounds is not None),
-                                 ("--only", args.only), ("--resume", args.resume),
-                                 ("--seeds", args.seeds is not None),
-                                 ("--band", args.band)) if on]
+
+def _python_options(name: str, python_exp, args) -> dict:
+    """The keyword arguments of the Python experiment ``name`` from the command line:
+    ``quick``, ``rounds``, ``seeds``, ``resume`` and ``device`` (None / False = the
+    experiment's own default). Refuses the options it cannot take."""
+    from ._validation import check_int
+    from .experiments.registry import INFO
+
+    given = [opt for opt, attr in _TOML_ONLY if getattr(args, attr, None)]
     if given:
         base = getattr(INFO.get(name), "config", None)
         hint = (f"; its runs are the TOML experiment {base!r}: fedsparse run {base} "
-                f"{' '.join(given)} ... (without the f* reference)") if base else ""
+                f"{' '.join(given)} ... runs them alone, without the Python experiment's "
+                "own steps") if base else ""
         verb = "applies" if len(given) == 1 else "apply"
         raise ConfigError(f"{name!r} is a Python experiment: {', '.join(given)} {verb} to "
                           f"TOML experiments only{hint}")
-    if args.quick and not has_quick(python_exp.fn):
-        raise ConfigError(f"--quick: the Python experiment {name!r} has no quick form")
+    values = {"quick": args.quick, "rounds": args.rounds, "seeds": args.seeds,
+              "resume": args.resume, "device": getattr(args, "device", None)}
+    if values["rounds"] is not None:
+        check_int("--rounds", values["rounds"], minimum=1)
+    if values["seeds"] is not None:
+        check_int("--seeds", values["seeds"], minimum=1)
+    params = inspect.signature(python_exp.fn).parameters
+    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    kwargs = {}
+    for key, value in values.items():
+        if key in params or takes_any:
+            kwargs[key] = value
+        elif value not in (None, False):
+            raise ConfigError(f"{_PYTHON_OPTIONS[key]}: the Python experiment {name!r} does "
+                              "not take it")
+    return kwargs
+
+
+def _seeds_text(runs: list[dict]) -> str:
+    """"run seed 0, data seed 0" (or the list of each) for the runs of an experiment."""
+    from .experiments.runner import data_seed
+
+    def listed(values) -> str:
+        values = sorted(set(values))
+        return ("s " if len(values) > 1 else " ") + ", ".join(map(str, values))
+
+    data = [d for r in runs if (d := data_seed(r)) is not None]
+    return (f"run seed{listed(r['seed'] for r in runs)}, "
+            + (f"data seed{listed(data)}" if data else "data read from files"))
+
+
+def _command(args, out: Path, *, add: str | None = None, drop=("--force", "--resume")) -> str:
+    """The exact command line the user typed, without ``drop`` and with ``add`` (e.g.
+    ``--resume``), naming ``out`` even where the user left --out to its default."""
+    argv = list(getattr(args, "argv", None) or ["run", args.experiment or ""])
+    tokens = [t for t in argv if t not in drop]
+    if add:
+        tokens.append(add)
+    if not any(t == "--out" or t.startswith("--out=") for t in tokens):
+        tokens += ["--out", str(out)]
+    return shlex.join(["fedsparse", *tokens])
+
+
+def _guarded(out: Path, created: bool, args, block, *, resumable: bool = True):
+    """``block()`` under :func:`output_guard`; on Ctrl-C, print the exact command that
+    continues (or, if nothing was kept, starts again) and return :data:`INTERRUPTED`."""
+    from .experiments.runner import FAILED, has_output, output_guard
+
+    if resumable:
+        resume, rerun = _command(args, out, add="--resume"), None
+    else:
+        resume, rerun = None, _command(args, out, add="--force", drop=("--force",))
+    try:
+        with output_guard(out, created=created, resume_command=resume, rerun_command=rerun):
+            return block()
+    except KeyboardInterrupt:
+        if has_output(out):
+            kept = (f"what finished is kept in {out} (see {out / FAILED})"
+                    if (out / FAILED).exists() else f"{out} is as it was")
+            how = f"Continue with:\n  {resume}" if resume else f"Start again with:\n  {rerun}"
+            print(f"fedsparse: interrupted; {kept}. {how}", file=sys.stderr)
+        else:
+            typed = shlex.join(["fedsparse", *(getattr(args, "argv", None) or [])])
+            print("fedsparse: interrupted before any result was written (nothing was kept). "
+                  f"Start again with:\n  {typed}", file=sys.stderr)
+        return INTERRUPTED
 
 
 def cmd_run(args) -> int:
     from .experiments.config import resolve_runs, select_runs
-    from .experiments.runner import output_guard, prepare_output, run_experiment
+    from .experiments.runner import output_patterns, prepare_output, run_experiment
 
     name, config, python_exp = resolve_experiment(args.experiment)
-    out = Path(args.out or Path("runs") / name)
+    out = Path(args.out or Path("runs") / name).expanduser()
     if python_exp is not None:
-        _python_only(name, python_exp, args)
-        created = prepare_output(out, force=args.force)
+        kwargs = _python_options(name, python_exp, args)
+        created = prepare_output(out, resume=args.resume, force=args.force)
         print(f"fedsparse run {name} -> {out}")
-        with output_guard(out, created=created):
-            summary = python_exp.fn(out, quick=args.quick) if args.quick else python_exp.fn(out)
+        summary = _guarded(out, created, args, lambda: python_exp.fn(out, **kwargs))
     else:
         if args.quick:
             from .experiments.registry import has_quick, python_experiments
@@ -129,11 +204,15 @@ def cmd_run(args) -> int:
                               f"(the Python experiments {', '.join(quick)} have one); for a "
                               "shorter run give --rounds N")
         if args.only:  # by the config's own labels, before --set may change them
-            compare = config.get("compare")
+            compare, claims = config.get("compare"), config.get("claims", [])
             config = select_runs(config, args.only)
             if compare and "compare" not in config:
                 print(f"note: no comparison: the reference run {compare.get('reference')!r} "
                       "is not among the --only runs")
+            left_out = len(claims) - len(config.get("claims", []))
+            if left_out:
+                print(f"note: {left_out} of the config's {len(claims)} claims compare runs "
+                      "that --only leaves out: they are not tested here")
         config = _apply_overrides(config, args.set, args.rounds)
         if args.band:
             if not args.seeds:
@@ -141,13 +220,16 @@ def cmd_run(args) -> int:
                                   "--seeds N (N >= 2) as well")
             config["plot"] = {**config.get("plot", {}), "band": args.band}
         runs = resolve_runs(config)  # every check before --out is touched
-        created = prepare_output(out, resume=args.resume, force=args.force,
-                                 slugs=[r["slug"] for r in runs])
-        print(f"fedsparse run {name} -> {out}")
-        with output_guard(out, created=created):
-            summary = run_experiment(config, out, resume=args.resume,
-                                     progress=False if args.quiet else None, seeds=args.seeds)
-    print(f"wrote {out}/ : " + ", ".join([*summary.get("plots", []), "summary.json"]))
+        slugs = [r["slug"] for r in runs]
+        created = prepare_output(out, resume=args.resume, force=args.force, slugs=slugs,
+                                 writes=output_patterns(config, slugs))
+        print(f"fedsparse run {name} -> {out} ({_seeds_text(runs)})")
+        summary = _guarded(out, created, args, lambda: run_experiment(
+            config, out, resume=args.resume, progress=False if args.quiet else None,
+            seeds=args.seeds))
+    if summary is INTERRUPTED:
+        return 130
+    print(f"wrote {out}/ : " + ", ".join([*(summary or {}).get("plots", []), "summary.json"]))
     return 0
 
 
@@ -177,10 +259,11 @@ def cmd_list(args) -> int:
         print("  " + "  ".join(c.ljust(w) for c, w in zip(row[1:5], widths, strict=True))
               + "  " + row[5])
     needs = {n.short: n for r in rows for n in r.needs}
-    print("\nTOML experiments take --set, --rounds, --only, --resume and work with "
-          "`fedsparse sweep`;\nPython experiments add steps a config cannot express and "
-          "take --quick (a seconds-long version).\nRUNTIME: the full run, roughly, on one "
-          "CPU core.")
+    print("\nTOML experiments take --set, --rounds, --only, --seeds, --resume and work with "
+          "`fedsparse sweep`;\nPython experiments add steps a config cannot express; they "
+          "take --rounds, --seeds, --resume and\n--quick (the same steps at a reduced scale, "
+          "to check that everything runs: its numbers do not\nreproduce the paper's).\n"
+          "RUNTIME: the full run, roughly, on one CPU core.")
     if needs:
         print("NEEDS:")
         w = max(map(len, needs))
@@ -213,13 +296,36 @@ def cmd_show(args) -> int:
         raise ConfigError(f"experiment {name!r} is not a named experiment.{_suggest(name, known)}"
                           " `fedsparse list` shows them all.")
     header, text = shown_config(name)
-    sys.stdout.write(header + text)
+    sys.stdout.write(header + _seed_comment(name) + text)
     return 0
 
 
+def _seed_comment(name: str) -> str:
+    """Comment lines saying which seed is which and their values in ``name``'s runs."""
+    from .experiments.config import load_config, resolve_runs
+    from .experiments.registry import INFO, toml_experiments
+
+    tomls = toml_experiments()
+    path = tomls.get(name) or tomls.get(getattr(INFO.get(name), "config", None) or "")
+    if path is None:
+        return ""
+    try:
+        runs = resolve_runs(load_config(path))
+    except ConfigError:
+        return ""
+    return ("# Seeds: `seed` is the run seed (client sampling, channel drops, mini-batches, a\n"
+            "# neural model's initialisation); `data.seed` draws the data (the synthetic problem,\n"
+            "# or the split and subsample of a real data set). Here: "
+            f"{_seeds_text(runs)}.\n"
+            "# --set seed=N changes only the run seed (a linear model trained on every client\n"
+            "# in every round, on full batches, over no channel, then gives the same numbers);\n"
+            "# --set data.seed=N changes the data; --seeds N repeats every run, adding 0..N-1\n"
+            "# to both.\n")
+
+
 def cmd_sweep(args) -> int:
-    from .experiments.runner import output_guard, prepare_output
-    from .experiments.sweep import run_sweep
+    from .experiments.runner import prepare_output
+    from .experiments.sweep import SWEEP_FILES, run_sweep
 
     if not args.grid:  # before loading anything: a sweep without a grid runs nothing
         raise ConfigError("sweep needs at least one --grid FIELD=[V1, V2, ...], e.g. "
@@ -230,14 +336,66 @@ def cmd_sweep(args) -> int:
     config = _apply_overrides(config, args.set, args.rounds)
     grid = dict(args.grid)
     out = Path(args.out or Path("runs") / f"{name}-sweep").expanduser()
-    created = prepare_output(out, force=args.force, resumable=False)  # never replaced silently
-    with output_guard(out, created=created):
-        result = run_sweep(config, grid, out=out, metric=args.metric, maximize=args.maximize,
-                           seeds=args.seeds, jobs=args.jobs)
+    created = prepare_output(out, force=args.force, resumable=False,  # never replaced silently
+                             writes=[*SWEEP_FILES, "FAILED"])
+    result = _guarded(out, created, args, lambda: run_sweep(
+        config, grid, out=out, metric=args.metric, maximize=args.maximize, seeds=args.seeds,
+        jobs=args.jobs), resumable=False)
+    if result is INTERRUPTED:
+        return 130
     print(json.dumps(result["best"], indent=2))
     print(f"wrote {out}/ : {', '.join(result['files'])}; `fedsparse run {out}/tuned.toml"
           f"{f' --seeds {args.seeds}' if args.seeds else ''}` reruns the winners")
     return 0
+
+
+class _Parser(argparse.ArgumentParser):
+    """An argument parser that takes options only as written in full.
+
+    argparse's default prefix matching would read ``--seed 7`` as ``--seeds 7`` (seven
+    replicates) and ``--for`` as ``--force``; here an unknown option is a usage error that
+    names the options it resembles. Every sub-command's parser is of this class
+    (``add_subparsers`` gives sub-parsers their parent's class), the optional ``data``
+    and ``flower`` commands included.
+    """
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
+
+def _leaf_parser(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.ArgumentParser:
+    """The sub-command parser that ``argv`` reaches (``fedsparse flower app ...`` -> app)."""
+    for token in argv:
+        subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        if subs and token in subs[0].choices:
+            parser = subs[0].choices[token]
+    return parser
+
+
+def _unknown_options(parser: argparse.ArgumentParser, extra: list[str],
+                     argv: list[str]) -> str:
+    """"unrecognized arguments: ..." with, for each unknown option, the options it may
+    have meant."""
+    options = [o for a in parser._actions for o in a.option_strings if o.startswith("--")]
+    notes = []
+    for token in extra:
+        if not token.startswith("--"):
+            continue
+        name = token.split("=", 1)[0]
+        close = [o for o in options if o.startswith(name)] or \
+            difflib.get_close_matches(name, options, n=2, cutoff=0.6)
+        if name == "--seed" and "--seeds" in options:
+            after = argv[argv.index(token) + 1:argv.index(token) + 2]
+            value = token.split("=", 1)[1] if "=" in token else (
+                after[0] if after and after[0].isdigit() else "N")
+            notes.append(f"{name} is not an option (options are never abbreviated): the run "
+                         f"seed is --set seed={value}, the data seed --set data.seed={value}; "
+                         "--seeds N repeats every run over N seeds")
+        elif close:
+            notes.append(f"{name} is not an option (options are never abbreviated); did you "
+                         f"mean {' or '.join(close)}?")
+    return f"unrecognized arguments: {' '.join(extra)}" + "".join(f"\n  {n}" for n in notes)
 
 
 def _version() -> str:
@@ -255,7 +413,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         torch or Flower to build their parsers, so only that one is built in full; the
         others get a one-line placeholder for ``--help``. None builds them all.
     """
-    parser = argparse.ArgumentParser(prog="fedsparse", description="Sparse federated learning.")
+    parser = _Parser(prog="fedsparse", description="Sparse federated learning.")
     parser.add_argument("--version", action="version", version=f"fedsparse {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -272,12 +430,16 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                      help="run only this run of a multi-run experiment (repeatable)")
     run.add_argument("--rounds", type=int, help="override the number of rounds of every run")
     run.add_argument("--resume", action="store_true",
-                     help="continue the runs in --out from their checkpoints")
+                     help="continue the runs in --out from their checkpoints (refused where "
+                     "--out holds no earlier run)")
     run.add_argument("--force", action="store_true",
-                     help="replace the results of an earlier run in --out (its files are "
-                     "deleted first; only a folder a fedsparse run wrote)")
+                     help="replace an earlier run in --out: first removes the files fedsparse "
+                     "wrote there (its manifest lists them), unless changed since; your own "
+                     "files stay, and a folder fedsparse did not write is refused")
     run.add_argument("--quick", action="store_true",
-                     help="Python experiments: a seconds-long version")
+                     help="Python experiments only: the same steps at a reduced scale (fewer "
+                     "rounds, clients or seeds), to check that everything runs; its numbers "
+                     "do not reproduce the paper's. How long each takes: fedsparse list")
     run.add_argument("--quiet", action="store_true", help="no progress bars")
     run.add_argument("--seeds", type=int, metavar="N",
                      help="run every run N times, replicate k adding k to its run seed and "
@@ -316,7 +478,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     sweep.add_argument("--rounds", type=int)
     sweep.add_argument("--out")
     sweep.add_argument("--force", action="store_true",
-                       help="replace the results of an earlier sweep or run in --out")
+                       help="replace an earlier sweep or run in --out (only the files "
+                       "fedsparse wrote there, unless changed since; your own files stay)")
     sweep.set_defaults(func=cmd_sweep)
 
     _add_optional_parsers(sub, only)
@@ -355,12 +518,21 @@ def _command_of(argv: list[str]) -> str:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser(only=_command_of(argv))
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # exits with status 2, naming the options the user may have meant
+        leaf = _leaf_parser(parser, argv)
+        leaf.error(_unknown_options(leaf, extra, argv))
+    args.argv = argv  # the exact command, for the messages that say how to go on
     try:
         return args.func(args)
     except ConfigError as exc:
         print(f"fedsparse: error: {exc}", file=sys.stderr)
         return 2
+    except MemoryError:
+        print("fedsparse: error: out of memory (MemoryError): the run needs more memory "
+              "than this machine has; make it smaller (fewer data.num_clients or "
+              "samples, a smaller data.dim or model, fewer --seeds)", file=sys.stderr)
+        return 1
     except OSError as exc:  # a file that vanished, a full disk: say so, no traceback
         print(f"fedsparse: error: {exc}", file=sys.stderr)
         return 1

@@ -106,13 +106,14 @@ class History:
         Raises
         ------
         ImportError
-            when pandas is not installed (it is optional: ``pip install pandas``).
+            when pandas is not installed (it is optional: the ``report`` extra,
+            ``pip install 'fedsparse[report]'``).
         """
         try:
             import pandas as pd
         except ImportError:
             raise ImportError("History.to_pandas() needs pandas, an optional dependency: "
-                              "pip install pandas") from None
+                              "pip install 'fedsparse[report]' (or pip install pandas)") from None
         if seeds and self.seeds:
             frames = []
             for i, h in enumerate(self.seeds):
@@ -124,7 +125,8 @@ class History:
         return pd.DataFrame.from_records(rows, columns=self.fields())
 
     def plot(self, metric: str = "objective", x: str = "round", ax=None, *,
-             label: str | None = None, band: str | None = "std", **kwargs):
+             label: str | None = None, band: str | None = "std", logy: bool | None = None,
+             **kwargs):
         """Draw ``metric`` against ``x`` (round 0 included) on a matplotlib axes.
 
         Parameters
@@ -135,6 +137,9 @@ class History:
         label : legend entry (default the metric name).
         band : for a mean over seeds, shade mean ± std (sample standard deviation,
             "std"), a 95% confidence interval of the mean ("ci95"), or nothing (None).
+        logy : log-scale y axis (non-positive values are left out); None = automatic: a
+            log axis when the values are positive and span two decades or more (an
+            objective falling to 1e-25 stays readable), never for accuracy-like metrics.
         **kwargs : passed to ``ax.plot`` (color, linestyle, marker, ...).
 
         Returns
@@ -157,7 +162,12 @@ class History:
             from ._validation import fail
 
             raise fail("band", band, '"std", "ci95" or None')
-        draw_history(ax, self, y=metric, x=x, label=label or metric, band=band, **kwargs)
+        if logy is None:
+            from .report.plots import auto_log
+
+            logy = auto_log(metric, self.column(metric, with_initial=True))
+        draw_history(ax, self, y=metric, x=x, label=label or metric, band=band, logy=logy,
+                     **kwargs)
         return ax
 
     def save(self, directory: str | Path) -> None:

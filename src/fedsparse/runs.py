@@ -21,7 +21,9 @@ def load_run(directory: str | Path) -> dict[str, History]:
     Parameters
     ----------
     directory : the folder given to ``fedsparse run --out`` (holding ``summary.json``,
-        ``config.toml`` and one sub-folder per run with ``history.jsonl``).
+        ``config.toml`` and one sub-folder per run with ``history.jsonl``), or a folder
+        holding one ``history.jsonl`` itself: the output of ``fedsparse flower demo`` or
+        of a Flower job's ``flower.out_dir``.
 
     Returns
     -------
@@ -32,7 +34,8 @@ def load_run(directory: str | Path) -> dict[str, History]:
         ``diverged`` and ``diverged_round``. A run made with ``--seeds`` is the mean over
         its seeds, with the per-seed Histories in ``History.seeds``.
         Without a summary.json (a run that did not finish), every sub-folder holding a
-        ``history.jsonl`` is read, keyed by folder name.
+        ``history.jsonl`` is read, keyed by folder name; a folder that holds a
+        ``history.jsonl`` itself (a Flower run) gives ``{folder name: History}``.
 
     Raises
     ------
@@ -43,12 +46,15 @@ def load_run(directory: str | Path) -> dict[str, History]:
     if not directory.is_dir():
         raise fail("directory", str(directory), "must be a folder written by fedsparse run")
     summary_path = directory / "summary.json"
+    if not summary_path.exists() and (directory / "history.jsonl").is_file():
+        return {directory.resolve().name: History.load(directory)}
     if not summary_path.exists():
         found = {p.name: _load(p) for p in sorted(directory.iterdir())
                  if (p / "history.jsonl").exists()}
         if not found:
-            raise fail("directory", str(directory), "holds neither a summary.json nor run "
-                       "folders with a history.jsonl: it is not a fedsparse run folder")
+            raise fail("directory", str(directory), "holds neither a summary.json nor a "
+                       "history.jsonl, nor run folders with one: it is not a fedsparse run "
+                       "folder")
         return found
     with open(summary_path) as fh:
         summary = json.load(fh)

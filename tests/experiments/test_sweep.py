@@ -149,7 +149,8 @@ def test_unknown_or_unrecorded_metric_lists_the_recorded_ones(regression):
         run_sweep(config, {"algorithm.step_size": [0.05]}, metric="accuracy", log=_quiet)
 
 
-def test_bad_grid_is_a_config_error(regression, capsys):
+def test_bad_grid_is_a_config_error(regression, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the default --out, runs/NAME-sweep, goes there
     config = load_config(regression)
     with pytest.raises(ConfigError, match="must be a non-empty list"):
         run_sweep(config, {"algorithm.step_size": []}, log=_quiet)
@@ -179,3 +180,34 @@ def test_seeds_compare_means_and_a_diverging_seed_disqualifies(regression):
     for best in result["best"].values():
         assert best["params"] == {"algorithm.step_size": 0.05} and best["n"] == 2
     json.dumps(result["best"], allow_nan=False)
+
+
+def test_the_table_shows_the_spread_over_seeds(regression):
+    result = run_sweep(load_config(regression), {"algorithm.step_size": [0.01, 0.05]},
+                       seeds=2, log=_quiet)
+    lines = result["pivot"].splitlines()
+    assert "± std over 2 seeds" in lines[0]
+    row = next(line for line in lines if line.startswith("FedIter-HT"))
+    std = next(r for r in result["rows"] if r["run"] == "FedIter-HT"
+               and r["algorithm.step_size"] == 0.05)["objective_std"]
+    assert f"±{std:.2g}" in row
+    single = run_sweep(load_config(regression), {"algorithm.step_size": [0.05]}, log=_quiet)
+    assert "±" not in single["pivot"]
+
+
+def test_sweep_plot_uses_a_log_axis_for_values_of_different_scales():
+    from fedsparse.report.plots import sweep_figure
+
+    table = {"regression": [{"x": 0.1, "value": 40.0, "diverged": False},
+                            {"x": 1.0, "value": 12.0, "diverged": False}],
+             "classification": [{"x": 0.1, "value": 0.7, "diverged": False},
+                                {"x": 1.0, "value": 0.2, "diverged": False}]}
+    fig = sweep_figure(table, field="algorithm.step_size", metric="objective")
+    assert fig.axes[0].get_yscale() == "log"
+    close = {"a": [{"x": 0.1, "value": 0.5, "diverged": False},
+                   {"x": 1.0, "value": 0.3, "diverged": False}]}
+    assert sweep_figure(close, field="s", metric="objective").axes[0].get_yscale() == "linear"
+    negative = {"a": [{"x": 0.1, "value": -40.0, "diverged": False},
+                      {"x": 1.0, "value": 0.2, "diverged": False}]}
+    assert sweep_figure(negative, field="s", metric="objective").axes[0].get_yscale() == \
+        "linear"

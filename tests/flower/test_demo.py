@@ -71,7 +71,8 @@ def test_demo_command_line_errors(tmp_path, capsys):
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "x").write_text("mine")
     assert main(["flower", "demo", "--out", str(tmp_path / "full")]) == 2
-    assert "not empty" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "not empty" in err and "--force" in err and "overwrite=True" not in err
     assert (tmp_path / "full" / "x").read_text() == "mine"
     assert not (tmp_path / "o").exists()
 
@@ -128,6 +129,13 @@ def test_demo_runs_two_rounds_and_stops_every_process(tmp_path, capsys):
     assert rows[-1]["objective"] > 0  # evaluated on the nodes at the end
     assert (out / "model.npy").exists()
     assert "round 2/2: 2/2 delivered" in printed.out
+    # the results come back with load_run, and a later --force knows the demo's files
+    import fedsparse as fs
+    from fedsparse.manifest import read_manifest
+
+    assert [r["round"] for r in fs.load_run(out)["demo"].records] == [1, 2]
+    assert {"history.jsonl", "model.npy"} <= set(read_manifest(out).files)
+    assert f"fedsparse.load_run({str(out)!r})" in printed.out
     # Nothing carrying the demo's FLWR_HOME is left, and the SuperLink's port is closed.
     assert _leftovers(out) == []
     port = int(printed.out.split("SuperLink on 127.0.0.1:")[1].split()[0])
@@ -165,3 +173,28 @@ def test_flower_app_refuses_what_it_would_drop_or_defer(tmp_path, capsys, args, 
     err = capsys.readouterr().err
     assert err.startswith("fedsparse flower app: error:") and expected in err
     assert not (out / "pyproject.toml").exists()
+
+
+def test_demo_force_replaces_only_the_earlier_demos_own_files(tmp_path):
+    import torch
+
+    from fedsparse.flower.demo import _prepare_out, _record_demo_files
+    from fedsparse.history import History
+
+    out = tmp_path / "demo"
+    workdir = _prepare_out(out, False, "--force")
+    (workdir / "logs").mkdir()
+    (workdir / "logs" / "superlink.log").write_text("log")
+    History(records=[{"round": 1}], initial={"round": 0}, model=torch.zeros(2)).save(out)
+    _record_demo_files(out, workdir)  # what run_demo does when it ends
+    (out / "notes.txt").write_text("mine")
+    with pytest.raises(ConfigError, match="--force"):
+        _prepare_out(out, False, "--force")
+    (out / "history.csv").write_text("my edit\n")
+    with pytest.raises(ConfigError, match="history.csv"):  # changed: not overwritten
+        _prepare_out(out, True, "--force")
+    assert (out / "history.csv").read_text() == "my edit\n"
+    (out / "history.csv").unlink()
+    _prepare_out(out, True, "--force")
+    assert (out / "notes.txt").read_text() == "mine"
+    assert not (out / "history.jsonl").exists() and not (workdir / "logs").exists()

@@ -189,13 +189,22 @@ def verdicts(claims: list[dict], panels: dict[str, dict[str, History]]) -> list[
     return out
 
 
-def format_verdicts(paper_claim: str, results: list[dict]) -> list[str]:
+def format_verdicts(paper_claim: str, results: list[dict],
+                    stated: list[dict] | None = None) -> list[str]:
     """The lines the command line prints: the paper's claim, then each checked claim's
-    verdict and what was measured."""
+    verdict and what was measured.
+
+    Parameters
+    ----------
+    stated : the config's ``claims`` entry: an empty list when it had claims that
+        ``--only`` dropped (their runs were left out), None when it states none.
+    """
     lines = [f"Paper's claim: {paper_claim}"] if paper_claim else []
     if paper_claim and not results:
-        lines.append("  verdict: not tested here (this experiment states no checkable "
-                     "claim; its results page compares it with the paper)")
+        lines.append("  not tested here: the config's claims compare runs that --only left "
+                     "out" if stated == [] else
+                     "  verdict: none: the config states this claim in words only, with no "
+                     "check fedsparse can run on its runs")
     for r in results:
         lines.append(f"  {r['verdict'].upper()}: {r['text']}")
         for panel, verdict, detail in r["details"]:

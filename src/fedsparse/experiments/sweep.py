@@ -35,6 +35,8 @@ from .config import METRICS, RUN_KEYS, build_algorithm, build_problem, resolve_r
 from .runner import _data, execute_run, recordable_metrics
 from .seeds import best_direction, check_seeds, divergence, spread, strict_json, with_seed
 
+#: The files a sweep writes into its output folder.
+SWEEP_FILES = ("sweep.csv", "best.json", "sweep.png", "tuned.toml")
 #: Data sets built by a worker process of a parallel sweep, reused by its later points.
 _WORKER_DATA: dict = {}
 
@@ -241,7 +243,9 @@ def _progress_line(row: dict, point: dict, metric: str) -> str:
 def pivot_table(rows: list[dict], points: list[dict], keys: list[str], metric: str,
                 best: dict, up: bool) -> str:
     """The sweep as text: one line per run, one column per grid point, ``*`` on each run's
-    best point, ``div@r`` where the run diverged at round r."""
+    best point, ``div@r`` where the run diverged at round r; over seeds each cell is
+    ``mean±std`` (sample standard deviation)."""
+    n_seeds = max((r.get("n_seeds", 1) for r in rows), default=1)
     header = ["run"] + [_column_name(p) for p in points]
     table = [header]
     for i, key in enumerate(keys):
@@ -252,12 +256,15 @@ def pivot_table(rows: list[dict], points: list[dict], keys: list[str], metric: s
                 line.append(f"div@{row['diverged_round']}")
                 continue
             mark = "*" if best[key]["params"] == points[p] else ""
-            line.append(f"{row[metric]:.4g}{mark}")
+            std = row.get(f"{metric}_std") if n_seeds > 1 else None
+            line.append(f"{row[metric]:.4g}" + (f"±{std:.2g}" if std is not None else "")
+                        + mark)
         table.append(line)
     widths = [max(len(r[c]) for r in table) for c in range(len(header))]
     fields = ", ".join(points[0]) if points else ""
-    title = (f"{metric} at the last round by {fields} ({'higher' if up else 'lower'} is "
-             "better; * = best per run, div@r = diverged at round r)")
+    spread_note = f", mean ± std over {n_seeds} seeds" if n_seeds > 1 else ""
+    title = (f"{metric} at the last round by {fields}{spread_note} ({'higher' if up else 'lower'}"
+             " is better; * = best per run, div@r = diverged at round r)")
     lines = ["  ".join(cell.rjust(w) if c else cell.ljust(w) for c, (cell, w) in
                        enumerate(zip(r, widths, strict=True))) for r in table]
     return "\n".join([title, *lines])

@@ -13,21 +13,41 @@ Flower 1.41 keeps SuperLink connections (the old ``[tool.flwr.federations]``) in
 ``$FLWR_HOME/config.toml`` rather than in pyproject.toml; ``flwr run`` on a pyproject
 with federations migrates them there and rewrites the file. So the project ships them
 as ``flower-config.toml`` and :func:`write_app_project` can merge them into a Flower
-home directly (``flwr_home=``).
+home directly (``flwr_home=``): only into a ``config.toml`` that is Flower's (it has a
+``[superlink]`` table, or is new or empty), keeping the earlier file as a backup.
+
+The project folder gets a manifest (:mod:`fedsparse.manifest`) of the files written, so
+``overwrite`` (``--force``) rewrites only those, and only while unchanged: a README or
+pyproject.toml the user wrote or edited is never overwritten, and other files in the
+folder (node data, notes) stay.
 """
 
 from __future__ import annotations
 
+import datetime
 import re
 import tomllib
+from collections.abc import Callable
 from pathlib import Path
 
 import tomli_w
 
 from .._validation import ConfigError, check_int
+from ..manifest import (
+    colliding,
+    describe,
+    inventory,
+    read_manifest,
+    record_files,
+    remove_ours,
+    start_manifest,
+)
 from .job import Job, job_from_config, job_to_run_config
 
 PACKAGE = "fedsparse_app"
+#: The files of an app project, relative to its folder.
+PROJECT_FILES = ("pyproject.toml", "flower-config.toml", "README.md", f"{PACKAGE}/__init__.py",
+                 f"{PACKAGE}/server_app.py", f"{PACKAGE}/client_app.py")
 
 _MODULE = '''"""{what} of this fedsparse job: fedsparse's own, configured by the run config."""
 
@@ -101,37 +121,120 @@ def connections(*, address: str, root_certificates: str | None,
     }}
 
 
-def merge_flower_config(flwr_home: str | Path, extra: dict) -> Path:
+def read_flower_config(flwr_home: str | Path, option: str = "flwr_home") -> dict:
+    """The Flower configuration ``FLWR_HOME/config.toml`` as a dict ({} when there is none).
+
+    Raises
+    ------
+    ConfigError
+        naming ``option`` when the file exists and is not Flower's: not TOML, or without
+        the ``[superlink]`` table Flower keeps its connections in (an unrelated
+        ``config.toml`` is never edited).
+    """
+    home = Path(flwr_home).expanduser()
+    path = home / "config.toml"
+    if home.exists() and not home.is_dir():
+        raise ConfigError(f"{option}={str(home)!r} is invalid: it is a file; give Flower's "
+                          "home directory (FLWR_HOME)")
+    if not path.exists():
+        return {}
+    try:
+        current = tomllib.loads(path.read_text())
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError, OSError) as exc:
+        raise ConfigError(f"{option}={str(home)!r} is invalid: {str(path)!r} is not a Flower "
+                          f"configuration ({exc}); nothing was changed: give Flower's home "
+                          "directory (FLWR_HOME)") from None
+    if current and not isinstance(current.get("superlink"), dict):
+        raise ConfigError(f"{option}={str(home)!r} is invalid: {str(path)!r} is not a Flower "
+                          f"configuration (no [superlink] table; it has "
+                          f"{', '.join(sorted(current))}); nothing was changed: give Flower's "
+                          "home directory (FLWR_HOME)")
+    return current
+
+
+def merge_flower_config(flwr_home: str | Path, extra: dict,
+                        option: str = "flwr_home") -> tuple[Path, Path | None]:
     """Merge ``extra``'s ``[superlink.*]`` connections into ``FLWR_HOME/config.toml``.
 
     Parameters
     ----------
     flwr_home : Flower home directory (created if missing).
     extra : ``{"superlink": {...}}``, as :func:`connections` returns.
+    option : the name the errors give ``flwr_home`` (the command line: --flwr-home).
 
     Returns
     -------
-    Path
-        The written ``config.toml``; ``superlink.default`` is set to ``fedsparse-local``
-        unless it already had a value.
+    (Path, Path or None)
+        The written ``config.toml`` and the backup of the file it replaced
+        (``config.toml.<time>.bak``; None when there was none or nothing changed).
+        ``superlink.default`` is set to ``fedsparse-local`` unless it already had a value.
+
+    Raises
+    ------
+    ConfigError
+        for a ``config.toml`` that is not Flower's (:func:`read_flower_config`).
     """
-    path = Path(flwr_home) / "config.toml"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    current: dict = {}
+    current = read_flower_config(flwr_home, option)
+    path = Path(flwr_home).expanduser() / "config.toml"
+    merged = {**current, "superlink": {**current.get("superlink", {}), **extra["superlink"]}}
+    merged["superlink"].setdefault("default", "fedsparse-local")
+    if path.exists() and merged == current:
+        return path, None
+    backup = None
     if path.exists():
-        with open(path, "rb") as fh:
-            current = tomllib.load(fh)
-    links = current.setdefault("superlink", {})
-    links.update(extra["superlink"])
-    links.setdefault("default", "fedsparse-local")
-    path.write_text(tomli_w.dumps(current))
-    return path
+        stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S-%f")
+        backup = path.with_name(f"config.toml.{stamp}.bak")
+        backup.write_bytes(path.read_bytes())
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(tomli_w.dumps(merged))
+    return path, backup
+
+
+def prepare_project_dir(out: Path, overwrite: bool, option: str = "overwrite=True",
+                        files=PROJECT_FILES) -> list[str]:
+    """Make ``out`` ready for generated ``files``; returns what it keeps of the user's.
+
+    A new or empty folder is used as is. A non-empty one needs ``overwrite`` and a
+    manifest: the generated files it lists (unchanged) are removed, everything else stays;
+    a kept file where a generated one goes is refused before anything is removed.
+
+    Raises
+    ------
+    ConfigError
+        naming ``option`` (the command line says --force).
+    """
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"out={str(out)!r} is a file; give a directory")
+    entries = sorted(p.name + ("/" if p.is_dir() else "") for p in out.iterdir()
+                     if not p.name.startswith(".fedsparse-")) if out.is_dir() else []
+    if not entries:
+        return []
+    if not overwrite:
+        raise ConfigError(f"out={str(out)!r} is not empty ({describe(entries)}); choose a new "
+                          f"directory or pass {option} to replace what fedsparse wrote there")
+    manifest = read_manifest(out)
+    if manifest is None:
+        raise ConfigError(f"out={str(out)!r} holds files fedsparse did not write "
+                          f"({describe(entries)}) and no manifest of files it wrote: {option} "
+                          "only replaces files fedsparse wrote; nothing was changed: choose a "
+                          "new directory")
+    inv = inventory(out, manifest)
+    blocked = colliding(inv.kept, files)
+    if blocked:
+        changed = set(inv.changed)
+        what = describe([p + (" (changed since fedsparse wrote it)" if p in changed else
+                              " (not written by fedsparse)") for p in blocked])
+        raise ConfigError(f"out={str(out)!r}: {option} would overwrite {what}; nothing was "
+                          "changed: move them away or choose a new directory")
+    remove_ours(out, inv)
+    return inv.kept
 
 
 def write_app_project(config: dict | Job, out: str | Path, *, run: str | int | None = None,
                       name: str | None = None, address: str = "127.0.0.1:9093",
                       root_certificates: str | None = None, flwr_home: str | Path | None = None,
-                      sim_address: str = "127.0.0.1:9092", overwrite: bool = False) -> Path:
+                      sim_address: str = "127.0.0.1:9092", overwrite: bool = False,
+                      log: Callable[[str], None] | None = None, cli: bool = False) -> Path:
     """Write a Flower app project for a fedsparse job.
 
     Parameters
@@ -142,8 +245,13 @@ def write_app_project(config: dict | Job, out: str | Path, *, run: str | int | N
     address : SuperLink address for the deployment connections (host:port).
     root_certificates : CA certificate for the TLS connection (path).
     sim_address : address of a SuperLink started with ``--simulation`` (``fedsparse-sim``).
-    flwr_home : if given, merge the connections into ``flwr_home/config.toml``.
-    overwrite : allow writing into a non-empty directory.
+    flwr_home : if given, merge the connections into ``flwr_home/config.toml`` (only a
+        Flower configuration; the earlier file is kept as a backup).
+    overwrite : replace an earlier project fedsparse wrote in ``out`` (:func:`prepare_project_dir`:
+        only its own unchanged files; other files stay).
+    log : called with a line saying what was kept and where a backup went.
+    cli : errors name the command line's flags (--force, --flwr-home) rather than these
+        arguments (overwrite=True, flwr_home).
 
     Returns
     -------
@@ -151,9 +259,10 @@ def write_app_project(config: dict | Job, out: str | Path, *, run: str | int | N
     """
     job = config if isinstance(config, Job) else job_from_config(config, run)
     out = Path(out)
-    if out.exists() and any(out.iterdir()) and not overwrite:
-        raise ConfigError(f"out={str(out)!r} is not empty; choose a new directory or pass "
-                          "overwrite=True (--force)")
+    say = log or (lambda line: None)
+    force, home = ("--force", "--flwr-home") if cli else ("overwrite=True", "flwr_home")
+    if flwr_home is not None:  # before anything is written
+        read_flower_config(flwr_home, home)
     if ":" not in address:
         raise ConfigError(f"address={address!r} is invalid: must be host:port")
     port = address.rsplit(":", 1)[1]
@@ -164,7 +273,12 @@ def write_app_project(config: dict | Job, out: str | Path, *, run: str | int | N
         raise ConfigError(f"root_certificates={str(root_certificates)!r} is invalid: no such "
                           "file (give the CA certificate in PEM, e.g. deploy/certificates/ca.crt)")
     name = _slug(name or f"fedsparse-{job.algorithm['kind']}")
+    created = not out.exists()
+    kept = prepare_project_dir(out, overwrite, force)
+    if kept:
+        say(f"kept in {out} what fedsparse did not write: {describe(kept)}")
     (out / PACKAGE).mkdir(parents=True, exist_ok=True)
+    start_manifest(out, folder_created=created)
     (out / PACKAGE / "__init__.py").write_text(f'"""Flower app of the fedsparse job {name}."""\n')
     (out / PACKAGE / "server_app.py").write_text(
         _MODULE.format(what="The ServerApp", module="server_app"))
@@ -191,6 +305,9 @@ def write_app_project(config: dict | Job, out: str | Path, *, run: str | int | N
         + tomli_w.dumps(links))
     (out / "README.md").write_text(_README.format(name=name, num_clients=job.num_clients,
                                                   last=job.num_clients - 1, address=address))
+    record_files(out, PROJECT_FILES)
     if flwr_home is not None:
-        merge_flower_config(flwr_home, links)
+        path, backup = merge_flower_config(flwr_home, links, home)
+        say(f"merged the SuperLink connections into {path}"
+            + (f" (the earlier file is kept as {backup})" if backup else ""))
     return out

@@ -56,10 +56,13 @@ def add_flower_parser(subparsers) -> argparse.ArgumentParser:
     app.add_argument("--sim-address", default="127.0.0.1:9092",
                      help="address of a SuperLink started with --simulation (fedsparse-sim)")
     app.add_argument("--flwr-home", default=None,
-                     help="also merge the connections into FLWR_HOME/config.toml")
+                     help="also merge the connections into FLWR_HOME/config.toml (only a "
+                     "Flower configuration; the earlier file is kept as config.toml.TIME.bak)")
     app.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                      help="override a job value, e.g. --set rounds=5 --set algorithm.sparsity=3")
-    app.add_argument("--force", action="store_true", help="write into a non-empty directory")
+    app.add_argument("--force", action="store_true",
+                     help="replace a project fedsparse wrote in --out: only its own files, "
+                     "and only those unchanged since; other files stay")
     app.set_defaults(func=flower_app_command)
     _add_demo_parser(sub)
     return flower
@@ -99,7 +102,7 @@ def flower_app_command(args: argparse.Namespace) -> int:
         out = write_app_project(config, args.out, run=run, name=args.name, address=args.address,
                                 root_certificates=args.root_certificates,
                                 flwr_home=args.flwr_home, sim_address=args.sim_address,
-                                overwrite=args.force)
+                                overwrite=args.force, log=print, cli=True)
     except ConfigError as exc:
         print(f"fedsparse flower app: error: {exc}", file=sys.stderr)
         return 2
@@ -192,7 +195,9 @@ def _add_demo_parser(sub) -> None:
                       help="directory for the history and model (default runs/flower-demo)")
     demo.add_argument("--timeout", type=float, default=600.0,
                       help="seconds the run may take before it is stopped (default 600)")
-    demo.add_argument("--force", action="store_true", help="write into a non-empty --out")
+    demo.add_argument("--force", action="store_true",
+                      help="replace an earlier demo's output in --out: only the files it "
+                      "wrote, and only those unchanged since; other files stay")
     demo.set_defaults(func=flower_demo_command)
 
 
@@ -228,7 +233,7 @@ def flower_demo_command(args: argparse.Namespace) -> int:
             config = {**flatten(config if config is not None else DEMO_JOB),
                       **_overrides(args.set)}
         result = run_demo(config, args.out, rounds=args.rounds, run=run, nodes=args.nodes,
-                          timeout=args.timeout, overwrite=args.force, echo=print)
+                          timeout=args.timeout, overwrite=args.force, echo=print, cli=True)
     except ConfigError as exc:
         print(f"fedsparse flower demo: error: {exc}", file=sys.stderr)
         return 2
@@ -239,5 +244,5 @@ def flower_demo_command(args: argparse.Namespace) -> int:
     print(f"demo: done; the SuperLink and {args.nodes} SuperNodes are stopped")
     print(f"  history: {result.history} (and history.csv, model.npy in {result.out})")
     print(f"  Flower app project, logs: {result.workdir}")
-    print(f"  read it back: fedsparse.History.load({str(result.out)!r})")
+    print(f"  read it back: fedsparse.load_run({str(result.out)!r})")
     return 0

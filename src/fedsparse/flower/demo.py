@@ -19,7 +19,6 @@ import contextlib
 import copy
 import os
 import re
-import shutil
 import signal
 import socket
 import subprocess
@@ -31,7 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .._validation import ConfigError, check_float, check_int, fail
-from .app_project import write_app_project
+from ..manifest import record_files, start_manifest
+from .app_project import prepare_project_dir, write_app_project
 from .job import NODE_DATA, Job, job_from_config
 
 BIN = Path(sys.executable).parent
@@ -48,7 +48,7 @@ DEMO_JOB: dict = {
     "flower": {"round_timeout": 60.0, "wait_timeout": 60.0},
 }
 
-#: Marks a work directory as written by :func:`run_demo` (so ``overwrite`` may clear it).
+#: Marks a work directory as written by :func:`run_demo`.
 _MARKER = ".fedsparse-flower-demo"
 
 
@@ -401,20 +401,32 @@ def demo_job(config: dict | Job | None = None, *, nodes: int = 2, rounds: int | 
     return job_from_config(spec), notes
 
 
-def _prepare_out(out: Path, overwrite: bool) -> Path:
+#: What a demo writes into its ``out`` (the history files come from the ServerApp's process).
+DEMO_FILES = ("history.jsonl", "history.csv", "model.npy", "flower/*", "flower/*/*",
+              "flower/*/*/*")
+
+
+def _prepare_out(out: Path, overwrite: bool, force: str) -> Path:
+    """Make ``out`` ready for a demo: new or empty, or (``overwrite``) an earlier demo's
+    folder, whose own unchanged files are removed (:func:`prepare_project_dir`)."""
+    created = not out.exists()
+    prepare_project_dir(out, overwrite, force, files=DEMO_FILES)
     workdir = out / "flower"
-    if out.exists() and any(out.iterdir()):
-        if not overwrite:
-            raise ConfigError(f"out={str(out)!r} is not empty; choose a new directory or pass "
-                              "overwrite=True (--force)")
-        if workdir.exists():
-            if not (workdir / _MARKER).exists():
-                raise ConfigError(f"{str(workdir)!r} exists and was not written by the demo; "
-                                  "move it away or choose another out")
-            shutil.rmtree(workdir)  # the demo's own files: stale database, old logs
-    workdir.mkdir(parents=True, exist_ok=True)
+    if workdir.exists():  # the demo's own, listed in the manifest, or refused above
+        raise ConfigError(f"{str(workdir)!r} still holds files fedsparse did not write; move "
+                          "them away or choose another out")
+    workdir.mkdir(parents=True)
+    start_manifest(out, folder_created=created)
     (workdir / _MARKER).write_text("written by fedsparse flower demo\n")
     return workdir
+
+
+def _record_demo_files(out: Path, workdir: Path) -> None:
+    """List what the demo and the processes it started wrote in ``out``'s manifest."""
+    written = [p for p in (out / "history.jsonl", out / "history.csv", out / "model.npy")
+               if p.is_file()]
+    written += [p for p in workdir.rglob("*") if p.is_file() and not p.is_symlink()]
+    record_files(out, [p.relative_to(out).as_posix() for p in written])
 
 
 @contextlib.contextmanager
@@ -438,7 +450,7 @@ def _sigterm_as_exit():
 def run_demo(config: dict | Job | None = None, out: str | Path = "runs/flower-demo", *,
              rounds: int | None = None, run: str | int | None = None, nodes: int = 2,
              timeout: float = 600.0, overwrite: bool = False,
-             echo: Callable[[str], None] | None = None) -> DemoResult:
+             echo: Callable[[str], None] | None = None, cli: bool = False) -> DemoResult:
     """Run a fedsparse job on a local Flower deployment and stop it again.
 
     Starts an insecure SuperLink on a free port of 127.0.0.1 and ``nodes`` SuperNodes
@@ -456,9 +468,11 @@ def run_demo(config: dict | Job | None = None, out: str | Path = "runs/flower-de
     run : label or index of the run of an experiment config.
     nodes : number of SuperNodes (and clients), 1..16.
     timeout : seconds the whole ``flwr run`` may take before it is stopped.
-    overwrite : allow a non-empty ``out`` (the demo's own ``flower/`` is cleared).
+    overwrite : replace an earlier demo's output in ``out``: the files it wrote (listed
+        in the folder's manifest, unchanged since) are removed, other files stay.
     echo : called with each progress line (and each ``fedsparse:`` line of the run);
         None prints nothing.
+    cli : errors name the command line's ``--force`` rather than ``overwrite=True``.
 
     Returns
     -------
@@ -477,7 +491,7 @@ def run_demo(config: dict | Job | None = None, out: str | Path = "runs/flower-de
     timeout = check_float("timeout", timeout, positive=True)
     out = Path(out).resolve()
     job, notes = demo_job(config, nodes=nodes, rounds=rounds, run=run, out=out)
-    workdir = _prepare_out(out, overwrite)
+    workdir = _prepare_out(out, overwrite, "--force" if cli else "overwrite=True")
     for note in notes:
         say(f"demo: {note}")
     cluster = Cluster(workdir)
@@ -516,4 +530,5 @@ def run_demo(config: dict | Job | None = None, out: str | Path = "runs/flower-de
         finally:
             result.pids = [p.popen.pid for p in cluster.procs]
             cluster.stop_all()
+            _record_demo_files(out, workdir)
     return result

@@ -56,6 +56,13 @@ BYTES_LOG_DECADES = 3.0
 #: A sweep's numeric grid axis is drawn on a log scale from this many decades on
 #: (step-size grids are usually geometric).
 GRID_LOG_DECADES = 1.0
+#: A metric axis (objective, error; not accuracy-like) whose values are all positive is
+#: drawn on a log scale from this many decades on, where a linear one would flatten all
+#: but the largest values (:meth:`History.plot`, e.g. an objective falling to 1e-25).
+VALUE_LOG_DECADES = 2.0
+#: The same for a sweep's plot, whose runs may differ in scale (a regression run's
+#: objective of 40 beside a classification run's 0.2).
+SWEEP_LOG_DECADES = 1.0
 #: Line styles and markers, combined with the colour cycle: the i-th curve of a panel
 #: gets colour i, LINESTYLES[i % 4] and MARKERS[i % 8].
 LINESTYLES = ("-", "--", "-.", ":")
@@ -97,6 +104,14 @@ def spans_decades(values, decades: float) -> bool:
     """True if the positive finite ``values`` span at least ``decades`` powers of ten."""
     pos = [float(v) for v in values if v is not None and math.isfinite(v) and v > 0]
     return len(pos) >= 2 and math.log10(max(pos) / min(pos)) >= decades
+
+
+def auto_log(metric: str, values, decades: float = VALUE_LOG_DECADES) -> bool:
+    """True when ``metric``'s ``values`` (None and non-finite ones ignored) are all positive
+    and span ``decades`` or more, and the metric is not accuracy-like."""
+    finite = [float(v) for v in values if _finite(v)]
+    return (not higher_is_better(metric) and bool(finite) and min(finite) > 0
+            and spans_decades(finite, decades))
 
 
 def style_axis(ax, name: str, values, *, which: str = "x", log: bool | None = None) -> None:
@@ -371,7 +386,9 @@ def sweep_figure(table: dict[str, list[dict]], *, field: str, metric: str,
     -----
     A numeric grid is drawn on a log x axis when it spans :data:`GRID_LOG_DECADES`
     decades or more; otherwise (or for non-numeric values such as "auto") the points
-    are evenly spaced categories. Diverged points are drawn as crosses on the top edge.
+    are evenly spaced categories. The values go on a log y axis when they are positive
+    and span :data:`SWEEP_LOG_DECADES` or more (never for accuracy-like metrics).
+    Diverged points are drawn as crosses on the top edge.
     """
     up = higher_is_better(metric) if maximize is None else maximize
     xs_all = [p["x"] for pts in table.values() for p in pts]
@@ -379,6 +396,8 @@ def sweep_figure(table: dict[str, list[dict]], *, field: str, metric: str,
     if not any(_finite(p["value"]) for pts in table.values() for p in pts):
         return None
     categories = list(dict.fromkeys(repr(v) if not isinstance(v, str) else v for v in xs_all))
+    log_y = not up and auto_log(metric, [p["value"] for pts in table.values() for p in pts],
+                                SWEEP_LOG_DECADES)
     fig, ax = plt.subplots(figsize=(6.4, 4.4), layout="constrained")
     values = []
     diverged_label = "diverged"
@@ -395,7 +414,8 @@ def sweep_figure(table: dict[str, list[dict]], *, field: str, metric: str,
             order = np.argsort(a)
             (line,) = ax.plot(a[order], v[order], label=label, zorder=2 + i, **style)
             if np.any(s > 0):
-                ax.fill_between(a[order], (v - s)[order], (v + s)[order],
+                lo = np.maximum(v - s, v * 1e-3) if log_y else v - s  # cut at a log axis
+                ax.fill_between(a[order], lo[order], (v + s)[order],
                                 color=line.get_color(), alpha=0.18, linewidth=0)
             k = int(np.argmax(v) if up else np.argmin(v))
             ax.plot([a[k]], [v[k]], marker="*", markersize=13, color=line.get_color(),
@@ -415,7 +435,7 @@ def sweep_figure(table: dict[str, list[dict]], *, field: str, metric: str,
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     if is_bytes(metric):
         ax.yaxis.set_major_formatter(FuncFormatter(format_bytes))
-    if not up and spans_decades(values, BYTES_LOG_DECADES):
+    if log_y:
         ax.set_yscale("log")
     ax.set_xlabel(field)
     ax.set_ylabel(ylabel or f"{axis_label(metric)} at the last round")
