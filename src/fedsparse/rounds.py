@@ -40,8 +40,8 @@ import torch
 from tqdm.auto import tqdm
 
 from . import rng
-from .algorithms.base import Algorithm, Cohort
 from ._validation import ConfigError
+from .algorithms.base import Algorithm, Cohort
 from .comm import payload_bytes
 from .history import History
 from .metrics import MODEL_FIELDS

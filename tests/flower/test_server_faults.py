@@ -112,13 +112,17 @@ def test_clients_without_a_node_are_not_delivered(fake_grid):
     torch.testing.assert_close(history.model, reference.model, rtol=1e-5, atol=1e-7)
 
 
-def test_handshake_rejects_inconsistent_nodes(fake_grid):
+def test_a_run_whose_every_node_is_refused_stops_with_the_reasons(fake_grid):
+    """Two nodes both claim partition 0: neither can be trusted with it, no node is left,
+    and the error gives each node's reason. (With other nodes the run goes on without
+    them: tests/flower/test_hostile_server.py.)"""
     job = job_from_config(JOB)
     grid = fake_grid(job, [0, 1])
     grid.nodes[1001].node_config["partition-id"] = 0
-    with pytest.raises(FlowerRunError, match="both hold partition-id=0"):
+    with pytest.raises(FlowerRunError, match=r"no usable node: 2 connected.*node 1000: "
+                       r"partition_id=0 is claimed by nodes \[1000, 1001\]"):
         run_on_grid(grid, job)
-    with pytest.raises(FlowerRunError, match="no node answered"):
+    with pytest.raises(FlowerRunError, match="no usable node: 0 connected"):
         run_on_grid(fake_grid(job, []), job)
 
 
