@@ -62,11 +62,16 @@ MAX_CLIENT_METRICS = 64
 MAX_METRIC_NAME = 64
 
 
-def shown(value, limit: int = 40) -> str:
-    """``repr(value)`` cut to ``limit`` characters: what a remote peer sent, in a log line
-    or an error message, never echoed whole."""
-    text = repr(value)
+def cut(text, limit: int = 200) -> str:
+    """``str(text)`` cut to ``limit`` characters: what a remote peer sent, in a log line or
+    an error message, is never echoed whole."""
+    text = str(text)
     return text if len(text) <= limit else text[:limit] + f"...({len(text)} chars)"
+
+
+def shown(value, limit: int = 40) -> str:
+    """``repr(value)`` cut to ``limit`` characters (see :func:`cut`)."""
+    return cut(repr(value), limit)
 
 
 def screen_client_metrics(metrics, declared) -> tuple[dict[str, float], list[str]]:

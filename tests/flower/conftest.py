@@ -52,7 +52,8 @@ class FakeGrid:
     partitions : the partition ids of the honest nodes; node ``1000 + pid`` holds ``pid``.
     fate : ``fate(message_type, group_id, partition_id)`` for every message: "ok",
         "drop" (no reply: a timeout), "error" (an error reply) or a callable that
-        rewrites the reply's content in place (a faulty or hostile client).
+        rewrites the reply's content in place (a faulty or hostile client). A ClientApp
+        that raises gives an error reply with the exception, as a SuperNode does.
     nodes : more nodes, ``{node_id: (partition_id, fate)}`` with ``fate(message_type,
         group_id)`` as above: two nodes may claim one partition.
     """
@@ -99,8 +100,11 @@ class FakeGrid:
             if fate == "error":
                 reply = Message(Error(code=0, reason="node crashed"), reply_to=msg)
             else:
-                reply = self.app(msg, ctx)
-                if callable(fate):  # a faulty or hostile client rewrites its reply
+                try:
+                    reply = self.app(msg, ctx)
+                except Exception as exc:  # noqa: BLE001 - what a SuperNode replies (flwr 1.41)
+                    reply = Message(Error(code=2, reason=f"{type(exc)}:<'{exc}'>"), reply_to=msg)
+                if callable(fate) and not reply.has_error():  # a hostile client rewrites it
                     fate(reply.content)
             reply.metadata.__dict__["_src_node_id"] = node
             reply.metadata.__dict__["_reply_to_message_id"] = mid

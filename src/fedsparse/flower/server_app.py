@@ -60,7 +60,7 @@ from .._validation import ConfigError
 from ..algorithms.base import DataSpec
 from ..history import History
 from ..metrics import MODEL_FIELDS
-from ..rounds import ClientStore, Replies, RoundLoop, shown
+from ..rounds import ClientStore, Replies, RoundLoop, cut
 from . import codec
 from .job import Job, job_from_config
 from .replies import Refused, evaluation, node_info
@@ -139,7 +139,7 @@ def _handshake(grid: Grid, nodes: list[int], job: Job, refused: dict[int, str],
             continue
         if reply.has_error():
             _refuse(refused, node, f"error reply to the handshake: "
-                                   f"{shown(reply.error.reason, 200)}")
+                                   f"{cut(reply.error.reason)}")
             continue
         try:
             info = node_info(reply.content, job.num_clients)
@@ -254,7 +254,7 @@ def _grid_executor(grid: Grid, job: Job, algorithm, table: dict[int, dict],
                 problems[row] = f"no reply within round_timeout={timeout:g} s"
                 continue
             if reply.has_error():
-                problems[row] = f"error reply: {shown(reply.error.reason, 200)}"
+                problems[row] = f"error reply: {cut(reply.error.reason)}"
                 continue
             try:
                 up, nbytes = codec.get(reply.content, codec.UPLOAD, expected_shape=(P,))
@@ -451,7 +451,7 @@ def _evaluate(grid: Grid, table: dict, model: torch.Tensor, t: int, timeout: flo
         if reply is None:
             why = f"no reply within round_timeout={timeout:g} s"
         elif reply.has_error():
-            why = f"error reply: {shown(reply.error.reason, 200)}"
+            why = f"error reply: {cut(reply.error.reason)}"
         else:
             try:
                 rows.append(evaluation(reply.content, info, personal))
