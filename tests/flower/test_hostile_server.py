@@ -259,7 +259,7 @@ METRIC_REPLIES = {
 
 
 @pytest.mark.parametrize("name", sorted(METRIC_REPLIES))
-def test_client_metrics_never_rewrite_the_servers_record(fake_grid, name):
+def test_client_metrics_never_rewrite_the_servers_record(fake_grid, name, caplog):
     rewrite, accepted = METRIC_REPLIES[name]
     job = _job()
     honest = _honest(fake_grid, job)
@@ -267,7 +267,10 @@ def test_client_metrics_never_rewrite_the_servers_record(fake_grid, name):
     def fate(kind, group, pid):
         return rewrite if kind == "train" and group == "2" and pid == HOSTILE else "ok"
 
-    history, _ = _run(fake_grid, job, fate)
+    with caplog.at_level(logging.WARNING):
+        history, _ = _run(fake_grid, job, fate)
+    said = f"client {HOSTILE} sent" if accepted else f"upload of client {HOSTILE} rejected"
+    assert said in caplog.text
     delivered = [0, 1, 2, 3] if accepted else [0, 2, 3]
     _check_server_record(history, honest, job, rejected=[0, 0 if accepted else 1, 0],
                          delivered=[[0, 1, 2, 3], delivered, [0, 1, 2, 3]])
@@ -517,7 +520,8 @@ SILENT = {
 
 
 @pytest.mark.parametrize("name", sorted(SILENT))
-def test_a_node_that_does_not_reply_costs_one_timeout_and_is_counted(fake_grid, name):
+def test_a_node_that_does_not_reply_costs_one_timeout_and_is_counted(fake_grid, name,
+                                                                     caplog):
     drops, rejected, delivered, dropped = SILENT[name]
     job = _job()
     honest = _honest(fake_grid, job)
@@ -532,8 +536,11 @@ def test_a_node_that_does_not_reply_costs_one_timeout_and_is_counted(fake_grid, 
             return "drop" if late else "ok"
         return "drop" if kind in drops else "ok"
 
-    history, _ = _run(fake_grid, job, fate)
+    with caplog.at_level(logging.WARNING):
+        history, _ = _run(fake_grid, job, fate)
     _check_server_record(history, honest, job, rejected=rejected, delivered=delivered)
+    assert "reply within round_timeout=0.3 s" in caplog.text or \
+        "error reply: node crashed" in caplog.text
     if dropped is not None:
         rows = [history.initial, *history.records]
         assert [r.get("evaluations_dropped", 0) for r in rows] == dropped
@@ -616,14 +623,3 @@ def test_a_late_node_with_a_malformed_handshake_is_asked_once(fake_grid):
     _check_server_record(history, honest, job, rejected=[1] * ROUNDS,
                          delivered=[[0, 1, 2]] * ROUNDS)
     assert [kind for kind, _, node in grid.sent if node == 3003] == ["query"]
-
-
-#: Every hostile case above, by category (the battery's table).
-BATTERY = {
-    "malformed train replies": len(TRAIN_REPLIES) + 1,
-    "metrics impersonating server fields": len(METRIC_REPLIES) + len(DECLARED_VALUES),
-    "malformed evaluate replies": len(EVALUATE_REPLIES),
-    "malformed handshakes": len(HANDSHAKES) + 1,
-    "nodes that never reply": len(SILENT),
-    "nodes claiming another's partition": 4,
-}
