@@ -146,9 +146,9 @@ def simulate(algorithm: Algorithm, problem: Problem, data: FederatedDataset, *, 
     Raises
     ------
     DivergenceError
-        when the model or a client's upload becomes NaN/inf; it names the round and
-        carries the history with the last finite model (also saved to ``checkpoint`` if
-        one was given).
+        when the model or a delivered upload becomes NaN/inf (a lost one changes
+        nothing); it names the round and carries the history with the last finite model
+        (also saved to ``checkpoint`` if one was given).
     """
     if clients_per_round is None:
         clients_per_round = getattr(algorithm, "clients_per_round", None)
