@@ -155,3 +155,9 @@ def test_the_relative_bound_in_the_simulator(data):
     assert honest.column("rejected") == [0, 0, 0]
     assert math.isfinite(float(bounded.model.abs().max()))
     assert float(bounded.model.abs().max()) < 1
+
+
+@pytest.mark.parametrize("bad", [0.5, 0, -3.0, float("inf"), "100"])
+def test_max_update_ratio_is_checked(data, bad):
+    with pytest.raises(ConfigError, match="max_update_ratio"):
+        _run(Scripted(), data, max_update_ratio=bad)
