@@ -42,7 +42,7 @@ from flwr.app import (  # noqa: E402
 import fedsparse as fs  # noqa: E402
 from fedsparse.data.federated import FederatedDataset  # noqa: E402
 from fedsparse.flower import job_from_config  # noqa: E402
-from fedsparse.flower.server_app import run_on_grid  # noqa: E402
+from fedsparse.flower.server_app import HANDSHAKE_TRIES, run_on_grid  # noqa: E402
 
 pytestmark = pytest.mark.flower
 
@@ -480,8 +480,9 @@ def test_a_malformed_handshake_refuses_only_that_node(fake_grid, name, caplog):
     # client 3 has no node: counted as rejected in every round it is sampled
     _check_server_record(history, honest, job, rejected=[1] * ROUNDS,
                          delivered=[[0, 1, 2]] * ROUNDS)
-    # a refused node is never sent work, nor asked again
-    assert [kind for kind, _, node in grid.sent if node == 1003] == ["query"]
+    # a refused node is never sent work, nor asked again (a silent one: 3 times in all)
+    asked = HANDSHAKE_TRIES if name == "no reply" else 1
+    assert [kind for kind, _, node in grid.sent if node == 1003] == ["query"] * asked
     assert history.config["nodes"] == 3
 
 
@@ -544,6 +545,26 @@ def test_a_node_that_does_not_reply_costs_one_timeout_and_is_counted(fake_grid, 
     if dropped is not None:
         rows = [history.initial, *history.records]
         assert [r.get("evaluations_dropped", 0) for r in rows] == dropped
+
+
+def test_a_node_that_misses_the_first_handshake_is_asked_again(fake_grid):
+    """A slow start is no refusal: node 1001 answers its second query (round 1) and
+    trains from round 1 with its weight, as in the simulator."""
+    job = _job()
+    honest = _honest(fake_grid, job)
+    queries = []
+
+    def fate(kind, group, pid):
+        if kind == "query" and pid == 1:
+            queries.append(group)
+            return "drop" if len(queries) == 1 else "ok"
+        return "ok"
+
+    history, _ = _run(fake_grid, job, fate)
+    assert len(queries) == 2 and history.config["refused_nodes"] == {}
+    _check_server_record(history, honest, job, rejected=[0] * ROUNDS,
+                         delivered=[[0, 1, 2, 3]] * ROUNDS)
+    torch.testing.assert_close(history.model, honest.model)
 
 
 # -- nodes that claim another's partition ---------------------------------------------

@@ -7,12 +7,13 @@ One run:
    node ids to fedsparse client ids (node config ``partition-id``) and collects each
    client's weight, size, feature shape and the per-client statistics the algorithm
    asks for (:meth:`Algorithm.statistics`, e.g. L_i for ``step_size="auto"``). Every
-   reply is checked (:mod:`fedsparse.flower.replies`): a node that does not answer in
-   ``flower.round_timeout`` seconds, answers with an error or with anything out of
-   bounds (a partition id outside 0..N-1, a non-finite or non-positive weight, a weight
-   above its example count, ...), or claims a partition another node also claims, is
-   refused: logged, listed in ``history.config["refused_nodes"]``, never asked again
-   and never sent work. The run goes on with the other nodes; only when no node is
+   reply is checked (:mod:`fedsparse.flower.replies`): a node that answers with an
+   error or with anything out of bounds (a partition id outside 0..N-1, a non-finite or
+   non-positive weight, a weight above its example count, ...), claims a partition
+   another node also claims, or has not answered within ``flower.round_timeout``
+   seconds :data:`HANDSHAKE_TRIES` times (it is asked again each round), is refused:
+   logged, listed in ``history.config["refused_nodes"]``, never asked again and never
+   sent work. The run goes on with the other nodes; only when no node is
    left does it stop (:class:`FlowerRunError`, with every refusal's reason);
 2. ``algorithm.bind`` with a :class:`DataSpec` (N, feature shape, dtype, weights) and
    those statistics -- exactly what the simulator binds with -- then ``init``;
@@ -48,6 +49,7 @@ import copy
 import time
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from logging import INFO, WARNING
 from pathlib import Path
 
@@ -111,19 +113,34 @@ def _wait_for_nodes(grid: Grid, needed: int, timeout: float) -> list[int]:
     return nodes
 
 
-def _refuse(refused: dict[int, str], node: int, why: str) -> None:
-    refused[node] = why
-    log(WARNING, "fedsparse: node %s refused: %s", node, why)
+#: How often a node that does not answer the handshake is asked (at the start or when it
+#: joins, then once a round) before it is refused: a slow start is no refusal, and a
+#: node that never answers costs at most this many timeouts.
+HANDSHAKE_TRIES = 3
 
 
-def _handshake(grid: Grid, nodes: list[int], job: Job, refused: dict[int, str],
+@dataclass
+class _Refusals:
+    """The refused nodes of a run, {node id: why}, and how often each node has not
+    answered the handshake in time."""
+
+    reasons: dict[int, str] = field(default_factory=dict)
+    unanswered: Counter = field(default_factory=Counter)
+
+    def refuse(self, node: int, why: str) -> None:
+        self.reasons[node] = why
+        log(WARNING, "fedsparse: node %s refused: %s", node, why)
+
+
+def _handshake(grid: Grid, nodes: list[int], job: Job, refusals: _Refusals,
                feature_shape: tuple[int, ...] | None = None) -> dict[int, dict]:
     """Query ``nodes``; return {partition id: checked node info incl. ``node_id``}.
 
-    A node whose reply is missing, an error or fails :func:`~fedsparse.flower.replies.
-    node_info`, every node of a partition that several claim, and every node whose
-    feature shape is not ``feature_shape`` (default: the shape most nodes report, if one
-    shape has more nodes than any other) is added to ``refused`` with the reason.
+    A node whose reply is an error or fails :func:`~fedsparse.flower.replies.node_info`,
+    that has not answered :data:`HANDSHAKE_TRIES` times, every node of a partition that
+    several claim, and every node whose feature shape is not ``feature_shape`` (default:
+    the shape most nodes report, if one shape has more nodes than any other) is refused
+    with the reason.
     """
     if not nodes:
         return {}
@@ -135,16 +152,23 @@ def _handshake(grid: Grid, nodes: list[int], job: Job, refused: dict[int, str],
     for i, node in enumerate(nodes):
         reply = replies.get(i)
         if reply is None:
-            _refuse(refused, node, f"no handshake reply within round_timeout={timeout:g} s")
+            refusals.unanswered[node] += 1
+            tries = refusals.unanswered[node]
+            if tries >= HANDSHAKE_TRIES:
+                refusals.refuse(node, f"no handshake reply within round_timeout={timeout:g} s, "
+                                f"{tries} times")
+            else:
+                log(WARNING, "fedsparse: node %s did not answer the handshake within %g s "
+                    "(%d of %d tries); asked again next round", node, timeout, tries,
+                    HANDSHAKE_TRIES)
             continue
         if reply.has_error():
-            _refuse(refused, node, f"error reply to the handshake: "
-                                   f"{cut(reply.error.reason)}")
+            refusals.refuse(node, f"error reply to the handshake: {cut(reply.error.reason)}")
             continue
         try:
             info = node_info(reply.content, job.num_clients)
         except Refused as exc:
-            _refuse(refused, node, f"handshake: {exc}")
+            refusals.refuse(node, f"handshake: {exc}")
             continue
         claims.setdefault(info["partition_id"], []).append({**info, "node_id": node})
     table = {}
@@ -154,7 +178,7 @@ def _handshake(grid: Grid, nodes: list[int], job: Job, refused: dict[int, str],
             continue
         ids = [info["node_id"] for info in infos]
         for info in infos:
-            _refuse(refused, info["node_id"], f"partition_id={pid} is claimed by nodes {ids}; "
+            refusals.refuse(info["node_id"], f"partition_id={pid} is claimed by nodes {ids}; "
                     "the server cannot tell which holds it: give every node its own "
                     "partition-id")
     shapes = Counter(info["feature_shape"] for info in table.values())
@@ -165,26 +189,26 @@ def _handshake(grid: Grid, nodes: list[int], job: Job, refused: dict[int, str],
     for pid, info in list(table.items()):
         if info["feature_shape"] != feature_shape:
             del table[pid]
-            _refuse(refused, info["node_id"], f"feature_shape {list(info['feature_shape'])} "
+            refusals.refuse(info["node_id"], f"feature_shape {list(info['feature_shape'])} "
                     f"is not the run's {list(feature_shape) if feature_shape else None} "
                     f"(nodes per shape: {dict(shapes)})")
     return table
 
 
-def _add_joined(grid: Grid, table: dict[int, dict], refused: dict[int, str], nodes_now: set,
+def _add_joined(grid: Grid, table: dict[int, dict], refusals: _Refusals, nodes_now: set,
                 job: Job, weights: torch.Tensor, feature_shape: tuple[int, ...]) -> None:
-    """Handshake with the nodes that joined (or rejoined with a new id) since; update
-    ``table`` and ``weights`` in place, keeping a partition that an online node still
-    holds. A refused node is not asked again."""
-    known = {info["node_id"] for info in table.values()} | set(refused)
+    """Handshake with the nodes that joined (or rejoined with a new id) since, or have not
+    answered yet; update ``table`` and ``weights`` in place, keeping a partition that an
+    online node still holds. A refused node is not asked again."""
+    known = {info["node_id"] for info in table.values()} | set(refusals.reasons)
     new = sorted(nodes_now - known)
     if not new:
         return
-    for pid, info in _handshake(grid, new, job, refused, feature_shape).items():
+    for pid, info in _handshake(grid, new, job, refusals, feature_shape).items():
         old = table.get(pid)
         if old is not None and old["node_id"] in nodes_now:
-            _refuse(refused, info["node_id"], f"partition_id={pid} is held by the online node "
-                    f"{old['node_id']}")
+            refusals.refuse(info["node_id"], f"partition_id={pid} is held by the online node "
+                            f"{old['node_id']}")
             continue
         table[pid] = info  # a restarted node comes back with a new node id
         weights[pid] = info["weight"]
@@ -206,7 +230,7 @@ def _node_statistics(table: dict[int, dict], N: int, dtype: torch.dtype
 
 
 def _grid_executor(grid: Grid, job: Job, algorithm, table: dict[int, dict],
-                   refused: dict[int, str], weights: torch.Tensor,
+                   refusals: _Refusals, weights: torch.Tensor,
                    feature_shape: tuple[int, ...]):
     """``execute`` for :class:`~fedsparse.rounds.RoundLoop`: one ``train`` message per
     sampled client that has a live node; a client without one, and a reply that is an
@@ -218,7 +242,7 @@ def _grid_executor(grid: Grid, job: Job, algorithm, table: dict[int, dict],
     def execute(t: int, clients: torch.Tensor, payload: torch.Tensor, config: dict,
                 state_rows) -> Replies:
         nodes_now = set(grid.get_node_ids())
-        _add_joined(grid, table, refused, nodes_now, job, weights, feature_shape)
+        _add_joined(grid, table, refusals, nodes_now, job, weights, feature_shape)
         S, P = int(clients.shape[0]), int(payload.shape[-1])
         problems: dict[int, str] = {}
         # A client whose node has gone offline is not sent anything (and so not delivered):
@@ -332,10 +356,12 @@ def run_on_grid(grid: Grid, job: Job, *, callback: Callable | None = None) -> Hi
         log(WARNING, "fedsparse: NO BOUND ON UPLOADS: flower.max_update_norm and "
             "flower.max_update_ratio are both 0, so one client's upload can move the model "
             "arbitrarily far; set flower.max_update_ratio (default 100) to bound it")
-    refused: dict[int, str] = {}
-    table = _handshake(grid, nodes, job, refused)
+    refusals = _Refusals()
+    table = _handshake(grid, nodes, job, refusals)
     if not table:
-        reasons = "; ".join(f"node {node}: {why}" for node, why in list(refused.items())[:10])
+        why = {**{node: "no handshake reply within round_timeout" for node in
+                  refusals.unanswered}, **refusals.reasons}
+        reasons = "; ".join(f"node {node}: {w}" for node, w in list(why.items())[:10])
         raise FlowerRunError(f"no usable node: {len(nodes)} connected, none passed the "
                              f"handshake within {fl['round_timeout']} s"
                              + (f" ({reasons})" if reasons else ""))
@@ -361,7 +387,7 @@ def run_on_grid(grid: Grid, job: Job, *, callback: Callable | None = None) -> Hi
                               "data": repr(job.data), "seed": job.seed,
                               "clients_per_round": per_round, "rounds": job.rounds,
                               "runtime": "flower", "nodes": len(table),
-                              "refused_nodes": refused})
+                              "refused_nodes": refusals.reasons})
     rounds_done = []
 
     def measure(model, t: int) -> dict:
@@ -400,7 +426,8 @@ def run_on_grid(grid: Grid, job: Job, *, callback: Callable | None = None) -> Hi
             callback(record, state)
 
     loop = RoundLoop(bound, weights, job.seed, per_round, job.build_channel(),
-                     _grid_executor(grid, job, bound, table, refused, weights, feature_shape),
+                     _grid_executor(grid, job, bound, table, refusals, weights,
+                                    feature_shape),
                      evaluate, ClientStore(None), max_update_norm=max_norm,
                      max_update_ratio=max_ratio, stop_on_nonfinite_upload=False)
     state = loop.run(state, history, 0, job.rounds, callback=logged, progress=False)
