@@ -46,6 +46,7 @@ class VisitCounter(Algorithm):
 
     name = "visit_counter"
     stateful_clients = True
+    client_metrics = ("mean_visits",)
 
     def init_clients(self, problem, clients, seed=0):
         return {"visits": torch.zeros(clients.shape[0], dtype=torch.float64)}

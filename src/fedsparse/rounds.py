@@ -8,16 +8,29 @@ One round, whatever runs the clients::
     valid    = received & upload_problems(...) is empty      wrong shape, NaN/inf, too far
     delivered = valid & channel.delivered(seed, t, clients)
     state    = algorithm.aggregate(state, uploads with undelivered rows zeroed, cohort)
-    record   = bytes, deliveries, rejections, evaluation every ``eval_every`` rounds
+    record   = bytes, deliveries, rejections, evaluation every ``eval_every`` rounds,
+               then the clients' declared diagnostics under names no server field has
 
 so records, byte totals, upload validation and the divergence stop exist once. The
 runtimes differ only in ``execute`` (how uploads are produced) and ``evaluate`` (where
 the data is).
+
+What the server measured always wins. The clients' diagnostics (``info`` of
+:meth:`~fedsparse.algorithms.Algorithm.client_update`) reach the record only under the
+names the algorithm declares in ``client_metrics``, as finite numbers (see
+:func:`screen_client_metrics`), and an algorithm may not declare a name the server
+records itself (:data:`SERVER_FIELDS`). A Flower client that sends ``rejected: 0``
+therefore cannot hide its own rejection.
+
+A non-finite upload is divergence only when it is delivered: an upload the channel
+lost never reached the server and changes nothing (simulator). On Flower a non-finite
+upload is the failed upload of one client.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import time
 import warnings
 from collections.abc import Callable
@@ -27,13 +40,68 @@ import torch
 from tqdm.auto import tqdm
 
 from . import rng
+from ._validation import ConfigError
 from .algorithms.base import Algorithm, Cohort
 from .comm import payload_bytes
 from .history import History
+from .metrics import MODEL_FIELDS
 
 log = logging.getLogger("fedsparse")
 #: Why an upload with NaN or inf values is rejected.
 NONFINITE = "non-finite values (NaN or inf)"
+#: The fields of a round record that the server measures (the loop, the evaluation of
+#: the global and personalised models); a client diagnostic may not take these names.
+SERVER_FIELDS = frozenset({
+    "round", "bytes_up", "bytes_down", "bytes_up_total", "bytes_down_total", "bytes_total",
+    "clients_sampled", "delivered", "rejected", "delivered_clients", "seconds", "elapsed",
+    "nnz", "density", "evaluations_dropped", *MODEL_FIELDS,
+    *(f"personal_{m}" for m in ("objective", "accuracy", "test_objective", "test_accuracy"))})
+#: At most this many diagnostics per client reply, each name at most this long: what a
+#: remote client sends is bounded before it is looked at.
+MAX_CLIENT_METRICS = 64
+MAX_METRIC_NAME = 64
+
+
+def cut(text, limit: int = 200) -> str:
+    """``str(text)`` cut to ``limit`` characters: what a remote peer sent, in a log line or
+    an error message, is never echoed whole."""
+    text = str(text)
+    return text if len(text) <= limit else text[:limit] + f"...({len(text)} chars)"
+
+
+def shown(value, limit: int = 40) -> str:
+    """``repr(value)`` cut to ``limit`` characters (see :func:`cut`)."""
+    return cut(repr(value), limit)
+
+
+def screen_client_metrics(metrics, declared) -> tuple[dict[str, float], list[str]]:
+    """The diagnostics of one client (or a mean over clients) that may be recorded.
+
+    Parameters
+    ----------
+    metrics : mapping name -> value, as the client sent it.
+    declared : the names the algorithm declares (``algorithm.client_metrics``).
+
+    Returns
+    -------
+    accepted : {name: float} for the declared names with a finite real value.
+    refused : one line per refused entry (name, value and why, cut short); a mapping
+        of more than :data:`MAX_CLIENT_METRICS` entries is refused whole, in one line.
+    """
+    if len(metrics) > MAX_CLIENT_METRICS:
+        return {}, [f"{len(metrics)} diagnostics (at most {MAX_CLIENT_METRICS} are read)"]
+    accepted: dict[str, float] = {}
+    refused: list[str] = []
+    for name, value in metrics.items():
+        if not isinstance(name, str) or len(name) > MAX_METRIC_NAME or name not in declared:
+            refused.append(f"{shown(name)}: not in its client_metrics {tuple(declared)}")
+        elif isinstance(value, bool) or not isinstance(value, int | float):
+            refused.append(f"{name!r}={shown(value)}: not a number")
+        elif not math.isfinite(float(value)):
+            refused.append(f"{name!r}={value!r}: not finite")
+        else:
+            accepted[name] = float(value)
+    return accepted, refused
 
 
 class DivergenceError(RuntimeError):
@@ -55,11 +123,13 @@ class Replies:
     uploads : (S, P) uploads; rows of clients that did not reply may hold anything.
     received : (S,) bool, True where a reply with an upload came back.
     bytes_up : bytes the clients sent.
-    info : mean of the clients' scalar diagnostics.
+    info : mean of the clients' scalar diagnostics (simulator), screened by the loop.
     client_state : new per-client state rows (dict of (S, ...) tensors) or None.
     problems : {row: reason} for replies already known to be malformed (not received).
     bytes_down : bytes actually sent down, where not every sampled client was sent its
         payload (Flower: clients without a live node); None = all were.
+    info_rows : {row: diagnostics as that client sent them} (Flower); when given, the
+        record holds their mean over the accepted uploads instead of ``info``.
     """
 
     uploads: torch.Tensor
@@ -69,6 +139,7 @@ class Replies:
     client_state: dict | None = None
     problems: dict[int, str] = field(default_factory=dict)
     bytes_down: int | None = None
+    info_rows: dict[int, dict] | None = None
 
 
 def sample_clients(seed: int, round: int, num_clients: int, per_round: int | None
@@ -82,31 +153,45 @@ def sample_clients(seed: int, round: int, num_clients: int, per_round: int | Non
 
 
 def upload_problems(uploads: torch.Tensor, received: torch.Tensor, payload: torch.Tensor,
-                    max_update_norm: float | None) -> dict[int, str]:
+                    max_update_norm: float | None, max_update_ratio: float | None = None
+                    ) -> dict[int, str]:
     """{row: reason} for received uploads that must not reach the model.
 
-    A non-finite upload, or one farther than ``max_update_norm`` (l2) from what its client
-    was sent, is rejected.
+    An upload is rejected when it is non-finite, farther than ``max_update_norm`` (l2)
+    from what its client was sent, or farther than ``max_update_ratio`` times the
+    round's median distance: the lower median over the received finite uploads, so with
+    more honest clients than hostile ones it is an honest client's distance. No relative
+    bound applies in a round whose median distance is zero (most clients sent back what
+    they were sent), and a lone upload is its own median.
 
     Parameters
     ----------
     uploads : (S, P); received : (S,) bool; payload : (P,) or (S, P) the broadcast.
+    max_update_norm : absolute bound on the distance (None = none).
+    max_update_ratio : bound relative to the round's median distance (None = none).
     """
     out: dict[int, str] = {}
     rows = torch.nonzero(received).flatten()
     if rows.numel() == 0:
         return out
     got = uploads[rows]
-    finite = torch.isfinite(got).all(-1)
-    for r in rows[~finite.cpu()].tolist():
+    finite = torch.isfinite(got).all(-1).cpu()
+    for r in rows[~finite].tolist():
         out[int(r)] = NONFINITE
-    if max_update_norm is not None:
-        sent = payload[rows] if payload.ndim == 2 else payload
-        dist = torch.linalg.vector_norm((got - sent).to(torch.float64), dim=-1).cpu()
-        for r, d, ok in zip(rows.tolist(), dist.tolist(), finite.tolist(), strict=True):
-            if ok and d > max_update_norm:
-                out[int(r)] = f"distance {d:.4g} to the broadcast exceeds max_update_norm=" \
-                              f"{max_update_norm:g}"
+    if (max_update_norm is None and max_update_ratio is None) or not finite.any():
+        return out
+    sent = payload[rows] if payload.ndim == 2 else payload
+    dist = torch.linalg.vector_norm((got - sent).to(torch.float64), dim=-1).cpu()
+    median = float(dist[finite].median())
+    for r, d, ok in zip(rows.tolist(), dist.tolist(), finite.tolist(), strict=True):
+        if not ok:
+            continue
+        if max_update_norm is not None and d > max_update_norm:
+            out[int(r)] = f"distance {d:.4g} to the broadcast exceeds max_update_norm=" \
+                          f"{max_update_norm:g}"
+        elif max_update_ratio is not None and median > 0 and d > max_update_ratio * median:
+            out[int(r)] = f"distance {d:.4g} to the broadcast exceeds max_update_ratio=" \
+                          f"{max_update_ratio:g} times the round's median distance {median:.4g}"
     return out
 
 
@@ -157,8 +242,16 @@ class RoundLoop:
     store : per-client state (simulator) or an empty store (state lives on the nodes).
     eval_every : evaluate every k rounds and at the last (1 = every round).
     max_update_norm : reject uploads farther than this from the broadcast (None = off).
+    max_update_ratio : reject uploads farther than this many times the round's median
+        distance to the broadcast (None = off); see :func:`upload_problems`.
     stop_on_nonfinite_upload : True (simulator): a delivered NaN/inf upload means the
-        run diverged and stops it; False (Flower): it is the failed upload of one client.
+        run diverged and stops it (a lost one changes nothing); False (Flower): it is
+        the failed upload of one client.
+
+    Raises
+    ------
+    ConfigError
+        when ``algorithm.client_metrics`` names a field the server records.
     """
 
     algorithm: Algorithm
@@ -171,7 +264,17 @@ class RoundLoop:
     store: ClientStore
     eval_every: int = 1
     max_update_norm: float | None = None
+    max_update_ratio: float | None = None
     stop_on_nonfinite_upload: bool = True
+
+    def __post_init__(self):
+        declared = tuple(getattr(self.algorithm, "client_metrics", ()))
+        taken = sorted(set(declared) & SERVER_FIELDS)
+        if taken:
+            raise ConfigError(f"{self.algorithm.name}.client_metrics names {taken}, which the "
+                              "server records itself; give the diagnostics other names")
+        self.declared = declared
+        self._warned: set[str] = set()
 
     def run(self, state: dict, history: History, start: int, rounds: int, *,
             save: Callable[[int, dict], None] | None = None, checkpoint_every: int = 10,
@@ -197,7 +300,7 @@ class RoundLoop:
                 replies = self.execute(t, clients, payload, algorithm.client_config(state),
                                        self.store.gather(clients))
                 delivered, problems = self._screen(t, clients, payload, replies)
-                if problems is None:  # a client's local training diverged (simulator)
+                if problems is None:  # a client's delivered upload diverged (simulator)
                     self._diverged(history, state, algorithm, t, save, bar,
                                    "the model became non-finite (NaN or inf) in the local "
                                    f"training of clients {delivered[:10]}")
@@ -234,7 +337,11 @@ class RoundLoop:
                     "bytes_total": int(up_total + down_total), "clients_sampled": S,
                     "delivered": int(delivered.sum()), "rejected": len(problems),
                     "delivered_clients": clients[delivered].tolist(), "seconds": seconds,
-                    "elapsed": elapsed, **replies.info})
+                    "elapsed": elapsed})
+                # Declared names only (never a server field: checked at the start), and
+                # never over what the server measured.
+                for k, v in self._client_metrics(t, clients, replies, problems).items():
+                    record.setdefault(k, v)
                 if delivered.any():
                     record.update(algorithm.round_metrics(state))
                 history.records.append(record)
@@ -249,21 +356,62 @@ class RoundLoop:
 
     def _screen(self, t: int, clients: torch.Tensor, payload: torch.Tensor, replies: Replies):
         """``(delivered (S,) bool, {row: why rejected})``: received, well-formed, finite,
-        within ``max_update_norm``, and passed by the channel. With
-        ``stop_on_nonfinite_upload``, a non-finite upload instead returns
-        ``(ids of those clients, None)``: the run has diverged."""
+        within ``max_update_norm`` and ``max_update_ratio``, and passed by the channel.
+        With ``stop_on_nonfinite_upload``, a non-finite upload that the channel delivers
+        instead returns ``(ids of those clients, None)``: the run has diverged; one the
+        channel lost never reached the server and is ignored."""
         received = replies.received.clone()
         problems = dict(replies.problems)
-        found = upload_problems(replies.uploads, received, payload, self.max_update_norm)
-        nonfinite = [int(clients[r]) for r, why in found.items() if why == NONFINITE]
-        if nonfinite and self.stop_on_nonfinite_upload:
-            return nonfinite, None
+        found = upload_problems(replies.uploads, received, payload, self.max_update_norm,
+                                self.max_update_ratio)
+        passed = self.channel.delivered(self.seed, t, clients)
+        if self.stop_on_nonfinite_upload:
+            nonfinite = [r for r, why in found.items() if why == NONFINITE]
+            diverged = [int(clients[r]) for r in nonfinite if bool(passed[r])]
+            if diverged:
+                return diverged, None
+            for r in nonfinite:  # lost on the way: the server never saw it
+                received[r] = False
+                del found[r]
+            if nonfinite:
+                # the relative bound's median must not count what never arrived
+                found = upload_problems(replies.uploads, received, payload,
+                                        self.max_update_norm, self.max_update_ratio)
         problems.update(found)
         for r, why in problems.items():
             received[r] = False
             log.warning("round %d: upload of client %d rejected: %s", t + 1, int(clients[r]),
                         why)
-        return received & self.channel.delivered(self.seed, t, clients), problems
+        return received & passed, problems
+
+    def _client_metrics(self, t: int, clients: torch.Tensor, replies: Replies,
+                        problems: dict[int, str]) -> dict[str, float]:
+        """The clients' declared, finite diagnostics: the mean over the accepted uploads
+        of what each client sent (``info_rows``), else the runtime's mean (``info``)."""
+        if replies.info_rows is None:
+            accepted, refused = screen_client_metrics(replies.info, self.declared)
+            for line in refused:
+                name = line.split(":", 1)[0].split("=", 1)[0]
+                if name not in self._warned:  # once per name and run
+                    self._warned.add(name)
+                    message = f"round {t + 1}: client diagnostic {line}; not recorded " \
+                              f"(algorithm {self.algorithm.name})"
+                    warnings.warn(message, RuntimeWarning, stacklevel=4)
+                    log.warning("%s", message)
+            return accepted
+        sums: dict[str, float] = {}
+        counts: dict[str, int] = {}
+        for row, metrics in replies.info_rows.items():
+            if row in problems:  # a rejected upload's diagnostics are not recorded either
+                continue
+            accepted, refused = screen_client_metrics(metrics, self.declared)
+            if refused:
+                log.warning("round %d: client %d sent diagnostics that are not recorded: %s",
+                            t + 1, int(clients[row]), "; ".join(refused[:5]))
+            for k, v in accepted.items():
+                sums[k] = sums.get(k, 0.0) + v
+                counts[k] = counts.get(k, 0) + 1
+        return {k: sums[k] / counts[k] for k in sorted(sums)}
 
     def _diverged(self, history, state, algorithm, t, save, bar, what):
         bar.close()

@@ -69,7 +69,7 @@ def _client_executor(algorithm: Algorithm, problem: Problem, data: FederatedData
 
 
 def _check_arguments(algorithm, problem, data, channel, dtype, device, eval_every,
-                     max_update_norm) -> None:
+                     max_update_norm, max_update_ratio=None) -> None:
     def shown(value):  # a value in an error message: itself if short, else its type
         return value if value is None or isinstance(value, (str, int, float)) \
             else f"<{type(value).__name__}>"
@@ -97,6 +97,10 @@ def _check_arguments(algorithm, problem, data, channel, dtype, device, eval_ever
             raise fail("device", device, "needs a CUDA GPU, and none is available")
     check_int("eval_every", eval_every, minimum=1)
     check_float("max_update_norm", max_update_norm, positive=True, allow_none=True)
+    if check_float("max_update_ratio", max_update_ratio, allow_none=True, positive=True) \
+            is not None and max_update_ratio < 1:
+        raise fail("max_update_ratio", max_update_ratio, "must be at least 1 (it multiplies "
+                   "the round's median update distance)")
 
 
 def simulate(algorithm: Algorithm, problem: Problem, data: FederatedDataset, *, rounds: int,
@@ -105,7 +109,8 @@ def simulate(algorithm: Algorithm, problem: Problem, data: FederatedDataset, *, 
              checkpoint: str | Path | None = None, checkpoint_every: int = 10,
              resume: bool = False, progress: bool | None = None,
              client_batch: int | None = None, eval_every: int = 1,
-             max_update_norm: float | None = None, callback=None) -> History:
+             max_update_norm: float | None = None, max_update_ratio: float | None = None,
+             callback=None) -> History:
     """Run ``algorithm`` for ``rounds`` rounds on ``data`` and record every round.
 
     Parameters
@@ -129,6 +134,9 @@ def simulate(algorithm: Algorithm, problem: Problem, data: FederatedDataset, *, 
         records of other rounds hold no metrics of the model.
     max_update_norm : reject (as undelivered) uploads whose l2 distance to the broadcast
         exceeds this; None = accept all finite uploads.
+    max_update_ratio : reject (as undelivered) uploads farther from the broadcast than
+        this many times the round's median distance (>= 1; None = no such bound; the
+        Flower server's default is 100, see :func:`fedsparse.rounds.upload_problems`).
     callback : called as ``callback(record, state)`` after every round.
 
     Returns
@@ -138,16 +146,16 @@ def simulate(algorithm: Algorithm, problem: Problem, data: FederatedDataset, *, 
     Raises
     ------
     DivergenceError
-        when the model or a client's upload becomes NaN/inf; it names the round and
-        carries the history with the last finite model (also saved to ``checkpoint`` if
-        one was given).
+        when the model or a delivered upload becomes NaN/inf (a lost one changes
+        nothing); it names the round and carries the history with the last finite model
+        (also saved to ``checkpoint`` if one was given).
     """
     if clients_per_round is None:
         clients_per_round = getattr(algorithm, "clients_per_round", None)
     rounds = check_int("rounds", rounds, minimum=1)
     seed = check_int("seed", seed, minimum=0)
     _check_arguments(algorithm, problem, data, channel, dtype, device, eval_every,
-                     max_update_norm)
+                     max_update_norm, max_update_ratio)
     check_int("clients_per_round", clients_per_round, minimum=1, allow_none=True)
     if clients_per_round is not None and clients_per_round > data.num_clients:
         raise fail("clients_per_round", clients_per_round,
@@ -211,7 +219,8 @@ def simulate(algorithm: Algorithm, problem: Problem, data: FederatedDataset, *, 
 
     loop = RoundLoop(bound, data.weights, seed, clients_per_round, channel,
                      _client_executor(bound, problem, data, seed, client_batch), measure, store,
-                     eval_every=eval_every, max_update_norm=max_update_norm)
+                     eval_every=eval_every, max_update_norm=max_update_norm,
+                     max_update_ratio=max_update_ratio)
     with single_threaded_blas():
         state = loop.run(state, history, start, rounds, save=save,
                          checkpoint_every=checkpoint_every, callback=callback,

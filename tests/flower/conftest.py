@@ -1,4 +1,11 @@
-"""Fixtures that start real Flower processes on 127.0.0.1 and always stop them.
+"""Fixtures for the Flower tests: an in-process grid, and real Flower processes on
+127.0.0.1 that are always stopped.
+
+``fake_grid`` is :class:`FakeGrid`, a grid without processes: it hands every message
+straight to the real ClientApp (one Context per node, kept across messages like a
+SuperNode does) and lets a test drop replies (a timeout), turn them into error replies,
+or rewrite them as a faulty or hostile client would. ``task_identity`` sets what a real
+ServerApp process sets before messages can be made.
 
 The process helpers live in :mod:`fedsparse.flower.demo` (``fedsparse flower demo``
 uses them too): every process is started in its own session (process group), so
@@ -9,7 +16,9 @@ after a bounded wait) even when the test fails.
 
 from __future__ import annotations
 
+import itertools
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -18,6 +27,100 @@ import pytest
 # from the test suite (CI may be offline).
 os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
 os.environ.setdefault("FLWR_DISABLE_UPDATE_CHECK", "1")
+
+
+@pytest.fixture
+def task_identity():
+    """Messages take their run and sender from Flower's process-wide TaskIdentity, which a
+    real ServerApp process (or run_simulation) sets; set it here and restore it after."""
+    pytest.importorskip("flwr")
+    from flwr.supercore.task_identity import TaskIdentity
+
+    saved = {k: getattr(TaskIdentity, k, None) for k in ("_run_id", "_task_id", "_node_id")}
+    TaskIdentity.run_id, TaskIdentity.task_id, TaskIdentity.node_id = 1, 1, 0
+    yield
+    for k, v in saved.items():
+        setattr(TaskIdentity, k, v)
+
+
+class FakeGrid:
+    """Just enough of Flower's Grid: push runs the ClientApp at once; pull returns replies.
+
+    Parameters
+    ----------
+    job : the job every node's ClientApp runs.
+    partitions : the partition ids of the honest nodes; node ``1000 + pid`` holds ``pid``.
+    fate : ``fate(message_type, group_id, partition_id)`` for every message: "ok",
+        "drop" (no reply: a timeout), "error" (an error reply) or a callable that
+        rewrites the reply's content in place (a faulty or hostile client). A ClientApp
+        that raises gives an error reply with the exception, as a SuperNode does.
+    nodes : more nodes, ``{node_id: (partition_id, fate)}`` with ``fate(message_type,
+        group_id)`` as above: two nodes may claim one partition.
+    """
+
+    def __init__(self, job, partitions, fate=lambda kind, group, pid: "ok",
+                 nodes: dict[int, tuple[int, Callable]] | None = None):
+        from flwr.app import Context, RecordDict
+
+        from fedsparse.flower import make_client_app
+
+        self.app = make_client_app(job)
+        self.ids = itertools.count(1)
+        self.fates: dict[int, Callable] = {}
+        self.nodes = {}
+        extra = {1000 + pid: (pid, None) for pid in partitions} | dict(nodes or {})
+        for node, (pid, node_fate) in extra.items():
+            self.nodes[node] = Context(run_id=1, node_id=node, state=RecordDict(),
+                                       node_config={"partition-id": pid,
+                                                    "num-partitions": job.num_clients},
+                                       run_config={})
+            if node_fate is not None:
+                self.fates[node] = node_fate
+        self.fate = fate
+        self.replies: dict = {}
+        #: (message_type, group_id, node) of every message pushed, in order.
+        self.sent: list[tuple[str, str, int]] = []
+
+    def get_node_ids(self):
+        return list(self.nodes)
+
+    def push_messages(self, messages):
+        from flwr.app import Error, Message
+
+        out = []
+        for msg in messages:
+            mid = f"m{next(self.ids)}"
+            msg.metadata.__dict__["_message_id"] = mid
+            node = msg.metadata.dst_node_id
+            ctx = self.nodes[node]
+            kind, group = msg.metadata.message_type, msg.metadata.group_id
+            self.sent.append((kind, group, node))
+            fate = self.fates[node](kind, group) if node in self.fates else \
+                self.fate(kind, group, int(ctx.node_config["partition-id"]))
+            if fate == "error":
+                reply = Message(Error(code=0, reason="node crashed"), reply_to=msg)
+            else:
+                try:
+                    reply = self.app(msg, ctx)
+                except Exception as exc:  # noqa: BLE001 - what a SuperNode replies (flwr 1.41)
+                    reply = Message(Error(code=2, reason=f"{type(exc)}:<'{exc}'>"), reply_to=msg)
+                if callable(fate) and not reply.has_error():  # a hostile client rewrites it
+                    fate(reply.content)
+            reply.metadata.__dict__["_src_node_id"] = node
+            reply.metadata.__dict__["_reply_to_message_id"] = mid
+            if fate != "drop":
+                self.replies[mid] = reply
+            out.append(mid)
+        return out
+
+    def pull_messages(self, message_ids):
+        return [self.replies.pop(m) for m in list(message_ids) if m in self.replies]
+
+
+@pytest.fixture
+def fake_grid(task_identity):
+    """:class:`FakeGrid` (with Flower's task identity set for the test)."""
+    return FakeGrid
 
 
 @pytest.fixture

@@ -103,6 +103,15 @@ def test_job_config_forms_and_errors():
         job_from_config({**JOB, "flower": {"timeout": 3}})
 
 
+def test_the_update_bound_is_on_by_default_and_checked():
+    assert job_from_config(JOB).flower["max_update_ratio"] == 100.0
+    assert job_from_config({**JOB, "flower": {"max_update_ratio": 0}}).flower[
+        "max_update_ratio"] == 0
+    for bad in (0.5, -1.0, "high", float("nan")):
+        with pytest.raises(ConfigError, match="flower.max_update_ratio"):
+            job_from_config({**JOB, "flower": {"max_update_ratio": bad}})
+
+
 def test_node_data_is_the_simulators_row(tmp_path):
     job = job_from_config(JOB)
     data = job.build_data()

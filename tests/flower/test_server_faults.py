@@ -1,14 +1,13 @@
 """The ServerApp's round logic against an in-process grid: faults without processes.
 
-``FakeGrid`` hands every message straight to the real ClientApp (one Context per
-node, kept across messages like a SuperNode does) and can drop replies (a timeout)
-or turn them into error replies, round by round. It checks what the deployment
+``fake_grid`` (tests/flower/conftest.py) hands every message straight to the real
+ClientApp and can drop replies (a timeout) or turn them into error replies, round by
+round. It checks what the deployment
 tests cannot pin down quickly: error replies and timeouts count as not delivered,
 the model then equals the simulator's with exactly that delivery pattern, a round
 with no reply warns and keeps the model, and the handshake's checks.
 """
 
-import itertools
 import warnings
 
 import pytest
@@ -16,10 +15,10 @@ import torch
 
 flwr = pytest.importorskip("flwr")
 
-from flwr.app import Context, Error, Message, RecordDict  # noqa: E402
+from flwr.app import Context, RecordDict  # noqa: E402
 
 import fedsparse as fs  # noqa: E402
-from fedsparse.flower import job_from_config, make_client_app  # noqa: E402
+from fedsparse.flower import job_from_config  # noqa: E402
 from fedsparse.flower.server_app import FlowerRunError, run_on_grid  # noqa: E402
 from fedsparse.simulate import sample_clients  # noqa: E402
 
@@ -33,64 +32,6 @@ JOB = {"rounds": 4, "seed": 2, "clients_per_round": 3,
                      "step_size": 0.003},
        "flower": {"round_timeout": 0.5, "wait_timeout": 0.0, "poll_interval": 0.05,
                   "evaluate_every": -1}}
-
-
-@pytest.fixture(autouse=True)
-def task_identity():
-    """Messages take their run and sender from Flower's process-wide TaskIdentity, which a
-    real ServerApp process (or run_simulation) sets; set it here and restore it after."""
-    from flwr.supercore.task_identity import TaskIdentity
-
-    saved = {k: getattr(TaskIdentity, k, None) for k in ("_run_id", "_task_id", "_node_id")}
-    TaskIdentity.run_id, TaskIdentity.task_id, TaskIdentity.node_id = 1, 1, 0
-    yield
-    for k, v in saved.items():
-        setattr(TaskIdentity, k, v)
-
-
-class FakeGrid:
-    """Just enough of Flower's Grid: push runs the ClientApp at once; pull returns replies.
-
-    ``fate(message_type, round_group, partition_id)`` returns "ok", "drop" or "error".
-    """
-
-    def __init__(self, job, partitions, fate=lambda kind, group, pid: "ok"):
-        self.app = make_client_app(job)
-        self.ids = itertools.count(1)
-        self.nodes = {1000 + pid: Context(run_id=1, node_id=1000 + pid,
-                                          node_config={"partition-id": pid,
-                                                       "num-partitions": job.num_clients},
-                                          state=RecordDict(), run_config={})
-                      for pid in partitions}
-        self.fate = fate
-        self.replies: dict[str, Message] = {}
-
-    def get_node_ids(self):
-        return list(self.nodes)
-
-    def push_messages(self, messages):
-        out = []
-        for msg in messages:
-            mid = f"m{next(self.ids)}"
-            msg.metadata.__dict__["_message_id"] = mid
-            ctx = self.nodes[msg.metadata.dst_node_id]
-            pid = int(ctx.node_config["partition-id"])
-            fate = self.fate(msg.metadata.message_type, msg.metadata.group_id, pid)
-            if fate == "error":
-                reply = Message(Error(code=0, reason="node crashed"), reply_to=msg)
-            else:
-                reply = self.app(msg, ctx)
-                if callable(fate):  # a faulty or hostile client rewrites its reply
-                    fate(reply.content)
-            reply.metadata.__dict__["_src_node_id"] = msg.metadata.dst_node_id
-            reply.metadata.__dict__["_reply_to_message_id"] = mid
-            if fate != "drop":
-                self.replies[mid] = reply
-            out.append(mid)
-        return out
-
-    def pull_messages(self, message_ids):
-        return [self.replies.pop(m) for m in list(message_ids) if m in self.replies]
 
 
 class Replay:
@@ -108,16 +49,16 @@ def _simulate(job, channel=None):
                        channel=channel)
 
 
-def test_in_process_grid_matches_the_simulator():
+def test_in_process_grid_matches_the_simulator(fake_grid):
     job = job_from_config(JOB)
-    history = run_on_grid(FakeGrid(job, range(4)), job)
+    history = run_on_grid(fake_grid(job, range(4)), job)
     reference = _simulate(job)
     torch.testing.assert_close(history.model, reference.model, rtol=1e-5, atol=1e-7)
     assert history.column("bytes_up") == reference.column("bytes_up")
     assert history.column("bytes_down") == reference.column("bytes_down")
 
 
-def test_error_replies_and_timeouts_are_not_delivered():
+def test_error_replies_and_timeouts_are_not_delivered(fake_grid):
     job = job_from_config(JOB)
 
     def fate(kind, group, pid):
@@ -131,7 +72,7 @@ def test_error_replies_and_timeouts_are_not_delivered():
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # a round may lose every upload
-        history = run_on_grid(FakeGrid(job, range(4), fate), job)
+        history = run_on_grid(fake_grid(job, range(4), fate), job)
         delivered = history.column("delivered_clients")
     sampled = [sample_clients(job.seed, t, 4, 3).tolist() for t in range(job.rounds)]
     assert delivered[0] == sampled[0]
@@ -145,7 +86,7 @@ def test_error_replies_and_timeouts_are_not_delivered():
     assert history.records[0]["bytes_up"] == 3 * 4 * (1 + 4)
 
 
-def test_a_round_with_no_reply_warns_and_keeps_the_model():
+def test_a_round_with_no_reply_warns_and_keeps_the_model(fake_grid):
     job = job_from_config(JOB)
     models = []
 
@@ -153,37 +94,41 @@ def test_a_round_with_no_reply_warns_and_keeps_the_model():
         return "drop" if kind == "train" and group == "3" else "ok"
 
     with pytest.warns(RuntimeWarning, match="round 3: no upload was delivered"):
-        history = run_on_grid(FakeGrid(job, range(4), fate), job,
+        history = run_on_grid(fake_grid(job, range(4), fate), job,
                               callback=lambda record, state: models.append(state["model"]))
     assert history.records[2]["delivered"] == 0 and history.records[2]["bytes_up"] == 0
     assert torch.equal(models[2], models[1])
     assert not torch.equal(models[3], models[2])
 
 
-def test_clients_without_a_node_are_not_delivered():
+def test_clients_without_a_node_are_not_delivered(fake_grid):
     job = job_from_config(JOB)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        history = run_on_grid(FakeGrid(job, [0, 2]), job)
+        history = run_on_grid(fake_grid(job, [0, 2]), job)
     for record in history.records:
         assert set(record["delivered_clients"]) <= {0, 2}
     reference = _simulate(job, Replay(history.column("delivered_clients")))
     torch.testing.assert_close(history.model, reference.model, rtol=1e-5, atol=1e-7)
 
 
-def test_handshake_rejects_inconsistent_nodes():
+def test_a_run_whose_every_node_is_refused_stops_with_the_reasons(fake_grid):
+    """Two nodes both claim partition 0: neither can be trusted with it, no node is left,
+    and the error gives each node's reason. (With other nodes the run goes on without
+    them: tests/flower/test_hostile_server.py.)"""
     job = job_from_config(JOB)
-    grid = FakeGrid(job, [0, 1])
+    grid = fake_grid(job, [0, 1])
     grid.nodes[1001].node_config["partition-id"] = 0
-    with pytest.raises(FlowerRunError, match="both hold partition-id=0"):
+    with pytest.raises(FlowerRunError, match=r"no usable node: 2 connected.*node 1000: "
+                       r"partition_id=0 is claimed by nodes \[1000, 1001\]"):
         run_on_grid(grid, job)
-    with pytest.raises(FlowerRunError, match="no node answered"):
-        run_on_grid(FakeGrid(job, []), job)
+    with pytest.raises(FlowerRunError, match="no usable node: 0 connected"):
+        run_on_grid(fake_grid(job, []), job)
 
 
-def test_a_restarted_node_with_a_new_id_takes_its_client_back():
+def test_a_restarted_node_with_a_new_id_takes_its_client_back(fake_grid):
     job = job_from_config({**JOB, "clients_per_round": None})
-    grid = FakeGrid(job, range(4))
+    grid = fake_grid(job, range(4))
 
     def restart_node_one(record, state):
         if record["round"] == 1:  # node 1 goes away ...
@@ -215,7 +160,7 @@ def _registered_algorithms():
 
 
 @pytest.mark.parametrize("kind", _registered_algorithms())
-def test_every_registered_algorithm_runs_unchanged_over_the_grid(kind):
+def test_every_registered_algorithm_runs_unchanged_over_the_grid(fake_grid, kind):
     import inspect
 
     from fedsparse.algorithms import REGISTRY
@@ -235,7 +180,7 @@ def test_every_registered_algorithm_runs_unchanged_over_the_grid(kind):
         problem = {"kind": "softmax", "num_classes": 3}
     job = job_from_config({**JOB, "clients_per_round": None, "algorithm": algorithm,
                            "data": data, "problem": problem})
-    history = run_on_grid(FakeGrid(job, range(4)), job)
+    history = run_on_grid(fake_grid(job, range(4)), job)
     reference = _simulate(job)
     torch.testing.assert_close(history.model, reference.model, rtol=1e-5, atol=1e-7)
     for column in ("bytes_up", "bytes_down", "clients_sampled"):
@@ -278,7 +223,7 @@ CORRUPTIONS = {
 
 
 @pytest.mark.parametrize("name", sorted(CORRUPTIONS))
-def test_a_malformed_or_nonfinite_reply_is_a_failed_upload_of_that_client(name):
+def test_a_malformed_or_nonfinite_reply_is_a_failed_upload_of_that_client(fake_grid, name):
     """Client 1's reply in round 2 is corrupted: only that upload is lost, the record
     counts it, and the model equals the simulator's with exactly that delivery pattern."""
     job = job_from_config({**JOB, "clients_per_round": None})
@@ -286,32 +231,32 @@ def test_a_malformed_or_nonfinite_reply_is_a_failed_upload_of_that_client(name):
     def fate(kind, group, pid):
         return CORRUPTIONS[name] if kind == "train" and group == "2" and pid == 1 else "ok"
 
-    history = run_on_grid(FakeGrid(job, range(4), fate), job)
+    history = run_on_grid(fake_grid(job, range(4), fate), job)
     assert history.column("rejected") == [0, 1, 0, 0]
     assert history.column("delivered_clients")[1] == [0, 2, 3]
     reference = _simulate(job, Replay(history.column("delivered_clients")))
     torch.testing.assert_close(history.model, reference.model, rtol=1e-5, atol=1e-7)
 
 
-def test_max_update_norm_drops_uploads_far_from_the_broadcast():
+def test_max_update_norm_drops_uploads_far_from_the_broadcast(fake_grid):
     job = job_from_config({**JOB, "clients_per_round": None})
-    assert run_on_grid(FakeGrid(job, range(4)), job).column("rejected") == [0, 0, 0, 0]
+    assert run_on_grid(fake_grid(job, range(4)), job).column("rejected") == [0, 0, 0, 0]
     tight = job_from_config({**JOB, "clients_per_round": None,
                              "flower": {**JOB["flower"], "max_update_norm": 1e-12}})
     with pytest.warns(RuntimeWarning, match="no upload was delivered"):
-        history = run_on_grid(FakeGrid(tight, range(4)), tight)
+        history = run_on_grid(fake_grid(tight, range(4)), tight)
     assert history.column("rejected") == [4, 4, 4, 4]
     assert torch.count_nonzero(history.model) == 0  # x_0 = 0 was kept
 
 
-def test_an_auto_step_with_a_dictionary_is_bound_the_same_on_both_runtimes():
+def test_an_auto_step_with_a_dictionary_is_bound_the_same_on_both_runtimes(fake_grid):
     """FedIter-HT with a dictionary and step_size="auto": the step is 1/max_i L_i of
     a -> f(A a), computed by each node on its own data and sent in the handshake."""
     job = job_from_config({**JOB, "clients_per_round": None, "algorithm": {
         "kind": "fed_iter_ht", "sparsity": 4, "local_steps": 2, "batch_size": 5,
         "step_size": "auto", "dictionary": {"kind": "gaussian", "atoms": 40, "seed": 1}}})
     steps = []
-    history = run_on_grid(FakeGrid(job, range(4)), job,
+    history = run_on_grid(fake_grid(job, range(4)), job,
                           callback=lambda record, state: steps.append(state["step_size"]))
     problem, data = job.build_problem(), job.build_data()
     bound = job.build_algorithm().bind(problem, data)
@@ -336,7 +281,7 @@ PERSONAL_PARITY = {
 
 
 @pytest.mark.parametrize("kind", sorted(PERSONAL_PARITY))
-def test_personalised_models_stay_on_the_nodes_and_match_the_simulator(kind):
+def test_personalised_models_stay_on_the_nodes_and_match_the_simulator(fake_grid, kind):
     """The personalised models live in each ClientApp's state; the nodes' evaluate
     replies carry their accuracy, which the server micro-averages. The global model,
     the bytes, FedMac's bit cost and every round's GM and PM accuracies equal the
@@ -347,7 +292,7 @@ def test_personalised_models_stay_on_the_nodes_and_match_the_simulator(kind):
         "data": {"kind": "fedprox_synthetic", "num_clients": 4, "dim": 12, "num_classes": 3},
         "problem": {"kind": "softmax", "num_classes": 3},
         "flower": {**JOB["flower"], "evaluate_every": 1}})
-    grid = FakeGrid(job, range(4))
+    grid = fake_grid(job, range(4))
     history = run_on_grid(grid, job)
     reference = _simulate(job)
     torch.testing.assert_close(history.model, reference.model, rtol=1e-5, atol=1e-7)
@@ -375,7 +320,7 @@ SCHEDULE = [[1, 1, 1, 1], [1, 0, 1, 0], [0, 1, 1, 0], [1, 1, 0, 0], [1, 0, 0, 0]
 
 
 @pytest.mark.parametrize("compensation", [True, False])
-def test_safari_runs_unchanged_over_flower_on_a_scheduled_channel(compensation):
+def test_safari_runs_unchanged_over_flower_on_a_scheduled_channel(fake_grid, compensation):
     """SAFARI (masked Adam, sparse model uploads) with and without similarity
     compensation: the same lost uploads on both runtimes give the same model, bytes,
     and delivered clients as the simulator."""
@@ -384,7 +329,7 @@ def test_safari_runs_unchanged_over_flower_on_a_scheduled_channel(compensation):
         "algorithm": {"kind": "safari", "density": 0.5, "local_steps": 2, "batch_size": 5,
                       "step_size": 0.01, "compensation": compensation},
         "channel": {"kind": "scheduled", "delivered": SCHEDULE}})
-    history = run_on_grid(FakeGrid(job, range(4)), job)
+    history = run_on_grid(fake_grid(job, range(4)), job)
     reference = _simulate(job, channel=job.build_channel())
     torch.testing.assert_close(history.model, reference.model, rtol=1e-5, atol=1e-7)
     for column in ("bytes_up", "bytes_down", "delivered_clients"):
@@ -396,11 +341,11 @@ def test_safari_runs_unchanged_over_flower_on_a_scheduled_channel(compensation):
     assert not torch.allclose(perfect.model, reference.model)
 
 
-def test_the_flower_server_writes_the_simulators_per_round_schema(tmp_path):
+def test_the_flower_server_writes_the_simulators_per_round_schema(fake_grid, tmp_path):
     """Every round record has the same fields on both runtimes, and the saved files read
     back alike (``fs.load_run``/``History.load`` work on either)."""
     job = job_from_config({**JOB, "flower": {**JOB["flower"], "evaluate_every": 1}})
-    history = run_on_grid(FakeGrid(job, range(4)), job)
+    history = run_on_grid(fake_grid(job, range(4)), job)
     reference = _simulate(job)
     assert set(history.initial) == set(reference.initial)
     assert history.initial["objective"] == pytest.approx(reference.initial["objective"])

@@ -185,6 +185,10 @@ class Algorithm:
     #: Cohort size the algorithm asks for (None = all clients); ``simulate`` uses it when
     #: it is not given its own ``clients_per_round``.
     clients_per_round: int | None = None
+    #: Names of the diagnostics in ``client_update``'s ``info`` that the round record keeps
+    #: (their mean over the clients); any other name is not recorded (with a warning), and
+    #: none may be a field the server records (``fedsparse.rounds.SERVER_FIELDS``).
+    client_metrics: tuple[str, ...] = ()
     #: Set by :meth:`bind`.
     spec: DataSpec | None = None
 

@@ -49,6 +49,7 @@ class SimilarityCompensation(Algorithm):
         self.broadcast_encoding = inner.broadcast_encoding
         self.stateful_clients = inner.stateful_clients
         self.clients_per_round = inner.clients_per_round
+        self.client_metrics = inner.client_metrics
 
     def hyperparameters(self):
         return {**self.inner.hyperparameters(), "compensation": True}

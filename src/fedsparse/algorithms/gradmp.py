@@ -68,6 +68,7 @@ class FedGradMP(Algorithm):
     """
 
     name = "fed_grad_mp"
+    client_metrics = ("inner_iterations",)
     requires = frozenset({"grad", "restricted_solve"})
     upload_encoding = "sparse"
     broadcast_encoding = "sparse"

@@ -128,6 +128,7 @@ class PersonalizedAlgorithm(Algorithm):
     stateful_clients = True
     broadcast_encoding = "dense"
     upload_encoding = "dense"
+    client_metrics = ("personal_density",)
 
     def _bind(self, problem: Problem, spec, stats):
         if getattr(problem, "task", None) != "classification":
@@ -202,6 +203,7 @@ class FedMac(PersonalizedAlgorithm):
 
     upload_encoding = "auto"
     broadcast_encoding = "auto"
+    client_metrics = ("personal_density", "upload_density")
 
     def __init__(self, name: str, *, lam, gamma, gamma_w, rho, step_size, personal_step_size,
                  local_steps, inner_steps, batch_size, beta, clients_per_round,

@@ -50,6 +50,7 @@ class SparseTraining(Algorithm):
     """Masked local training with sparse uploads (see the module docstring)."""
 
     name = "safari"
+    client_metrics = ("mask_density",)
     upload_encoding = "sparse"
     broadcast_encoding = "auto"
 

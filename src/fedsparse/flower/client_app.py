@@ -17,6 +17,13 @@ Three message types:
   personalised model, which lives in ``context.state`` and never leaves the node: the
   reply carries ``personal_objective``, ``personal_accuracy`` and their ``personal_test_``
   forms, which the server micro-averages by example counts as the simulator does.
+
+The node computes on the device its node config names (``device``: "cpu", the default,
+"cuda", "cuda:N" or "auto", a GPU where one exists): its data move there once, when
+the node first needs them; payloads, client state and the model are moved there per
+message, and what goes back over the network is moved back to the CPU. "cuda" on a
+node without a GPU is a clear error on the node's first message (the handshake),
+which the server logs when it refuses the node.
 """
 
 from __future__ import annotations
@@ -28,8 +35,10 @@ import torch
 from flwr.app import ConfigRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
+from .._validation import ConfigError
 from ..algorithms.base import ClientContext, DataSpec
 from ..data.federated import FederatedDataset
+from ..devices import resolve_device
 from ..metrics import evaluate as evaluate_model
 from ..metrics import evaluate_personal
 from . import codec
@@ -44,6 +53,8 @@ class _Runtime:
     problem: object
     algorithm: object
     node: NodeData
+    #: Where this node computes (node config ``device``); ``node``'s data live there.
+    device: torch.device
     #: The algorithm's initial server state, built on first use by
     #: :func:`_personal_model` (what represents a client that has not trained yet).
     initial: dict | None = None
@@ -64,32 +75,50 @@ def _runtime(default_job: Job | None, default_key: dict | None, context: Context
             raise RuntimeError("this ClientApp has no fedsparse job: the run config is empty "
                                "and make_client_app() was given none")
         problem = job.build_problem()
+        device = _node_device(node_config)
         node = load_node_data(job, node_config)
         if not problem.pooled_ok:  # linear models read the padded (1, n, d) layout
             node = replace(node, train=node.train.padded(flatten=True),
                            test=None if node.test is None else node.test.padded(flatten=True))
+        if device.type != "cpu":  # once: every message of this process reuses them
+            node = replace(node, train=node.train.to_device(device),
+                           test=None if node.test is None else node.test.to_device(device))
         local = _local_dataset(node)
         problem.check_data(local)
         # Bound like the server's copy (same N, feature shape, dtype); what needs every
         # client's statistics (an "auto" step) comes from the server in client_config.
         spec = DataSpec(job.num_clients, DataSpec.of(local).feature_shape, job.torch_dtype,
-                        torch.ones(job.num_clients, dtype=torch.float64))
-        rt = _Runtime(job, problem, job.build_algorithm().bind(problem, spec, {}), node)
+                        torch.ones(job.num_clients, dtype=torch.float64), device)
+        rt = _Runtime(job, problem, job.build_algorithm().bind(problem, spec, {}), node,
+                      device)
         if len(_RUNTIMES) > 64:  # a long-lived process serving many runs: do not grow forever
             _RUNTIMES.clear()
         _RUNTIMES[key] = rt
     return _RUNTIMES[key]
 
 
+def _node_device(node_config: dict) -> torch.device:
+    """The node config's ``device`` (default the CPU), checked."""
+    try:
+        return resolve_device(node_config.get("device"))
+    except ConfigError as exc:
+        raise ConfigError(f"node config {exc}") from None
+
+
 def _local_dataset(node: NodeData) -> FederatedDataset:
     """The node's data as a one-client data set (its weight is irrelevant here)."""
-    return FederatedDataset(train=node.train, weights=torch.ones(1, dtype=torch.float64),
-                            test=node.test, name=node.source)
+    return FederatedDataset(train=node.train, test=node.test, name=node.source,
+                            weights=torch.ones(1, dtype=torch.float64,
+                                               device=node.train.y.device))
+
+
+def _on(device: torch.device, tensors: dict | None) -> dict | None:
+    return None if tensors is None else {k: v.to(device) for k, v in tensors.items()}
 
 
 def _client_state(rt: _Runtime, context: Context) -> dict | None:
     if STATE_KEY in context.state:
-        return codec.record_to_tensors(context.state[STATE_KEY])
+        return _on(rt.device, codec.record_to_tensors(context.state[STATE_KEY]))
     if not rt.algorithm.stateful_clients:
         return None
     return rt.algorithm.init_clients(rt.problem, torch.tensor([rt.node.partition_id]),
@@ -126,11 +155,12 @@ def _store_state(context: Context, state: dict | None) -> None:
     context.state[STATE_KEY] = codec.tensors_to_record(state)
 
 
-def _config(content: RecordDict) -> dict:
-    """The algorithm's client config: scalars from ``config``, tensors from ``config.arrays``."""
-    config = dict(content["config"]) if "config" in content else {}
-    if "config.arrays" in content:
-        config.update(codec.record_to_tensors(content["config.arrays"]))
+def _config(content: RecordDict, device: torch.device) -> dict:
+    """The algorithm's client config: scalars from :data:`~fedsparse.flower.codec.CONFIG`,
+    tensors (moved to ``device``) from :data:`~fedsparse.flower.codec.CONFIG_ARRAYS`."""
+    config = dict(content[codec.CONFIG]) if codec.CONFIG in content else {}
+    if codec.CONFIG_ARRAYS in content:
+        config.update(_on(device, codec.record_to_tensors(content[codec.CONFIG_ARRAYS])))
     return config
 
 
@@ -155,44 +185,45 @@ def make_client_app(job: Job | None = None) -> ClientApp:
         rt = _runtime(job, job_key, context)
         node = rt.node
         info = {"partition_id": node.partition_id, "num_partitions": node.num_partitions,
-                "count": int(node.train.counts[0]), "weight": float(node.weight),
+                "count": int(node.train.counts[0]), codec.WEIGHT: float(node.weight),
                 "feature_shape": list(DataSpec.of(_local_dataset(node)).feature_shape),
                 "dtype": str(node.train.X.dtype), "source": node.source}
         # The statistics the server's algorithm.bind needs (e.g. L_i for an "auto" step),
         # computed here on the node's own data: the server never sees the data.
         for name, value in rt.algorithm.statistics(rt.problem, node.train).items():
-            info[f"stat.{name}"] = float(value[0])
-        return Message(RecordDict({"node": ConfigRecord(info)}), reply_to=msg)
+            info[f"{codec.STAT_PREFIX}{name}"] = float(value[0])
+        return Message(RecordDict({codec.NODE: ConfigRecord(info)}), reply_to=msg)
 
     @app.train()
     def train(msg: Message, context: Context) -> Message:
         rt = _runtime(job, job_key, context)
-        meta = msg.content["fedsparse"]
+        meta = msg.content[codec.TASK]
         expected = int(meta["partition_id"])
         if expected != rt.node.partition_id:
             raise RuntimeError(f"the server sent client {expected}'s work to the node holding "
                                f"partition {rt.node.partition_id}")
-        payload, _ = codec.get(msg.content, "payload")
+        payload, _ = codec.get(msg.content, codec.PAYLOAD)
         ctx = ClientContext(rt.problem, rt.node.train, torch.tensor([rt.node.partition_id]),
                             int(meta["round"]), rt.job.seed, state=_client_state(rt, context),
-                            config=_config(msg.content))
-        uploads, new_state, info = rt.algorithm.client_update(payload, ctx)
+                            config=_config(msg.content, rt.device))
+        uploads, new_state, info = rt.algorithm.client_update(payload.to(rt.device), ctx)
         _store_state(context, new_state)
         content = RecordDict()
-        codec.put(content, "upload", uploads[0], str(meta["upload_encoding"]))
+        codec.put(content, codec.UPLOAD, uploads[0], str(meta["upload_encoding"]))
         metrics = {k: float(v) for k, v in info.items()}
-        metrics["num-examples"] = int(rt.node.train.counts[0])
-        content["metrics"] = MetricRecord(metrics)
+        metrics[codec.NUM_EXAMPLES] = int(rt.node.train.counts[0])
+        content[codec.METRICS] = MetricRecord(metrics)
         return Message(content, reply_to=msg)
 
     @app.evaluate()
     def evaluate(msg: Message, context: Context) -> Message:
         rt = _runtime(job, job_key, context)
-        model, _ = codec.get(msg.content, "model")
-        metrics = {"weight": float(rt.node.weight),
-                   "num-examples": int(rt.node.train.counts[0])}
+        model, _ = codec.get(msg.content, codec.MODEL)
+        model = model.to(rt.device)
+        metrics = {codec.WEIGHT: float(rt.node.weight),
+                   codec.NUM_EXAMPLES: int(rt.node.train.counts[0])}
         if rt.node.test is not None:
-            metrics["test-examples"] = int(rt.node.test.counts[0])
+            metrics[codec.TEST_EXAMPLES] = int(rt.node.test.counts[0])
         # The simulator's own evaluation (chunked for large or pooled data) on one client.
         measured = evaluate_model(rt.problem, _local_dataset(rt.node), model)
         for key in ("objective", "accuracy", "test_objective", "test_accuracy"):
@@ -202,7 +233,7 @@ def make_client_app(job: Job | None = None) -> ClientApp:
         if personal is not None:
             mine = evaluate_personal(rt.problem, _local_dataset(rt.node), personal[None])
             metrics.update({k: float(v) for k, v in mine.items() if v is not None})
-        return Message(RecordDict({"metrics": MetricRecord(metrics)}), reply_to=msg)
+        return Message(RecordDict({codec.METRICS: MetricRecord(metrics)}), reply_to=msg)
 
     return app
 

@@ -40,6 +40,29 @@ _CONCRETE = ("dense", "sparse", "bitmap")
 #: peer claims in the metadata is bounded before anything is allocated.
 MAX_ELEMENTS = 2**31
 
+# The names in fedsparse's Flower messages, for the ServerApp and the ClientApp alike.
+#: train: the broadcast payload (server -> node), put with :func:`put`.
+PAYLOAD = "payload"
+#: train reply: the client's upload (node -> server), put with :func:`put`.
+UPLOAD = "upload"
+#: evaluate: the global model (server -> node), put with :func:`put`.
+MODEL = "model"
+#: train and evaluate replies: a MetricRecord of numbers about the work done.
+METRICS = "metrics"
+#: query reply: the node's handshake (a ConfigRecord).
+NODE = "node"
+#: train: round, partition id and upload encoding (a ConfigRecord).
+TASK = "fedsparse"
+#: train: the algorithm's client config, scalars (ConfigRecord) and tensors (ArrayRecord).
+CONFIG = "config"
+CONFIG_ARRAYS = "config.arrays"
+#: In :data:`METRICS` and :data:`NODE`: the node's training examples, its test examples,
+#: its aggregation weight p_i, and the prefix of a per-client statistic (``stat.<name>``).
+NUM_EXAMPLES = "num-examples"
+TEST_EXAMPLES = "test-examples"
+WEIGHT = "weight"
+STAT_PREFIX = "stat."
+
 def _as_rows(x: torch.Tensor) -> torch.Tensor:
     if x.ndim == 0:
         raise ConfigError("a payload must have at least one axis; got a 0-d tensor")

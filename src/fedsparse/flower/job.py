@@ -22,6 +22,10 @@ A *job* is one fedsparse run, written like a run of an experiment config::
                                       # only, -1 = never)
     out_dir = ""                      # where the ServerApp saves history + model ("" = nowhere)
     poll_interval = 0.2               # seconds between two pulls for replies
+    max_update_norm = 0.0             # refuse uploads farther than this (l2) from the
+                                      # broadcast (0 = no absolute bound)
+    max_update_ratio = 100.0          # refuse uploads farther than this many times the
+                                      # round's median distance (>= 1; 0 = no such bound)
 
 Flower carries it as the app's run config (nested tables flattened to dotted keys,
 ``algorithm.sparsity``), so ``flwr run --run-config 'algorithm.sparsity=5'`` overrides
@@ -68,7 +72,8 @@ from ..problems import REGISTRY as PROBLEMS
 NODE_DATA = "node"
 FLOWER_DEFAULTS: dict[str, Any] = {"round_timeout": 120.0, "wait_timeout": 120.0,
                                    "min_nodes": 0, "evaluate_every": 0, "out_dir": "",
-                                   "poll_interval": 0.2, "max_update_norm": 0.0}
+                                   "poll_interval": 0.2, "max_update_norm": 0.0,
+                                   "max_update_ratio": 100.0}
 _TOP_KEYS = {"rounds", "seed", "clients_per_round", "dtype", "data", "problem", "algorithm",
              "flower", "label", "panel", "channel", "checkpoint_every", "slug"}
 
@@ -220,6 +225,10 @@ def job_from_config(config: dict, run: str | int | None = None) -> Job:
     check_float("flower.poll_interval", flower["poll_interval"], positive=True)
     check_int("flower.evaluate_every", flower["evaluate_every"], minimum=-1)
     check_float("flower.max_update_norm", flower["max_update_norm"], nonnegative=True)
+    ratio = check_float("flower.max_update_ratio", flower["max_update_ratio"], nonnegative=True)
+    if 0 < ratio < 1:
+        raise fail("flower.max_update_ratio", ratio, "must be 0 (no bound) or at least 1: it "
+                   "multiplies the round's median update distance")
     cpr = config.get("clients_per_round")
     cpr = None if cpr in (None, 0) else check_int("clients_per_round", cpr, minimum=1)
     job = Job(rounds=check_int("rounds", config.get("rounds", 100), minimum=1),

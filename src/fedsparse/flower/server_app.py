@@ -6,33 +6,55 @@ One run:
    ``flower.wait_timeout`` seconds), then a ``query`` handshake maps Flower's random
    node ids to fedsparse client ids (node config ``partition-id``) and collects each
    client's weight, size, feature shape and the per-client statistics the algorithm
-   asks for (:meth:`Algorithm.statistics`, e.g. L_i for ``step_size="auto"``);
+   asks for (:meth:`Algorithm.statistics`, e.g. L_i for ``step_size="auto"``). Every
+   reply is checked (:mod:`fedsparse.flower.replies`): a node that answers with an
+   error or with anything out of bounds (a partition id outside 0..N-1, a non-finite or
+   non-positive weight, a weight above its example count, ...), claims a partition
+   another node also claims, or has not answered within ``flower.round_timeout``
+   seconds :data:`HANDSHAKE_TRIES` times (it is asked again each round), is refused:
+   logged, listed in ``history.config["refused_nodes"]``, never asked again and never
+   sent work. The run goes on with the other nodes; only when no node is
+   left does it stop (:class:`FlowerRunError`, with every refusal's reason);
 2. ``algorithm.bind`` with a :class:`DataSpec` (N, feature shape, dtype, weights) and
    those statistics -- exactly what the simulator binds with -- then ``init``;
 3. the rounds are :class:`fedsparse.rounds.RoundLoop`, the simulator's loop: clients
    sampled with the same seeded draw, one ``train`` message per sampled client with its
    encoded broadcast and ``algorithm.client_config(state)``; replies within
    ``flower.round_timeout`` seconds, without error and well-formed (right shape,
-   consistent encoding, finite, and within ``flower.max_update_norm`` of the broadcast
-   when set) are the received uploads; the rest (error replies, timeouts, malformed or
-   non-finite replies, clients with no node) are failed uploads, logged and counted in
-   the record's ``rejected``; never fatal. The job's ``channel`` applies on top, as
-   in the simulator; a round with no delivered upload warns and keeps the model;
-4. the history (bytes up/down per round, delivered counts, evaluation on the nodes
-   every ``flower.evaluate_every`` rounds and at the end, never if it is -1) is saved to
+   consistent encoding, finite, within ``flower.max_update_norm`` of the broadcast when
+   set, and within ``flower.max_update_ratio`` (default 100) times the round's median
+   distance to the broadcast) are the received uploads; the rest (error replies,
+   timeouts, malformed, non-finite or too distant replies, clients with no node) are
+   failed uploads, logged and counted in the record's ``rejected``; never fatal. The
+   job's ``channel`` applies on top, as in the simulator; a round with no delivered
+   upload warns and keeps the model. What a client reports about its work (its reply's
+   metrics) is recorded only under the names the algorithm declares
+   (``algorithm.client_metrics``), as finite numbers; the record's own fields are the
+   server's;
+4. the global model is evaluated on the nodes every ``flower.evaluate_every`` rounds and
+   at the end (never if it is -1); an evaluate reply that fails its checks (no weight,
+   a weight other than the handshake's, a non-finite or negative objective, ...) is
+   left out of the average, logged, and counted in the record's
+   ``evaluations_dropped`` (present where it is not 0). The history is saved to
    ``flower.out_dir`` if set.
+
+Without ``flower.max_update_norm`` and with ``flower.max_update_ratio = 0`` nothing
+bounds how far one client's upload moves the model; the server says so loudly when
+it starts.
 """
 
 from __future__ import annotations
 
 import copy
 import time
+from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from logging import INFO, WARNING
 from pathlib import Path
 
 import torch
-from flwr.app import ConfigRecord, Context, Message, MessageType, RecordDict
+from flwr.app import ConfigRecord, Context, Message, MessageType, MetricRecord, RecordDict
 from flwr.common.logger import log
 from flwr.serverapp import Grid, ServerApp
 
@@ -40,9 +62,10 @@ from .._validation import ConfigError
 from ..algorithms.base import DataSpec
 from ..history import History
 from ..metrics import MODEL_FIELDS
-from ..rounds import ClientStore, Replies, RoundLoop
+from ..rounds import ClientStore, Replies, RoundLoop, cut
 from . import codec
 from .job import Job, job_from_config
+from .replies import Refused, evaluation, node_info
 
 
 class FlowerRunError(RuntimeError):
@@ -50,7 +73,7 @@ class FlowerRunError(RuntimeError):
 
 
 def exchange(grid: Grid, messages: list[Message], timeout: float, poll: float = 0.2
-             ) -> list[Message]:
+             ) -> dict[int, Message]:
     """Push ``messages``; pull replies until all arrived or ``timeout`` seconds passed.
 
     Like ``grid.send_and_receive``, but polling every ``poll`` seconds: the deployment
@@ -58,18 +81,23 @@ def exchange(grid: Grid, messages: list[Message], timeout: float, poll: float = 
 
     Returns
     -------
-    list of Message
-        The replies that arrived in time, in arrival order (error replies included).
+    dict
+        ``{i: reply to messages[i]}`` for the replies that arrived in time (error replies
+        included), matched by the id of the message they answer: a reply to a message
+        not sent here, or a second reply to one, is ignored.
     """
     if not messages:
-        return []
-    pending = {i for i in grid.push_messages(messages) if i}
-    replies: list[Message] = []
+        return {}
+    index = {mid: i for i, mid in enumerate(grid.push_messages(messages)) if mid}
+    pending = set(index)
+    replies: dict[int, Message] = {}
     deadline = time.monotonic() + timeout
     while pending:
-        got = list(grid.pull_messages(list(pending)))
-        replies.extend(got)
-        pending.difference_update(r.metadata.reply_to_message_id for r in got)
+        for reply in grid.pull_messages(list(pending)):
+            mid = reply.metadata.reply_to_message_id
+            if mid in pending:
+                pending.discard(mid)
+                replies[index[mid]] = reply
         if not pending or time.monotonic() >= deadline:
             break
         time.sleep(poll)
@@ -85,131 +113,208 @@ def _wait_for_nodes(grid: Grid, needed: int, timeout: float) -> list[int]:
     return nodes
 
 
-def _handshake(grid: Grid, nodes: list[int], timeout: float, job: Job) -> dict[int, dict]:
-    """Query ``nodes``; return {partition id: node info incl. ``node_id``}."""
+#: How often a node that does not answer the handshake is asked (at the start or when it
+#: joins, then once a round) before it is refused: a slow start is no refusal, and a
+#: node that never answers costs at most this many timeouts.
+HANDSHAKE_TRIES = 3
+
+
+@dataclass
+class _Refusals:
+    """The refused nodes of a run, {node id: why}, and how often each node has not
+    answered the handshake in time."""
+
+    reasons: dict[int, str] = field(default_factory=dict)
+    unanswered: Counter = field(default_factory=Counter)
+
+    def refuse(self, node: int, why: str) -> None:
+        self.reasons[node] = why
+        log(WARNING, "fedsparse: node %s refused: %s", node, why)
+
+
+def _handshake(grid: Grid, nodes: list[int], job: Job, refusals: _Refusals,
+               feature_shape: tuple[int, ...] | None = None) -> dict[int, dict]:
+    """Query ``nodes``; return {partition id: checked node info incl. ``node_id``}.
+
+    A node whose reply is an error or fails :func:`~fedsparse.flower.replies.node_info`,
+    that has not answered :data:`HANDSHAKE_TRIES` times, every node of a partition that
+    several claim, and every node whose feature shape is not ``feature_shape`` (default:
+    the shape most nodes report, if one shape has more nodes than any other) is refused
+    with the reason.
+    """
     if not nodes:
         return {}
-    msgs = [Message(RecordDict({"fedsparse": ConfigRecord({"seed": job.seed})}), node,
+    timeout, poll = float(job.flower["round_timeout"]), float(job.flower["poll_interval"])
+    msgs = [Message(RecordDict({codec.TASK: ConfigRecord({"seed": job.seed})}), node,
                     MessageType.QUERY, group_id="handshake") for node in nodes]
-    N = job.num_clients
-    table: dict[int, dict] = {}
-    for reply in exchange(grid, msgs, timeout, float(job.flower["poll_interval"])):
-        node = reply.metadata.src_node_id
-        if reply.has_error():
-            log(WARNING, "fedsparse: node %s failed the handshake: %s", node,
-                reply.error.reason)
+    replies = exchange(grid, msgs, timeout, poll)
+    claims: dict[int, list[dict]] = {}
+    for i, node in enumerate(nodes):
+        reply = replies.get(i)
+        if reply is None:
+            refusals.unanswered[node] += 1
+            tries = refusals.unanswered[node]
+            if tries >= HANDSHAKE_TRIES:
+                refusals.refuse(node, f"no handshake reply within round_timeout={timeout:g} s, "
+                                f"{tries} times")
+            else:
+                log(WARNING, "fedsparse: node %s did not answer the handshake within %g s "
+                    "(%d of %d tries); asked again next round", node, timeout, tries,
+                    HANDSHAKE_TRIES)
             continue
-        info = dict(reply.content["node"])
-        info["stats"] = {k.removeprefix("stat."): info.pop(k) for k in list(info)
-                         if k.startswith("stat.")}
-        info["node_id"] = node
-        pid = int(info["partition_id"])
-        if pid in table and table[pid]["node_id"] != node:
-            raise FlowerRunError(f"nodes {table[pid]['node_id']} and {node} both hold "
-                                 f"partition-id={pid}; give every node its own partition-id")
-        if int(info["num_partitions"]) != N:
-            raise FlowerRunError(f"node {node} has num-partitions={info['num_partitions']}, "
-                                 f"but the job has {N} clients")
-        table[pid] = info
+        if reply.has_error():
+            refusals.refuse(node, f"error reply to the handshake: {cut(reply.error.reason)}")
+            continue
+        try:
+            info = node_info(reply.content, job.num_clients)
+        except Refused as exc:
+            refusals.refuse(node, f"handshake: {exc}")
+            continue
+        claims.setdefault(info["partition_id"], []).append({**info, "node_id": node})
+    table = {}
+    for pid, infos in sorted(claims.items()):
+        if len(infos) == 1:
+            table[pid] = infos[0]
+            continue
+        ids = [info["node_id"] for info in infos]
+        for info in infos:
+            refusals.refuse(info["node_id"], f"partition_id={pid} is claimed by nodes {ids}; "
+                    "the server cannot tell which holds it: give every node its own "
+                    "partition-id")
+    shapes = Counter(info["feature_shape"] for info in table.values())
+    if feature_shape is None and shapes:
+        top = max(shapes.values())
+        leaders = [shape for shape, n in shapes.items() if n == top]
+        feature_shape = leaders[0] if len(leaders) == 1 else None
+    for pid, info in list(table.items()):
+        if info["feature_shape"] != feature_shape:
+            del table[pid]
+            refusals.refuse(info["node_id"], f"feature_shape {list(info['feature_shape'])} "
+                    f"is not the run's {list(feature_shape) if feature_shape else None} "
+                    f"(nodes per shape: {dict(shapes)})")
     return table
 
 
-def _add_joined(grid: Grid, table: dict[int, dict], nodes_now: set, timeout: float,
-                job: Job) -> None:
-    """Handshake with the nodes that joined (or rejoined with a new id) since; update
-    ``table`` in place, keeping a partition that an online node still holds."""
-    known = {info["node_id"] for info in table.values()}
-    if not nodes_now - known:
+def _add_joined(grid: Grid, table: dict[int, dict], refusals: _Refusals, nodes_now: set,
+                job: Job, weights: torch.Tensor, feature_shape: tuple[int, ...]) -> None:
+    """Handshake with the nodes that joined (or rejoined with a new id) since, or have not
+    answered yet; update ``table`` and ``weights`` in place, keeping a partition that an
+    online node still holds. A refused node is not asked again."""
+    known = {info["node_id"] for info in table.values()} | set(refusals.reasons)
+    new = sorted(nodes_now - known)
+    if not new:
         return
-    for pid, info in _handshake(grid, sorted(nodes_now - known), timeout, job).items():
+    for pid, info in _handshake(grid, new, job, refusals, feature_shape).items():
         old = table.get(pid)
         if old is not None and old["node_id"] in nodes_now:
-            log(WARNING, "fedsparse: node %s also claims partition-id=%d, held by "
-                "the online node %s; ignored", info["node_id"], pid, old["node_id"])
+            refusals.refuse(info["node_id"], f"partition_id={pid} is held by the online node "
+                            f"{old['node_id']}")
             continue
         table[pid] = info  # a restarted node comes back with a new node id
+        weights[pid] = info["weight"]
 
 
 def _node_statistics(table: dict[int, dict], N: int, dtype: torch.dtype
                      ) -> dict[str, torch.Tensor]:
     """The per-client statistics the nodes sent in the handshake, as (N,) tensors (NaN
     for clients without a node), for ``algorithm.bind``."""
-    names = {k for info in table.values() for k in info.get("stats", {})}
+    names = {k for info in table.values() for k in info["stats"]}
     out = {}
     for name in sorted(names):
         values = torch.full((N,), float("nan"), dtype=dtype)
         for pid, info in table.items():
-            if name in info.get("stats", {}):
-                values[pid] = float(info["stats"][name])
+            if name in info["stats"]:
+                values[pid] = info["stats"][name]
         out[name] = values
     return out
 
 
-def _grid_executor(grid: Grid, job: Job, algorithm, table: dict[int, dict]):
+def _grid_executor(grid: Grid, job: Job, algorithm, table: dict[int, dict],
+                   refusals: _Refusals, weights: torch.Tensor,
+                   feature_shape: tuple[int, ...]):
     """``execute`` for :class:`~fedsparse.rounds.RoundLoop`: one ``train`` message per
-    sampled client that has a live node; a reply that is an error, late, malformed or of
-    the wrong shape is a failed upload of that client (logged, never fatal)."""
+    sampled client that has a live node; a client without one, and a reply that is an
+    error, late, malformed or of the wrong shape, is a failed upload of that client
+    (logged, counted, never fatal)."""
     fl = job.flower
     timeout, poll = float(fl["round_timeout"]), float(fl["poll_interval"])
 
     def execute(t: int, clients: torch.Tensor, payload: torch.Tensor, config: dict,
                 state_rows) -> Replies:
         nodes_now = set(grid.get_node_ids())
-        _add_joined(grid, table, nodes_now, timeout, job)
+        _add_joined(grid, table, refusals, nodes_now, job, weights, feature_shape)
         S, P = int(clients.shape[0]), int(payload.shape[-1])
+        problems: dict[int, str] = {}
         # A client whose node has gone offline is not sent anything (and so not delivered):
         # waiting round_timeout for a node the SuperLink knows is gone would stall the run.
-        node_of = {pid: table[pid]["node_id"] for pid in clients.tolist()
-                   if pid in table and table[pid]["node_id"] in nodes_now}
         shared = RecordDict()
         if payload.ndim == 1:  # encoded once; every message gets its own copy
-            per_client = codec.put(shared, "payload", payload, algorithm.broadcast_encoding)
+            per_client = codec.put(shared, codec.PAYLOAD, payload, algorithm.broadcast_encoding)
         _put_config(shared, config)
-        msgs, bytes_down = [], 0
+        msgs, rows, bytes_down = [], [], 0
         for row, pid in enumerate(clients.tolist()):
-            if pid not in node_of:
+            node = table[pid]["node_id"] if pid in table else None
+            if node is None or node not in nodes_now:
+                problems[row] = "no node holds this client" if node is None else \
+                    f"its node {node} is offline"
                 continue
             content = RecordDict({k: copy.deepcopy(v) for k, v in shared.items()})
             if payload.ndim == 1:
                 bytes_down += per_client
             else:
-                bytes_down += codec.put(content, "payload", payload[row],
+                bytes_down += codec.put(content, codec.PAYLOAD, payload[row],
                                         algorithm.broadcast_encoding)
-            content["fedsparse"] = ConfigRecord({
+            content[codec.TASK] = ConfigRecord({
                 "round": t, "partition_id": pid, "upload_encoding": algorithm.upload_encoding})
-            msgs.append(Message(content, node_of[pid], MessageType.TRAIN, group_id=str(t + 1)))
-        row_of_node = {node: row for row, pid in enumerate(clients.tolist())
-                       if (node := node_of.get(pid)) is not None}
+            msgs.append(Message(content, node, MessageType.TRAIN, group_id=str(t + 1)))
+            rows.append(row)
         uploads = torch.zeros(S, P, dtype=payload.dtype)
         received = torch.zeros(S, dtype=torch.bool)
-        problems: dict[int, str] = {}
-        bytes_up, infos = 0, []
-        for reply in exchange(grid, msgs, timeout, poll):
-            node = reply.metadata.src_node_id
-            row = row_of_node.get(node)
-            if row is None:
+        bytes_up, info_rows = 0, {}
+        replies = exchange(grid, msgs, timeout, poll)
+        for i, row in enumerate(rows):
+            reply = replies.get(i)
+            if reply is None:
+                problems[row] = f"no reply within round_timeout={timeout:g} s"
                 continue
             if reply.has_error():
-                log(WARNING, "fedsparse: round %d: client %d (node %s) failed: %s", t + 1,
-                    int(clients[row]), node, reply.error.reason)
+                problems[row] = f"error reply: {cut(reply.error.reason)}"
                 continue
             try:
-                up, nbytes = codec.get(reply.content, "upload", expected_shape=(P,))
-                metrics = dict(reply.content["metrics"]) if "metrics" in reply.content else {}
-                info = {k: float(v) for k, v in metrics.items() if k != "num-examples"}
-            except (ConfigError, TypeError, ValueError) as exc:
+                up, nbytes = codec.get(reply.content, codec.UPLOAD, expected_shape=(P,))
+            except ConfigError as exc:
                 problems[row] = f"malformed reply: {exc}"
                 continue
             uploads[row] = up.to(payload.dtype)
             received[row] = True
             bytes_up += nbytes
-            infos.append(info)
-        mean_info = {k: sum(i[k] for i in infos if k in i) / sum(k in i for i in infos)
-                     for k in sorted({k for i in infos for k in i})}
-        return Replies(uploads=uploads, received=received, bytes_up=bytes_up, info=mean_info,
-                       problems=problems, bytes_down=bytes_down)
+            info_rows[row] = _reply_metrics(reply, t, int(clients[row]))
+        return Replies(uploads=uploads, received=received, bytes_up=bytes_up,
+                       problems=problems, bytes_down=bytes_down, info_rows=info_rows)
 
     return execute
+
+
+def _reply_metrics(reply: Message, t: int, client: int) -> dict:
+    """The metrics a train reply carries, as sent (the round loop screens them), without
+    the example count."""
+    if codec.METRICS not in reply.content:
+        return {}
+    record = reply.content[codec.METRICS]
+    if not isinstance(record, ConfigRecord | MetricRecord):
+        log(WARNING, "fedsparse: round %d: client %d sent metrics as a %s; not recorded", t + 1,
+            client, type(record).__name__)
+        return {}
+    return {k: v for k, v in record.items() if k != codec.NUM_EXAMPLES}
+
+
+def _has_personal_models(algorithm, problem, state: dict, seed: int) -> bool:
+    """Whether the nodes of ``algorithm`` hold personalised models (what they report as
+    ``personal_*`` metrics): one client's initial state, asked as a node asks it."""
+    if not algorithm.stateful_clients:
+        return False
+    probe = algorithm.init_clients(problem, torch.tensor([0]), seed)
+    return algorithm.personalized(state, probe) is not None
 
 
 def run_on_grid(grid: Grid, job: Job, *, callback: Callable | None = None) -> History:
@@ -227,12 +332,14 @@ def run_on_grid(grid: Grid, job: Job, *, callback: Callable | None = None) -> Hi
     Returns
     -------
     History
-        One record per round, ``history.model`` the final global model.
+        One record per round, ``history.model`` the final global model;
+        ``history.config["refused_nodes"]`` maps each refused node id to the reason.
 
     Raises
     ------
     FlowerRunError
-        when no node answers the handshake or the nodes are inconsistent.
+        when no node is left after the handshake (none answered, or every one was
+        refused; the message gives each reason).
     """
     fl = job.flower
     timeout, poll = float(fl["round_timeout"]), float(fl["poll_interval"])
@@ -243,40 +350,54 @@ def run_on_grid(grid: Grid, job: Job, *, callback: Callable | None = None) -> Hi
     needed = int(fl["min_nodes"]) or N
     nodes = _wait_for_nodes(grid, needed, float(fl["wait_timeout"]))
     log(INFO, "fedsparse: %d node(s) connected, %d client(s) in the job", len(nodes), N)
-    table = _handshake(grid, nodes, timeout, job)
+    max_norm = float(fl["max_update_norm"]) or None
+    max_ratio = float(fl["max_update_ratio"]) or None
+    if max_norm is None and max_ratio is None:
+        log(WARNING, "fedsparse: NO BOUND ON UPLOADS: flower.max_update_norm and "
+            "flower.max_update_ratio are both 0, so one client's upload can move the model "
+            "arbitrarily far; set flower.max_update_ratio (default 100) to bound it")
+    refusals = _Refusals()
+    table = _handshake(grid, nodes, job, refusals)
     if not table:
-        raise FlowerRunError(f"no node answered the handshake within "
-                             f"{fl['round_timeout']} s ({len(nodes)} connected)")
+        why = {**{node: "no handshake reply within round_timeout" for node in
+                  refusals.unanswered}, **refusals.reasons}
+        reasons = "; ".join(f"node {node}: {w}" for node, w in list(why.items())[:10])
+        raise FlowerRunError(f"no usable node: {len(nodes)} connected, none passed the "
+                             f"handshake within {fl['round_timeout']} s"
+                             + (f" ({reasons})" if reasons else ""))
     missing = sorted(set(range(N)) - set(table))
     if missing:
         log(WARNING, "fedsparse: no node holds clients %s%s; their uploads never arrive",
             missing[:10], " ..." if len(missing) > 10 else "")
-    shapes = {tuple(int(v) for v in i["feature_shape"]) for i in table.values()}
-    if len(shapes) != 1:
-        raise FlowerRunError(f"the nodes' data have different feature shapes {sorted(shapes)}")
+    feature_shape = next(iter(table.values()))["feature_shape"]
     dtype = job.torch_dtype
-    # Clients without a node get weight 0: they are never delivered, so the renormalised
-    # mean over delivered uploads does not use it.
+    # Clients without a node get weight 0 until a node takes them (``_add_joined``): they
+    # are never delivered, so the renormalised mean over delivered uploads does not use it.
     weights = torch.zeros(N, dtype=torch.float64)
     for pid, info in table.items():
-        weights[pid] = float(info["weight"])
-    spec = DataSpec(N, shapes.pop(), dtype, weights)
+        weights[pid] = info["weight"]
+    spec = DataSpec(N, feature_shape, dtype, weights)
     bound = algorithm.bind(problem, spec, _node_statistics(table, N, dtype))
     # As in simulate: the job's cohort size, else the one the algorithm asks for.
     per_round = job.clients_per_round or getattr(algorithm, "clients_per_round", None)
     state = bound.init(problem, job.seed)
+    personal = _has_personal_models(bound, problem, state, job.seed)
 
     history = History(config={"algorithm": repr(algorithm), "problem": problem.name,
                               "data": repr(job.data), "seed": job.seed,
                               "clients_per_round": per_round, "rounds": job.rounds,
-                              "runtime": "flower", "nodes": len(table)})
+                              "runtime": "flower", "nodes": len(table),
+                              "refused_nodes": refusals.reasons})
     rounds_done = []
 
     def measure(model, t: int) -> dict:
         # The simulator's record fields (None where the server cannot know them: it has
         # no ground truth, and no accuracy for a regression problem).
         out = dict.fromkeys(MODEL_FIELDS)
-        out.update(_evaluate(grid, table, model, t, timeout, poll))
+        metrics, dropped = _evaluate(grid, table, model, t, timeout, poll, personal)
+        out.update(metrics)
+        if dropped:
+            out["evaluations_dropped"] = dropped
         return out
 
     def evaluate(model, state, store) -> dict:
@@ -305,9 +426,10 @@ def run_on_grid(grid: Grid, job: Job, *, callback: Callable | None = None) -> Hi
             callback(record, state)
 
     loop = RoundLoop(bound, weights, job.seed, per_round, job.build_channel(),
-                     _grid_executor(grid, job, bound, table), evaluate, ClientStore(None),
-                     max_update_norm=fl.get("max_update_norm") or None,
-                     stop_on_nonfinite_upload=False)
+                     _grid_executor(grid, job, bound, table, refusals, weights,
+                                    feature_shape),
+                     evaluate, ClientStore(None), max_update_norm=max_norm,
+                     max_update_ratio=max_ratio, stop_on_nonfinite_upload=False)
     state = loop.run(state, history, 0, job.rounds, callback=logged, progress=False)
     history.model = bound.model(state)
     return history
@@ -323,53 +445,79 @@ def _put_config(content: RecordDict, config: dict) -> None:
         else:
             raise ConfigError(f"client_config[{k!r}] has type {type(v).__name__}; Flower can "
                               "carry numbers, strings, bytes and tensors")
-    content["config"] = ConfigRecord(scalars)
+    content[codec.CONFIG] = ConfigRecord(scalars)
     if arrays:
-        content["config.arrays"] = codec.tensors_to_record(arrays)
+        content[codec.CONFIG_ARRAYS] = codec.tensors_to_record(arrays)
 
 
 def _evaluate(grid: Grid, table: dict, model: torch.Tensor, t: int, timeout: float,
-              poll: float) -> dict:
-    """Objective (and accuracy) of ``model`` over the nodes that reply: sum_i p_i f_i(x)
-    with the weights renormalised over them, like the simulator's evaluation; and, when
-    the nodes hold personalised models, ``personal_*`` (train) and ``personal_test_*``
-    metrics micro-averaged by the nodes' example counts."""
+              poll: float, personal: bool) -> tuple[dict, int]:
+    """Objective (and accuracy) of ``model`` over the online nodes whose replies pass
+    :func:`~fedsparse.flower.replies.evaluation`: sum_i p_i f_i(x) with the handshake's
+    weights renormalised over them, like the simulator's evaluation; and, when the nodes
+    hold personalised models, ``personal_*`` (train) and ``personal_test_*`` metrics
+    micro-averaged by the nodes' example counts.
+
+    Returns
+    -------
+    metrics : dict
+    dropped : int
+        Nodes asked whose evaluation is left out (no reply, an error, a failed check).
+    """
+    online = set(grid.get_node_ids())
+    asked = [info for info in table.values() if info["node_id"] in online]
     content = RecordDict()
-    codec.put(content, "model", model, "auto")
+    codec.put(content, codec.MODEL, model, "auto")
     msgs = [Message(copy.deepcopy(content) if i else content, info["node_id"],
                     MessageType.EVALUATE, group_id=f"eval-{t + 1}")
-            for i, info in enumerate(table.values())]
+            for i, info in enumerate(asked)]
     replies = exchange(grid, msgs, timeout, poll)
-    rows = [dict(r.content["metrics"]) for r in replies if not r.has_error()]
+    rows: list[dict] = []
+    for i, info in enumerate(asked):
+        reply = replies.get(i)
+        if reply is None:
+            why = f"no reply within round_timeout={timeout:g} s"
+        elif reply.has_error():
+            why = f"error reply: {cut(reply.error.reason)}"
+        else:
+            try:
+                rows.append(evaluation(reply.content, info, personal))
+                continue
+            except Refused as exc:
+                why = str(exc)
+        log(WARNING, "fedsparse: round %d: evaluation of node %s (client %d) left out: %s",
+            t + 1, info["node_id"], info["partition_id"], why)
+    if len(rows) < len(table):
+        log(WARNING, "fedsparse: evaluation at round %d: %d of %d node(s) counted; the "
+            "metrics are over those", t + 1, len(rows), len(table))
+    dropped = len(asked) - len(rows)
     out: dict = {}
-    if len(rows) < len(msgs):
-        log(WARNING, "fedsparse: evaluation at round %d: %d of %d node(s) replied; the "
-            "metrics are over those", t + 1, len(rows), len(msgs))
     if not rows:
-        return out
-    for prefix, weight_key in (("", "weight"), ("test_", "test-examples")):
+        return out, dropped
+    for prefix, weight_key in (("", codec.WEIGHT), ("test_", codec.TEST_EXAMPLES)):
         have = [r for r in rows if f"{prefix}objective" in r]
         if not have:
             continue
-        w = torch.tensor([float(r[weight_key]) for r in have], dtype=torch.float64)
+        w = torch.tensor([r[weight_key] for r in have], dtype=torch.float64)
         w = w / w.sum()
         out[f"{prefix}objective"] = float(w @ torch.tensor(
-            [float(r[f"{prefix}objective"]) for r in have], dtype=torch.float64))
+            [r[f"{prefix}objective"] for r in have], dtype=torch.float64))
         if all(f"{prefix}accuracy" in r for r in have):
             out[f"{prefix}accuracy"] = float(w @ torch.tensor(
-                [float(r[f"{prefix}accuracy"]) for r in have], dtype=torch.float64))
+                [r[f"{prefix}accuracy"] for r in have], dtype=torch.float64))
     # Personalised models (they stay on the nodes): each node reports its own model on
     # its own data; micro-averaged over the examples, as fedsparse.metrics.
     # evaluate_personal does in the simulator.
-    for prefix, count_key in (("personal_", "num-examples"), ("personal_test_", "test-examples")):
+    for prefix, count_key in (("personal_", codec.NUM_EXAMPLES),
+                              ("personal_test_", codec.TEST_EXAMPLES)):
         for name in ("objective", "accuracy"):
             have = [r for r in rows if f"{prefix}{name}" in r and count_key in r]
             if not have:
                 continue
-            n = torch.tensor([float(r[count_key]) for r in have], dtype=torch.float64)
+            n = torch.tensor([r[count_key] for r in have], dtype=torch.float64)
             out[f"{prefix}{name}"] = float(n @ torch.tensor(
-                [float(r[f"{prefix}{name}"]) for r in have], dtype=torch.float64) / n.sum())
-    return out
+                [r[f"{prefix}{name}"] for r in have], dtype=torch.float64) / n.sum())
+    return out, dropped
 
 
 def make_server_app(job: Job | None = None, *, callback: Callable | None = None,

@@ -1,0 +1,182 @@
+"""What a node sends the server, checked before the server uses any of it.
+
+A node is not trusted: its handshake and evaluate replies are read here, field by
+field, and a reply that fails a check is refused with a reason (the value it sent, cut
+short) instead of reaching the run. The server then excludes that node (handshake) or
+leaves its evaluation out (evaluate), logs the reason and counts it; it never stops.
+
+Handshake (``query``) reply, record :data:`~fedsparse.flower.codec.NODE`:
+
+* ``partition_id``: an integer in ``0..N-1`` (not a bool, not a float);
+* ``num_partitions``: the job's N;
+* ``count``: the node's training examples, an integer in ``1..MAX_EXAMPLES``;
+* ``weight``: its aggregation weight p_i, finite, positive and at most ``count``. A
+  weight is self-reported: p_i = n_i / n (a generator's data) or n_i (a node's file),
+  so it never exceeds the node's count. Within that bound a node can still overstate
+  its share; the bound on update distances (``flower.max_update_ratio``) keeps what it
+  uploads near the other clients' updates, so its weight cannot carry the average away;
+* ``feature_shape``: 1 to 8 positive integers with at most ``MAX_ELEMENTS`` entries in
+  all;
+* ``stat.<name>``: at most :data:`~fedsparse.rounds.MAX_CLIENT_METRICS` statistics,
+  each a finite number >= 0 (e.g. the smoothness L_i).
+
+Evaluate reply, record :data:`~fedsparse.flower.codec.METRICS`: ``weight`` and
+``num-examples`` equal to the node's handshake (the server uses its own copies), a finite
+``objective`` >= 0 (every fedsparse objective is a loss), accuracies in [0, 1],
+``test_*`` only with a positive ``test-examples``, ``personal_*`` only for an algorithm
+with personalised models.
+"""
+
+from __future__ import annotations
+
+import math
+from numbers import Integral, Real
+
+from flwr.app import ConfigRecord, MetricRecord
+
+from ..rounds import MAX_CLIENT_METRICS, MAX_METRIC_NAME, shown
+from . import codec
+
+#: The most training examples one node may claim (2^31): a larger count is a lie that
+#: would let one node outweigh every other.
+MAX_EXAMPLES = 2**31
+#: Features of one example: at most 8 axes.
+MAX_FEATURE_AXES = 8
+#: Metrics an evaluate reply may carry: the global model's and the personalised one's.
+OBJECTIVES = ("objective", "test_objective", "personal_objective", "personal_test_objective")
+ACCURACIES = ("accuracy", "test_accuracy", "personal_accuracy", "personal_test_accuracy")
+
+
+class Refused(ValueError):
+    """A reply the server does not use; the message says which field and why."""
+
+
+def _record(content, name: str, kinds: tuple[type, ...]) -> dict:
+    """The record ``name`` of a reply, one of ``kinds``, as a dict."""
+    try:
+        record = content[name]
+    except (KeyError, TypeError):
+        raise Refused(f"no {name!r} record") from None
+    if not isinstance(record, kinds):
+        raise Refused(f"the {name!r} record is a {type(record).__name__}, not a "
+                      + " or ".join(k.__name__ for k in kinds))
+    return dict(record)
+
+
+def _field(values: dict, key: str):
+    if key not in values:
+        raise Refused(f"no {key}")
+    return values[key]
+
+
+def integer(values: dict, key: str, low: int, high: int) -> int:
+    """``values[key]`` as an int in ``low..high`` (bools and floats refused)."""
+    value = _field(values, key)
+    if isinstance(value, bool) or not isinstance(value, Integral) or not low <= value <= high:
+        raise Refused(f"{key}={shown(value)} is not an integer in {low}..{high}")
+    return int(value)
+
+
+def number(values: dict, key: str, *, low: float = -math.inf, high: float = math.inf,
+           low_open: bool = False) -> float:
+    """``values[key]`` as a finite float in [low, high] ((low, high] with ``low_open``)."""
+    value = _field(values, key)
+    if isinstance(value, bool) or not isinstance(value, Real) or not math.isfinite(value):
+        raise Refused(f"{key}={shown(value)} is not a finite number")
+    value = float(value)
+    if value < low or value > high or (low_open and value == low):
+        interval = f"{'(' if low_open else '['}{low:g}, {high:g}]"
+        raise Refused(f"{key}={value:g} is outside {interval}")
+    return value
+
+
+def node_info(content, num_clients: int) -> dict:
+    """The checked handshake of one node.
+
+    Parameters
+    ----------
+    content : the reply's RecordDict.
+    num_clients : the job's N.
+
+    Returns
+    -------
+    dict
+        ``partition_id``, ``count``, ``weight``, ``feature_shape`` (tuple) and
+        ``stats`` ({name: float}).
+
+    Raises
+    ------
+    Refused
+        naming the first field that fails its check (see the module docstring).
+    """
+    info = _record(content, codec.NODE, (ConfigRecord,))
+    pid = integer(info, "partition_id", 0, num_clients - 1)
+    num = _field(info, "num_partitions")
+    if num != num_clients or isinstance(num, bool):
+        raise Refused(f"num_partitions={shown(num)}, but the job has {num_clients} clients")
+    count = integer(info, "count", 1, MAX_EXAMPLES)
+    weight = number(info, "weight", low=0.0, high=float(count), low_open=True)
+    shape = _field(info, "feature_shape")
+    if (not isinstance(shape, list) or not 1 <= len(shape) <= MAX_FEATURE_AXES
+            or not all(isinstance(n, Integral) and not isinstance(n, bool) and n >= 1
+                       for n in shape)
+            or math.prod(shape) > codec.MAX_ELEMENTS):
+        raise Refused(f"feature_shape={shown(shape)} is not 1 to {MAX_FEATURE_AXES} positive "
+                      f"integers with at most {codec.MAX_ELEMENTS} entries")
+    names = [k for k in info if isinstance(k, str) and k.startswith(codec.STAT_PREFIX)]
+    if len(names) > MAX_CLIENT_METRICS:
+        raise Refused(f"{len(names)} statistics (at most {MAX_CLIENT_METRICS})")
+    stats = {}
+    for key in names:
+        name = key.removeprefix(codec.STAT_PREFIX)
+        if not name or len(name) > MAX_METRIC_NAME:
+            raise Refused(f"statistic name {shown(name)} is empty or too long")
+        stats[name] = number(info, key, low=0.0)
+    return {"partition_id": pid, "count": count, "weight": weight,
+            "feature_shape": tuple(int(n) for n in shape), "stats": stats}
+
+
+def evaluation(content, node: dict, personal: bool) -> dict:
+    """The checked metrics of one node's evaluate reply.
+
+    Parameters
+    ----------
+    content : the reply's RecordDict.
+    node : the node's checked handshake (:func:`node_info`).
+    personal : whether the algorithm has personalised models (``personal_*`` metrics).
+
+    Returns
+    -------
+    dict
+        The metrics of the reply that the server averages: ``weight`` and
+        ``num-examples`` (the handshake's), ``test-examples`` and every objective and
+        accuracy the reply holds, as floats.
+
+    Raises
+    ------
+    Refused
+        naming the first field that fails its check (see the module docstring).
+    """
+    metrics = _record(content, codec.METRICS, (MetricRecord, ConfigRecord))
+    weight = number(metrics, codec.WEIGHT, low=0.0, low_open=True)
+    if not math.isclose(weight, node["weight"], rel_tol=1e-9):
+        raise Refused(f"weight={weight:g} differs from the handshake's {node['weight']:g}")
+    examples = integer(metrics, codec.NUM_EXAMPLES, 1, MAX_EXAMPLES)
+    if examples != node["count"]:
+        raise Refused(f"{codec.NUM_EXAMPLES}={examples} differs from the handshake's "
+                      f"count {node['count']}")
+    out: dict = {codec.WEIGHT: node["weight"], codec.NUM_EXAMPLES: node["count"]}
+    if codec.TEST_EXAMPLES in metrics:
+        out[codec.TEST_EXAMPLES] = integer(metrics, codec.TEST_EXAMPLES, 1, MAX_EXAMPLES)
+    if "objective" not in metrics:
+        raise Refused("no objective")
+    for names, high in ((OBJECTIVES, math.inf), (ACCURACIES, 1.0)):
+        for key in names:
+            if key not in metrics:
+                continue
+            if key.startswith("personal_") and not personal:
+                raise Refused(f"{key}, but the algorithm has no personalised models")
+            if "test_" in key and codec.TEST_EXAMPLES not in out:
+                raise Refused(f"{key} without {codec.TEST_EXAMPLES}")
+            out[key] = number(metrics, key, low=0.0, high=high)
+    return out

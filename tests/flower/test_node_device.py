@@ -1,0 +1,81 @@
+"""The ClientApp computes on the device its node config names (``device``), over the
+in-process grid of conftest.py."""
+
+import pytest
+import torch
+
+flwr = pytest.importorskip("flwr")
+
+import fedsparse as fs  # noqa: E402
+from fedsparse._validation import ConfigError  # noqa: E402
+from fedsparse.data.federated import ClientSplit  # noqa: E402
+from fedsparse.flower import client_app, job_from_config  # noqa: E402
+from fedsparse.flower.server_app import run_on_grid  # noqa: E402
+
+pytestmark = pytest.mark.flower
+CUDA = torch.cuda.is_available()
+
+JOB = {"rounds": 3, "seed": 4,
+       "data": {"kind": "fedht_simulation", "num_clients": 3, "samples_per_client": 16,
+                "dim": 20, "support_size": 3},
+       "problem": {"kind": "least_squares"},
+       "algorithm": {"kind": "fed_iter_ht", "sparsity": 3, "local_steps": 2, "batch_size": 5,
+                     "step_size": 0.003},
+       "flower": {"round_timeout": 0.5, "wait_timeout": 0.0, "poll_interval": 0.02,
+                  "evaluate_every": 1}}
+
+
+def _grid(fake_grid, job, devices):
+    grid = fake_grid(job, range(len(devices)))
+    for node, device in zip(grid.nodes.values(), devices, strict=True):
+        if device is not None:
+            node.node_config["device"] = device
+    return grid
+
+
+def _runtimes(job):
+    return [rt for rt in client_app._RUNTIMES.values() if rt.job == job]
+
+
+@pytest.mark.parametrize("device", [
+    "cpu", "auto", pytest.param("cuda", marks=pytest.mark.skipif(not CUDA, reason="no GPU")),
+    pytest.param("cuda:0", marks=pytest.mark.skipif(not CUDA, reason="no GPU"))])
+def test_a_node_trains_and_evaluates_on_its_configured_device(fake_grid, device, monkeypatch):
+    """The data move to the device once per node (not per round), and the run is the
+    simulator's."""
+    client_app._RUNTIMES.clear()
+    moves = []
+    to_device = ClientSplit.to_device
+    monkeypatch.setattr(ClientSplit, "to_device",
+                        lambda self, d: moves.append(str(d)) or to_device(self, d))
+    job = job_from_config({**JOB, "seed": 4 + len(device)})
+    history = run_on_grid(_grid(fake_grid, job, [device] * 3), job)
+    want = torch.device("cuda" if CUDA else "cpu") if device == "auto" else torch.device(device)
+    runtimes = _runtimes(job)
+    assert len(runtimes) == 3
+    for rt in runtimes:
+        assert rt.device == want and rt.node.train.X.device.type == want.type
+    # one move per node of its training data (there is no test split), whatever the rounds
+    assert len(moves) == (3 if want.type == "cuda" else 0)
+    reference = fs.simulate(job.build_algorithm(), job.build_problem(), job.build_data(),
+                            rounds=job.rounds, seed=job.seed)
+    torch.testing.assert_close(history.model, reference.model, rtol=1e-5, atol=1e-6)
+    assert history.records[-1]["objective"] == pytest.approx(reference.records[-1]["objective"],
+                                                             rel=1e-5)
+
+
+@pytest.mark.parametrize("device,why", [
+    pytest.param("cuda", "needs a CUDA GPU", marks=pytest.mark.skipif(CUDA, reason="a GPU")),
+    ("tpu", "must be one of"), ("cuda:99", "GPU")])
+def test_a_node_that_cannot_use_its_device_is_refused_with_the_reason(fake_grid, device, why):
+    """A clear error on the node's first message, which the server logs when it refuses
+    the node; the other nodes run."""
+    client_app._RUNTIMES.clear()
+    with pytest.raises(ConfigError, match=f"node config device='{device}'.*{why}"):
+        client_app._node_device({"device": device})
+    job = job_from_config({**JOB, "seed": 9})
+    history = run_on_grid(_grid(fake_grid, job, ["cpu", device, None]), job)
+    refused = history.config["refused_nodes"]
+    assert list(refused) == [1001]
+    assert f"device='{device}'" in refused[1001] and why in refused[1001]
+    assert history.column("delivered_clients") == [[0, 2]] * 3

@@ -1,0 +1,163 @@
+"""The round loop's screening and record (fedsparse.rounds), through the simulator:
+lost uploads never change a run, client diagnostics never overwrite what the server
+measured, and the relative bound on update distances."""
+
+import math
+import warnings
+
+import pytest
+import torch
+
+import fedsparse as fs
+from fedsparse._validation import ConfigError
+from fedsparse.algorithms import Algorithm, ClientContext
+from fedsparse.algorithms.base import payload_rows, weighted_mean
+from fedsparse.channels import ScheduledChannel
+from fedsparse.rounds import screen_client_metrics, upload_problems
+
+VOLATILE = {"seconds", "elapsed"}
+
+
+class Scripted(Algorithm):
+    """Client i uploads ``broadcast + (i + 1) * 1e-2``; ``poison[(round, client)]`` (a
+    float) multiplies that upload (NaN, inf, 1e30) and ``info`` is every client's
+    diagnostics dict, so a test decides exactly what comes back."""
+
+    name = "scripted"
+    upload_encoding = "dense"
+    broadcast_encoding = "dense"
+
+    def __init__(self, poison=None, info=None, declared=()):
+        self.poison = dict(poison or {})
+        self.info = dict(info or {})
+        self.client_metrics = tuple(declared)
+
+    def client_update(self, payload, ctx: ClientContext):
+        x = payload_rows(payload, ctx.size).clone()
+        x += (ctx.clients.to(x.dtype)[:, None] + 1) * 1e-2
+        for row, client in enumerate(ctx.clients.tolist()):
+            if (ctx.round, client) in self.poison:
+                x[row] *= self.poison[(ctx.round, client)]
+        return x, None, dict(self.info)
+
+    def aggregate(self, state, uploads, cohort):
+        return {**state, "model": weighted_mean(uploads, cohort)}
+
+
+@pytest.fixture(scope="module")
+def data():
+    return fs.data.shifted_gaussian(num_clients=3, samples_per_client=10, dim=8, sparsity=3,
+                                    seed=1, dtype=torch.float64)
+
+
+def _run(algorithm, data, **kw):
+    return fs.simulate(algorithm, fs.problems.least_squares(), data, rounds=3, **kw)
+
+
+def _strip(records):
+    return [{k: v for k, v in r.items() if k not in VOLATILE} for r in records]
+
+
+#: Client 0's upload is lost in round 1 (0-based), the others arrive every round.
+LOSE_CLIENT_0_IN_ROUND_1 = ScheduledChannel([[1, 1, 1], [0, 1, 1], [1, 1, 1]])
+
+
+@pytest.mark.parametrize("factor", [float("nan"), float("inf"), -float("inf")])
+def test_a_lost_nonfinite_upload_does_not_change_the_run(data, factor):
+    """The server never sees a lost upload: NaN or inf in it is no divergence, and the
+    run (model and every record) is the run in which that upload was finite."""
+    poisoned = _run(Scripted(poison={(1, 0): factor}), data,
+                    channel=LOSE_CLIENT_0_IN_ROUND_1)
+    clean = _run(Scripted(), data, channel=LOSE_CLIENT_0_IN_ROUND_1)
+    assert torch.equal(poisoned.model, clean.model)
+    assert _strip(poisoned.records) == _strip(clean.records)
+    assert poisoned.column("delivered_clients")[1] == [1, 2]
+
+
+def test_a_delivered_nonfinite_upload_is_divergence(data):
+    with pytest.raises(fs.DivergenceError, match=r"round 2: .* local training of clients \[2\]"):
+        _run(Scripted(poison={(1, 2): float("nan")}), data, channel=LOSE_CLIENT_0_IN_ROUND_1)
+
+
+def test_client_diagnostics_never_overwrite_the_servers_record(data):
+    """Diagnostics named like server fields, undeclared or non-finite are not recorded;
+    the declared, finite one is, under its own name."""
+    info = {"round": 7, "delivered": 99, "rejected": 0, "bytes_up": 0, "objective": -1.0,
+            "undeclared": 1.0, "score": 2.5}
+    with pytest.warns(RuntimeWarning) as caught:
+        h = _run(Scripted(info=info, declared=("score",)), data, max_update_norm=1e-12)
+    assert any("not in its client_metrics" in str(w.message) for w in caught)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # no upload delivered: expected
+        honest = _run(Scripted(declared=("score",)), data, max_update_norm=1e-12)
+    assert h.column("round") == [1, 2, 3]
+    assert h.column("delivered") == [0, 0, 0] and h.column("rejected") == [3, 3, 3]
+    assert h.column("bytes_up") == honest.column("bytes_up") != [0, 0, 0]
+    assert h.column("objective") == honest.column("objective")
+    assert h.column("score") == [2.5, 2.5, 2.5]
+    assert all("undeclared" not in r for r in h.records)
+
+
+def test_a_nonfinite_diagnostic_is_not_recorded(data):
+    with pytest.warns(RuntimeWarning, match="score"):
+        h = _run(Scripted(info={"score": float("nan")}, declared=("score",)), data)
+    assert all("score" not in r for r in h.records)
+
+
+@pytest.mark.parametrize("name", ["rejected", "round", "objective", "nnz", "delivered_clients",
+                                  "personal_accuracy"])
+def test_an_algorithm_may_not_declare_a_server_field(data, name):
+    with pytest.raises(ConfigError, match=f"client_metrics.*{name}"):
+        _run(Scripted(declared=(name,)), data)
+
+
+def test_screen_client_metrics_names_what_it_refuses():
+    declared = ("a", "b", "c")
+    ok, refused = screen_client_metrics(
+        {"a": 1, "b": float("inf"), "c": "abc", "d": 2.0, "x" * 500: 1.0, 3: 1.0}, declared)
+    assert ok == {"a": 1.0}
+    assert len(refused) == 5
+    assert any("'b'" in r and "finite" in r for r in refused)
+    assert all(len(r) < 200 for r in refused)  # a 500-character name is not echoed whole
+    ok, refused = screen_client_metrics({f"m{i}": 1.0 for i in range(10_000)}, declared)
+    assert ok == {} and len(refused) == 1 and "10000" in refused[0]
+    ok, refused = screen_client_metrics({"a": True, "b": [1.0], "c": 2**70}, declared)
+    assert ok == {"c": float(2**70)} and len(refused) == 2
+
+
+def test_the_relative_bound_rejects_only_the_outlier():
+    payload = torch.zeros(4)
+    uploads = torch.tensor([[1.0, 0, 0, 0], [0, 2.0, 0, 0], [0, 0, 3.0, 0], [1e30, 0, 0, 0]])
+    received = torch.ones(4, dtype=torch.bool)
+    found = upload_problems(uploads, received, payload, None, max_update_ratio=100.0)
+    assert list(found) == [3] and "100" in found[3] and "median" in found[3]
+    # distances 1, 2, 3: the lower median is 2, so a ratio of 1.4 refuses only the 3
+    assert list(upload_problems(uploads[:3], received[:3], payload, None, 1.4)) == [2]
+    assert upload_problems(uploads[:3], received[:3], payload, None, 1.5) == {}
+    # no bound when the median distance is zero (most clients sent the broadcast back)
+    zeros = torch.zeros(3, 4)
+    zeros[2, 0] = 5.0
+    assert upload_problems(zeros, received[:3], payload, None, 100.0) == {}
+    # a lone upload is its own median
+    assert upload_problems(uploads[3:], received[3:], payload, None, 100.0) == {}
+
+
+def test_the_relative_bound_in_the_simulator(data):
+    """A 1e30-scaled upload moves the model by 1e28 without a bound, not at all with it."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        free = _run(Scripted(poison={(1, 2): 1e30}), data)
+    bounded = _run(Scripted(poison={(1, 2): 1e30}), data, max_update_ratio=100.0)
+    honest = _run(Scripted(), data, max_update_ratio=100.0)
+    assert float(free.model.abs().max()) > 1e27
+    assert bounded.column("rejected") == [0, 1, 0]
+    assert bounded.column("delivered_clients")[1] == [0, 1]
+    assert honest.column("rejected") == [0, 0, 0]
+    assert math.isfinite(float(bounded.model.abs().max()))
+    assert float(bounded.model.abs().max()) < 1
+
+
+@pytest.mark.parametrize("bad", [0.5, 0, -3.0, float("inf"), "100"])
+def test_max_update_ratio_is_checked(data, bad):
+    with pytest.raises(ConfigError, match="max_update_ratio"):
+        _run(Scripted(), data, max_update_ratio=bad)
