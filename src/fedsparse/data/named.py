@@ -143,10 +143,12 @@ def _named_idx(what: str, path, subdir: str, debian_dir: str, apt: str | None, u
             _download(urls, md5, where, what)
         found, missing = _idx_files(where)
         if missing:
+            lacks = f"holds none of the {what} IDX files" if not found else \
+                f"is missing {what} IDX files {', '.join(missing)}"
             raise FileNotFoundError(
-                f"{what} IDX files are missing from {given}: {', '.join(missing)} (expected "
-                f"{expected}, each optionally .gz). A path you give is the only place "
-                f"looked; leave it out to use {debian_dir} or the cache {cache}")
+                f"{given} {lacks} (expected {expected}, each optionally .gz). A path you "
+                f"give is the only place looked; leave it out to use {debian_dir} or the "
+                f"cache {cache}")
     else:
         places = [Path(debian_dir), cache]
         found = next((f for f in map(_find_idx_set, places) if f is not None), None)
