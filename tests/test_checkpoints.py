@@ -98,6 +98,17 @@ def test_the_model_must_be_finite_and_of_the_right_shape(model, message):
     assert message in _refused(ckpt)
 
 
+def test_a_finite_state_whose_sum_overflows_is_accepted():
+    # the finiteness check sums first; a sum that overflows must not refuse finite data
+    big = torch.full((5,), 1e308, dtype=torch.float64)
+    ckpt = _ckpt()
+    ckpt["state"]["model"] = big
+    out = validate_checkpoint(ckpt, path=PATH, rounds=10, state=FRESH, client_state=None)
+    assert torch.equal(out["state"]["model"], big)
+    big[2] = float("nan")
+    assert "state['model'] holds 1 NaN" in _refused(ckpt)
+
+
 def test_a_state_without_a_model_is_refused():
     ckpt = _ckpt()
     ckpt["state"] = {"step_size": 0.1}

@@ -137,12 +137,14 @@ def read_checkpoint(path: str | Path, *, map_location="cpu"):
             raise ConfigError(f"{where} holds a checksum but no data; {_START_OVER}")
         with mmap.mmap(fh.fileno(), body, access=mmap.ACCESS_READ) as archive:
             _check_archive(archive, body, where)
-            archive.seek(0)  # torch.load reads from the current position
-            try:
-                return torch.load(archive, weights_only=True, map_location=map_location)
-            except Exception as exc:  # noqa: BLE001 - whatever the archive holds, one message
-                raise ConfigError(f"{where} could not be read ({_reason(exc)}); "
-                                  f"{_START_OVER}") from None
+    try:
+        # The verified archive, memory-mapped: its tensors are read from the page cache
+        # (a resume copies them once, into the run's buffers); the zip reader finds the
+        # archive's directory before the checksum line.
+        return torch.load(path, weights_only=True, mmap=True, map_location=map_location)
+    except Exception as exc:  # noqa: BLE001 - whatever the archive holds, one message
+        raise ConfigError(f"{where} could not be read ({_reason(exc)}); {_START_OVER}") \
+            from None
 
 
 def _reason(exc: Exception) -> str:
@@ -368,7 +370,13 @@ def _tensor_like(name: str, value, fresh: torch.Tensor) -> torch.Tensor:
     if value.shape != fresh.shape:
         raise _Unlike(f"{name} has shape {tuple(value.shape)}, but this run's has shape "
                       f"{tuple(fresh.shape)}")
-    if value.is_floating_point() or value.is_complex():
+    # a fresh buffer: contiguous, on the run's device, sharing memory with nothing else
+    # (copied first: the file's pages are then read once)
+    value = torch.empty_like(fresh, memory_format=torch.contiguous_format).copy_(value)
+    # a finite sum means every entry is finite (one fast pass; a sum that overflows
+    # only sends the check to the entry-wise test)
+    if (value.is_floating_point() or value.is_complex()) and \
+            not bool(torch.isfinite(value.sum())):
         # an infinity is allowed only where a fresh state uses one (a distance record's
         # "never measured"); NaN never
         bad = torch.isnan(value)
@@ -381,8 +389,7 @@ def _tensor_like(name: str, value, fresh: torch.Tensor) -> torch.Tensor:
             bad |= torch.isinf(value)
         if bool(bad.any()):
             raise _Unlike(f"{name} holds {int(bad.sum())} NaN or infinite entries")
-    # a fresh buffer: contiguous, on the run's device, sharing memory with nothing else
-    return torch.empty_like(fresh, memory_format=torch.contiguous_format).copy_(value)
+    return value
 
 
 def _records(records, initial, done: int, budget: list) -> tuple[list, dict]:
