@@ -156,11 +156,12 @@ def _named_idx(what: str, path, subdir: str, debian_dir: str, apt: str | None, u
             _download(urls, md5, cache, what)
             found = _find_idx_set(cache)
         if found is None:
-            hint = f"install it with `apt-get install {apt}`, " if apt else ""
+            put = f"Install it with `apt-get install {apt}`, put" if apt else "Put"
             raise FileNotFoundError(
                 f"{what} IDX files ({expected}, optionally .gz) were not found in any of: "
-                f"{', '.join(map(str, places))}. {hint.capitalize()}put the files in a "
-                "directory and pass path=DIR (data.path in an experiment config), or call "
+                f"{', '.join(map(str, places))}. {put} the files in a "
+                "directory and pass path=DIR (data.path in a config, --path in `fedsparse "
+                "data describe`), or call "
                 f"with download=True to fetch them from the official site into {cache}")
     out = []
     for img, lab in _IDX_FILES.values():
