@@ -404,6 +404,33 @@ def test_a_checkpoint_cannot_run_code(saved, tmp_path):
     assert not (tmp_path / "pwned").exists()
 
 
+def test_a_memo_shared_tuple_key_is_refused_before_unpickling(saved, tmp_path):
+    """A tuple nested 7 deep, each level repeating one tuple, as a dict key: a few KB
+    that torch's unpickler would hash 16^7 times (about a minute). Refused by reading
+    the opcodes first, even with a matching checksum."""
+    import hashlib
+    import io
+    import pickle
+
+    from fedsparse.checkpoints import _trailer
+
+    value = (1,) * 16
+    for _ in range(7):
+        value = (value,) * 16
+    pkl = b"\x80\x02}(" + pickle.dumps(value, protocol=2)[2:-1] + b"K\x00u."
+    raw = saved["fedmac"][0]
+    body = raw[:raw.rfind(b"\n#fedsparse")]
+    out = io.BytesIO()
+    with zipfile.ZipFile(io.BytesIO(body)) as src, zipfile.ZipFile(out, "w") as dst:
+        for info in src.infolist():
+            dst.writestr(info, pkl if info.filename.endswith("data.pkl") else src.read(info))
+    body = out.getvalue()
+    path = tmp_path / "c.pt"
+    path.write_bytes(body + _trailer(hashlib.sha256(body).hexdigest()))
+    with pytest.raises(ConfigError, match="uses a tuple as a dict key"):
+        read_checkpoint(path)
+
+
 # ----------------------------------------------------------------------- writing
 
 

@@ -28,6 +28,7 @@ import hashlib
 import math
 import mmap
 import os
+import pickletools
 import re
 import zipfile
 from numbers import Integral
@@ -135,7 +136,7 @@ def read_checkpoint(path: str | Path, *, map_location="cpu"):
             body = _verified_length(whole, size, where)
         if body == 0:
             raise ConfigError(f"{where} holds a checksum but no data; {_START_OVER}")
-        with mmap.mmap(fh.fileno(), body, access=mmap.ACCESS_READ) as archive:
+        with _Window(fh.fileno(), body, access=mmap.ACCESS_READ) as archive:
             _check_archive(archive, body, where)
     try:
         # The verified archive, memory-mapped: its tensors are read from the page cache
@@ -145,6 +146,13 @@ def read_checkpoint(path: str | Path, *, map_location="cpu"):
     except Exception as exc:  # noqa: BLE001 - whatever the archive holds, one message
         raise ConfigError(f"{where} could not be read ({_reason(exc)}); {_START_OVER}") \
             from None
+
+
+class _Window(mmap.mmap):
+    """The first bytes of a file, as a seekable file object (what :mod:`zipfile` reads)."""
+
+    def seekable(self) -> bool:
+        return True
 
 
 def _reason(exc: Exception) -> str:
@@ -183,19 +191,78 @@ def _verified_length(data: mmap.mmap, size: int, where: str) -> int:
 
 
 def _check_archive(archive: mmap.mmap, size: int, where: str) -> None:
-    """Refuse anything but a zip archive of stored entries that fit the file: a
-    compressed entry could declare (and make the reader allocate) any size."""
+    """Refuse anything but a zip archive of stored entries that fit the file (a
+    compressed entry could declare, and make the reader allocate, any size), whose
+    pickle uses no container as a dict key or set member (see :func:`_hashed_kinds`)."""
     try:
         with zipfile.ZipFile(archive) as zf:
             entries = zf.infolist()
+            packed = [e.filename for e in entries if e.compress_type != zipfile.ZIP_STORED]
+            pickles = [e for e in entries if e.filename.endswith("/data.pkl")]
+            data = zf.read(pickles[0]) if not packed and len(pickles) == 1 and \
+                sum(e.file_size for e in entries) <= size else None
     except (zipfile.BadZipFile, OSError, ValueError, EOFError) as exc:
         raise ConfigError(f"{where} is not a PyTorch archive ({exc}); {_START_OVER}") from None
-    packed = [e.filename for e in entries if e.compress_type != zipfile.ZIP_STORED]
     if packed:
         raise ConfigError(f"{where} holds compressed entries ({', '.join(packed[:3])}); "
                           f"fedsparse stores its checkpoints uncompressed; {_START_OVER}")
-    if sum(e.file_size for e in entries) > size:
+    if len(pickles) != 1:
+        raise ConfigError(f"{where} is not a PyTorch archive (it holds {len(pickles)} "
+                          f"data.pkl entries); {_START_OVER}")
+    if data is None:
         raise ConfigError(f"{where} declares entries larger than the file; {_START_OVER}")
+    bad = _hashed_kinds(data)
+    if bad:
+        raise ConfigError(f"{where} is damaged: its pickle uses a {bad} as a dict key or set "
+                          f"member (a checkpoint's keys are strings); {_START_OVER}")
+
+
+_CONTAINERS = {pickletools.pytuple: "tuple", pickletools.pylist: "list",
+               pickletools.pydict: "dict", pickletools.pyset: "set",
+               pickletools.pyfrozenset: "frozenset"}
+
+
+def _hashed_kinds(data: bytes) -> str | None:
+    """The kind of the first container a pickle hashes (as a dict key or set member),
+    found without unpickling it; None if there is none.
+
+    A pickle stores a repeated object once, so a few KB can describe a tuple nested
+    seven deep whose every level repeats one tuple; hashing it visits 16^7 tuples
+    (torch's weights-only unpickler would spend minutes on it). The opcodes are played
+    on a stack of kinds (:mod:`pickletools`' descriptions of each opcode).
+    """
+    stack: list = []
+    marks: list[int] = []
+    memo: dict = {}
+    try:
+        for op, arg, _ in pickletools.genops(data):
+            name = op.name
+            if name == "MARK":
+                marks.append(len(stack))
+                continue
+            if name in ("SETITEM", "SETITEMS", "DICT", "ADDITEMS", "FROZENSET"):
+                hashed = stack[-2:-1] if name == "SETITEM" else stack[marks[-1]:]
+                if name in ("SETITEMS", "DICT"):
+                    hashed = hashed[0::2]
+                for kind in hashed:
+                    if kind in _CONTAINERS:
+                        return _CONTAINERS[kind]
+            if name in ("PUT", "BINPUT", "LONG_BINPUT", "MEMOIZE"):
+                memo[len(memo) if name == "MEMOIZE" else arg] = stack[-1]
+                continue
+            if name in ("GET", "BINGET", "LONG_BINGET"):
+                stack.append(memo.get(arg, pickletools.anyobject))
+                continue
+            before = op.stack_before
+            if pickletools.markobject in before:
+                del stack[marks.pop():]
+                before = before[:before.index(pickletools.markobject)]
+            if before:
+                del stack[-len(before):]
+            stack.extend(op.stack_after)
+    except (ValueError, IndexError):
+        return None  # not a valid pickle: torch.load says so
+    return None
 
 
 def load_checkpoint(path: Path, fingerprint: dict, *, map_location="cpu") -> dict:
