@@ -119,8 +119,9 @@ def read_checkpoint(path: str | Path, *, map_location="cpu"):
     ConfigError
         naming the file: it cannot be opened, is empty, has no checksum line at its end
         (truncated, or not written by fedsparse), has bytes after it (appended data),
-        does not match it (damaged), is not a PyTorch archive of stored entries, or
-        asks for anything but tensors and plain containers (``weights_only``).
+        does not match it (damaged), is not a PyTorch archive of stored entries, uses
+        a container as a dict key or set member, or asks for anything but tensors and
+        plain containers (``weights_only``).
     """
     path = Path(path)
     where = f"checkpoint {str(path)!r}"
