@@ -431,6 +431,29 @@ def test_a_memo_shared_tuple_key_is_refused_before_unpickling(saved, tmp_path):
         read_checkpoint(path)
 
 
+def _shared_list(levels: int, width: int = 16) -> list:
+    value = [1] * width
+    for _ in range(levels):
+        value = [value] * width
+    return value
+
+
+@pytest.mark.parametrize("edit,message", [
+    (lambda p: p.update(fingerprint={**p["fingerprint"], "seed": _shared_list(7)}),
+     "belongs to another run; differences (saved, now): {seed: (<list>, 1)}"),
+    (lambda p: p.update(format=_shared_list(7)), "format <list>"),
+    (lambda p: p.update(round=_shared_list(7)), "round=<list>"),
+    (lambda p: p["records"][0].update(round=_shared_list(7)), "record 1 says round <list>"),
+    (lambda p: p.update(round=2**300), "at round <an int of 301 bits> but holds 2 round"),
+])
+def test_messages_never_print_a_memo_shared_structure(saved, tmp_path, edit, message):
+    # 16^8 entries in a few KB: printed whole, the message would never end
+    path = _edited(saved["fedmac"][0], tmp_path, edit)
+    with pytest.raises(ConfigError) as exc:
+        _simulate("fedmac", path, rounds=3, resume=True)
+    assert str(path) in str(exc.value) and message in str(exc.value)
+
+
 # ----------------------------------------------------------------------- writing
 
 

@@ -162,7 +162,7 @@ def _reason(exc: Exception) -> str:
     text = str(exc)
     found = re.search(r"WeightsUnpickler error: ([^\n]*)", text)
     line = found.group(1) if found else (text.strip().splitlines() or [""])[0]
-    return f"{type(exc).__name__}: {line[:300]}"
+    return f"{type(exc).__name__}: {line[:300]}" if line.strip() else type(exc).__name__
 
 
 def _verified_length(data: mmap.mmap, size: int, where: str) -> int:
@@ -275,14 +275,15 @@ def load_checkpoint(path: Path, fingerprint: dict, *, map_location="cpu") -> dic
     if not isinstance(ckpt, dict) or ckpt.get("format") != CHECKPOINT_FORMAT:
         got = ckpt.get("format") if isinstance(ckpt, dict) else None
         raise ConfigError(f"{where} is not a fedsparse checkpoint of this version (format "
-                          f"{got!r}, expected {CHECKPOINT_FORMAT!r})")
+                          f"{_shown(got)}, expected {CHECKPOINT_FORMAT!r})")
     saved = ckpt.get("fingerprint")
     if not isinstance(saved, dict):
         raise ConfigError(f"{where} is damaged: it has no run fingerprint")
     if saved != fingerprint:
-        diff = {k: (saved.get(k), v) for k, v in fingerprint.items() if saved.get(k) != v}
+        diff = ", ".join(f"{k}: ({_shown(saved.get(k))}, {_shown(v)})"
+                         for k, v in fingerprint.items() if saved.get(k) != v)
         raise ConfigError(f"{where} belongs to another run; differences "
-                          f"(saved, now): {diff}")
+                          f"(saved, now): {{{diff}}}")
     return ckpt
 
 
@@ -353,10 +354,14 @@ def validate_checkpoint(ckpt, *, path: str | Path, rounds: int, state: dict,
                           "checkpoint holds " + ", ".join(CHECKPOINT_KEYS) + ")")
     done = ckpt["round"]
     if isinstance(done, bool) or not isinstance(done, Integral) or done < 0:
-        raise ConfigError(f"{where} is damaged: round={done!r} is not a non-negative integer")
+        raise ConfigError(f"{where} is damaged: round={_shown(done)} is not a non-negative "
+                          "integer")
     done = int(done)
     if isinstance(rounds, bool) or not isinstance(rounds, Integral):
         raise ConfigError(f"rounds={rounds!r} is invalid: must be an integer")
+    if isinstance(ckpt["records"], list) and len(ckpt["records"]) != done:
+        raise ConfigError(f"{where} is damaged: it is at round {_shown(done)} but holds "
+                          f"{len(ckpt['records'])} round records")
     if rounds < done:
         raise ConfigError(f"{where} already holds {done} rounds, but the resumed run asks for "
                           f"{rounds}: ask for at least {done} rounds (e.g. --rounds {done}), or "
@@ -380,6 +385,17 @@ def validate_checkpoint(ckpt, *, path: str | Path, rounds: int, state: dict,
     except RecursionError:
         raise ConfigError(f"{where} is damaged: its records are nested too deeply") from None
     return out
+
+
+def _shown(value) -> str:
+    """``repr(value)`` for a short scalar; else its type (the repr of a memo-shared
+    nested list from a hostile file could be gigabytes long)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 256:
+        return f"<an int of {value.bit_length()} bits>"
+    if value is None or isinstance(value, (bool, int, float, str, bytes)):
+        text = repr(value[:120] if isinstance(value, (str, bytes)) else value)
+        return text if len(text) <= 120 else text[:117] + "..."
+    return f"<{type(value).__name__}>"
 
 
 class _Unlike(Exception):
@@ -467,7 +483,7 @@ def _records(records, initial, done: int, budget: list) -> tuple[list, dict]:
         raise _Unlike(f"it is at round {done} but holds {len(records)} round records")
     for i, rec in enumerate(records, start=1):
         if rec.get("round") != i:
-            raise _Unlike(f"record {i} says round {rec.get('round')!r}, expected {i}")
+            raise _Unlike(f"record {i} says round {_shown(rec.get('round'))}, expected {i}")
     if not isinstance(initial, dict) or initial.get("round") != 0:
         raise _Unlike("its initial record is not the round-0 record")
     plain = [_plain(f"records[{i}]", rec, budget) for i, rec in enumerate(records)]
