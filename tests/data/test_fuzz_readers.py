@@ -527,6 +527,13 @@ HOSTILE_FILES = [
     ("cifar-labels-huge-int", "test_batch",
      pickle.dumps({b"data": _PIX, b"labels": [0, 2**70]}), "load_cifar", {},
      "label 1180591620717411303424 at index 1; expected 0..9"),
+    # Python refuses to print an int of more than 4300 digits
+    ("cifar-labels-int-of-80000-bits", "test_batch",
+     pickle.dumps({b"data": _PIX, b"labels": [0, 2**80000]}), "load_cifar", {},
+     "holds label <an int of 80001 bits> at index 1"),
+    ("cifar-key-int-of-80000-bits", "test_batch",
+     pickle.dumps({b"data": _PIX, 2**80000: [0, 1]}), "load_cifar", {},
+     "has keys .*<an int of 80001 bits>.*; expected 'data' and 'labels'"),
     ("cifar-labels-out-of-range", "test_batch",
      pickle.dumps({b"data": _PIX, b"labels": [0, 10]}), "load_cifar", {},
      "label 10 at index 1; expected 0..9"),

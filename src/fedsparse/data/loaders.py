@@ -895,7 +895,8 @@ def load_cifar(path, *, which: str = "cifar10", split: str = "train", label_mode
         batch = _unpickle_batch(root / name)
         where = f"CIFAR batch {str(root / name)!r}"
         if "data" not in batch or label_key not in batch:
-            raise DataFormatError(f"{where} has keys {sorted(map(str, batch))}; expected "
+            keys = sorted(k[:40] if isinstance(k, str) else _shown(k) for k in batch)
+            raise DataFormatError(f"{where} has keys {keys}; expected "
                                   f"'data' and {label_key!r}")
         data = _cifar_pixels(batch["data"], where)
         labels = _cifar_labels(batch[label_key], label_key, num_classes, where)
@@ -911,6 +912,17 @@ def load_cifar(path, *, which: str = "cifar10", split: str = "train", label_mode
     if scale:
         X = X.astype(np.float32) / np.float32(255.0)
     return X, y
+
+
+def _shown(value) -> str:
+    """A short text for a value from a hostile file: an integer of a million digits
+    cannot even be converted (Python refuses beyond 4300), a string is cut."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 256:
+        return f"<an int of {value.bit_length()} bits>"
+    if isinstance(value, (str, bytes)):
+        value = value[:40]
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _cifar_pixels(data, where: str) -> np.ndarray:
@@ -946,13 +958,13 @@ def _cifar_labels(labels, key: str, num_classes: int, where: str) -> np.ndarray:
     elif isinstance(labels, (list, tuple)):
         for i, v in enumerate(labels):
             if type(v) is not int:  # bool, float, bytes, a nested list, ...
-                shown = f"{type(v).__name__} {v!r:.40}" if isinstance(
+                shown = f"{type(v).__name__} {_shown(v)}" if isinstance(
                     v, (bool, float, complex, str, bytes)) or v is None \
                     else f"a {type(v).__name__}"
                 raise DataFormatError(f"{where}: {key!r} holds {shown} at index {i}; "
                                       f"{expected}")
             if not 0 <= v < num_classes:
-                raise DataFormatError(f"{where}: {key!r} holds label {v} at index {i}; "
+                raise DataFormatError(f"{where}: {key!r} holds label {_shown(v)} at index {i}; "
                                       f"expected 0..{num_classes - 1}")
         return np.array(labels, dtype=np.int64)
     else:
