@@ -1,4 +1,4 @@
-"""Checks on a saved checkpoint before a run resumes from it.
+"""Checkpoints: written atomically with a checksum, checked entry by entry on resume.
 
 A checkpoint (written by :func:`fedsparse.simulate` every ``checkpoint_every`` rounds) is
 a dict::
@@ -8,13 +8,29 @@ a dict::
      "records": [one dict per completed round, "round" = 1, 2, ...],
      "initial": the round-0 record, "fingerprint": dict}
 
-A file that was truncated, edited or written by another run must not be continued as if
-it were sound: :func:`validate_checkpoint` refuses it with a message naming the file.
+saved with :func:`torch.save` and followed by one line, ``#fedsparse-checkpoint
+sha256=<hex>``, the SHA-256 of the archive before it. The archive stays a plain PyTorch
+file (``torch.load`` reads it and ignores the line).
+
+A file that was truncated, edited, damaged on disk or written by another run must not be
+continued as if it were sound. :func:`resume_checkpoint` reads it (refusing a file whose
+bytes do not match their checksum, and running no code from it: ``weights_only``), then
+checks every entry against the fresh state of the run that resumes: the same keys, and
+for each tensor the same shape, dtype and layout with no NaN (and no infinity where a
+fresh state has none); for each number the same type, finite, and non-negative where
+the fresh value is. Every refusal is a :class:`~fedsparse.ConfigError` naming the file and
+the entry.
 """
 
 from __future__ import annotations
 
+import hashlib
+import math
+import mmap
 import os
+import pickletools
+import re
+import zipfile
 from numbers import Integral
 from pathlib import Path
 
@@ -22,33 +38,311 @@ import torch
 
 from ._validation import ConfigError
 
-CHECKPOINT_FORMAT = "fedsparse-checkpoint-1"
+CHECKPOINT_FORMAT = "fedsparse-checkpoint-2"
 
 #: Every key a checkpoint holds.
 CHECKPOINT_KEYS = ("format", "round", "state", "client_state", "records", "initial",
                    "fingerprint")
 
+_TAG = b"\n#fedsparse-checkpoint sha256="
+_TRAILER = re.compile(re.escape(_TAG) + rb"([0-9a-f]{64})\n")
+_TRAILER_LEN = len(_TAG) + 64 + 1
+_START_OVER = "it cannot be resumed: start the run over without --resume"
 
-def validate_checkpoint(ckpt: dict, *, path: str | Path, model_size: int, rounds: int) -> None:
-    """Refuse a checkpoint that cannot be resumed to ``rounds`` rounds.
+
+def _trailer(hexdigest: str) -> bytes:
+    """The line that follows the archive: its SHA-256."""
+    return _TAG + hexdigest.encode("ascii") + b"\n"
+
+
+# ---------------------------------------------------------------------------- writing
+
+
+def save_checkpoint(path: Path, payload: dict) -> None:
+    """Write ``payload`` atomically, followed by its checksum.
+
+    The file is written under a temporary name, flushed to disk and only then renamed
+    over ``path``: an interrupted save leaves the previous checkpoint as it was, and a
+    partial file never carries a matching checksum.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        with open(tmp, "w+b") as fh:  # Python's open: fedsparse.manifest records it
+            torch.save(payload, fh)
+            size = fh.tell()
+            fh.seek(0)
+            digest = hashlib.sha256()
+            while size > 0:
+                chunk = fh.read(min(size, 1 << 24))
+                digest.update(chunk)
+                size -= len(chunk)
+            fh.write(_trailer(digest.hexdigest()))
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    _fsync_directory(path.parent)
+
+
+def _fsync_directory(directory: Path) -> None:
+    """Make the rename durable (where the platform can open a directory)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+# ---------------------------------------------------------------------------- reading
+
+
+def read_checkpoint(path: str | Path, *, map_location="cpu"):
+    """The object saved in the checkpoint file ``path``, once its bytes are verified.
+
+    Parameters
+    ----------
+    path : the checkpoint file.
+    map_location : where the tensors are loaded (:func:`torch.load`'s argument); the
+        default, the CPU, reads a checkpoint written on any device.
+
+    Raises
+    ------
+    ConfigError
+        naming the file: it cannot be opened, is empty, has no checksum line at its end
+        (truncated, or not written by fedsparse), has bytes after it (appended data),
+        does not match it (damaged), is not a PyTorch archive of stored entries, uses
+        a container as a dict key or set member, or asks for anything but tensors and
+        plain containers (``weights_only``).
+    """
+    path = Path(path)
+    where = f"checkpoint {str(path)!r}"
+    try:
+        fh = open(path, "rb")
+    except OSError as exc:
+        raise ConfigError(f"{where} could not be read: {exc.strerror or exc}") from None
+    with fh:
+        size = os.fstat(fh.fileno()).st_size
+        if size == 0:
+            raise ConfigError(f"{where} is empty; {_START_OVER}")
+        with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as whole:
+            body = _verified_length(whole, size, where)
+        if body == 0:
+            raise ConfigError(f"{where} holds a checksum but no data; {_START_OVER}")
+        with _Window(fh.fileno(), body, access=mmap.ACCESS_READ) as archive:
+            _check_archive(archive, body, where)
+    try:
+        # The verified archive, memory-mapped: its tensors are read from the page cache
+        # (a resume copies them once, into the run's buffers); the zip reader finds the
+        # archive's directory before the checksum line.
+        return torch.load(path, weights_only=True, mmap=True, map_location=map_location)
+    except Exception as exc:  # noqa: BLE001 - whatever the archive holds, one message
+        raise ConfigError(f"{where} could not be read ({_reason(exc)}); {_START_OVER}") \
+            from None
+
+
+class _Window(mmap.mmap):
+    """The first bytes of a file, as a seekable file object (what :mod:`zipfile` reads)."""
+
+    def seekable(self) -> bool:
+        return True
+
+
+def _reason(exc: Exception) -> str:
+    """The line of a loading error that says what was wrong (torch's weights-only
+    refusals put it after a paragraph of advice)."""
+    text = str(exc)
+    found = re.search(r"WeightsUnpickler error: ([^\n]*)", text)
+    line = found.group(1) if found else (text.strip().splitlines() or [""])[0]
+    return f"{type(exc).__name__}: {line[:300]}" if line.strip() else type(exc).__name__
+
+
+def _verified_length(data: mmap.mmap, size: int, where: str) -> int:
+    """The length of the archive in ``data``, once the checksum line after it matches."""
+    match = _TRAILER.fullmatch(data[max(size - _TRAILER_LEN, 0):])
+    if match is None:
+        at = data.rfind(_TAG)
+        found = _TRAILER.match(data[at:at + _TRAILER_LEN]) if at >= 0 else None
+        if found is not None:
+            extra = size - at - _TRAILER_LEN
+            raise ConfigError(f"{where} has {extra} bytes after its checksum: data were "
+                              f"appended to it; {_START_OVER}")
+        if at >= 0:
+            raise ConfigError(f"{where} is truncated: its checksum line is cut off; "
+                              f"{_START_OVER}")
+        raise ConfigError(f"{where} has no fedsparse checksum at its end: it is truncated "
+                          "(an interrupted copy?), or was not written by this version of "
+                          f"fedsparse, so its content cannot be verified; {_START_OVER}")
+    body = size - _TRAILER_LEN
+    with memoryview(data) as view:
+        digest = hashlib.sha256(view[:body]).hexdigest()
+    if digest != match.group(1).decode("ascii"):
+        raise ConfigError(f"{where} is corrupt: its {body} bytes do not match the SHA-256 "
+                          f"checksum written with them (damaged on disk or in a copy); "
+                          f"{_START_OVER}")
+    return body
+
+
+def _check_archive(archive: mmap.mmap, size: int, where: str) -> None:
+    """Refuse anything but a zip archive of stored entries that fit the file (a
+    compressed entry could declare, and make the reader allocate, any size), whose
+    pickle uses no container as a dict key or set member (see :func:`_hashed_kinds`)."""
+    try:
+        with zipfile.ZipFile(archive) as zf:
+            entries = zf.infolist()
+            packed = [e.filename for e in entries if e.compress_type != zipfile.ZIP_STORED]
+            pickles = [e for e in entries if e.filename.endswith("/data.pkl")]
+            data = zf.read(pickles[0]) if not packed and len(pickles) == 1 and \
+                sum(e.file_size for e in entries) <= size else None
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError) as exc:
+        raise ConfigError(f"{where} is not a PyTorch archive ({exc}); {_START_OVER}") from None
+    if packed:
+        raise ConfigError(f"{where} holds compressed entries ({', '.join(packed[:3])}); "
+                          f"fedsparse stores its checkpoints uncompressed; {_START_OVER}")
+    if len(pickles) != 1:
+        raise ConfigError(f"{where} is not a PyTorch archive (it holds {len(pickles)} "
+                          f"data.pkl entries); {_START_OVER}")
+    if data is None:
+        raise ConfigError(f"{where} declares entries larger than the file; {_START_OVER}")
+    bad = _hashed_kinds(data)
+    if bad:
+        raise ConfigError(f"{where} is damaged: its pickle uses a {bad} as a dict key or set "
+                          f"member (a checkpoint's keys are strings); {_START_OVER}")
+
+
+_CONTAINERS = {pickletools.pytuple: "tuple", pickletools.pylist: "list",
+               pickletools.pydict: "dict", pickletools.pyset: "set",
+               pickletools.pyfrozenset: "frozenset"}
+
+
+def _hashed_kinds(data: bytes) -> str | None:
+    """The kind of the first container a pickle hashes (as a dict key or set member),
+    found without unpickling it; None if there is none.
+
+    A pickle stores a repeated object once, so a few KB can describe a tuple nested
+    seven deep whose every level repeats one tuple; hashing it visits 16^7 tuples
+    (torch's weights-only unpickler would spend minutes on it). The opcodes are played
+    on a stack of kinds (:mod:`pickletools`' descriptions of each opcode).
+    """
+    stack: list = []
+    marks: list[int] = []
+    memo: dict = {}
+    try:
+        for op, arg, _ in pickletools.genops(data):
+            name = op.name
+            if name == "MARK":
+                marks.append(len(stack))
+                continue
+            if name in ("SETITEM", "SETITEMS", "DICT", "ADDITEMS", "FROZENSET"):
+                hashed = stack[-2:-1] if name == "SETITEM" else stack[marks[-1]:]
+                if name in ("SETITEMS", "DICT"):
+                    hashed = hashed[0::2]
+                for kind in hashed:
+                    if kind in _CONTAINERS:
+                        return _CONTAINERS[kind]
+            if name in ("PUT", "BINPUT", "LONG_BINPUT", "MEMOIZE"):
+                memo[len(memo) if name == "MEMOIZE" else arg] = stack[-1]
+                continue
+            if name in ("GET", "BINGET", "LONG_BINGET"):
+                stack.append(memo.get(arg, pickletools.anyobject))
+                continue
+            before = op.stack_before
+            if pickletools.markobject in before:
+                del stack[marks.pop():]
+                before = before[:before.index(pickletools.markobject)]
+            if before:
+                del stack[-len(before):]
+            stack.extend(op.stack_after)
+    except (ValueError, IndexError):
+        return None  # not a valid pickle: torch.load says so
+    return None
+
+
+def load_checkpoint(path: Path, fingerprint: dict, *, map_location="cpu") -> dict:
+    """Read a checkpoint (:func:`read_checkpoint`) and refuse one of another format or
+    written by another run (``fingerprint`` differs); :func:`validate_checkpoint` then
+    checks its content."""
+    ckpt = read_checkpoint(path, map_location=map_location)
+    where = f"checkpoint {str(path)!r}"
+    if not isinstance(ckpt, dict) or ckpt.get("format") != CHECKPOINT_FORMAT:
+        got = ckpt.get("format") if isinstance(ckpt, dict) else None
+        raise ConfigError(f"{where} is not a fedsparse checkpoint of this version (format "
+                          f"{_shown(got)}, expected {CHECKPOINT_FORMAT!r})")
+    saved = ckpt.get("fingerprint")
+    if not isinstance(saved, dict):
+        raise ConfigError(f"{where} is damaged: it has no run fingerprint")
+    if saved != fingerprint:
+        diff = ", ".join(f"{k}: ({_shown(saved.get(k))}, {_shown(v)})"
+                         for k, v in fingerprint.items() if saved.get(k) != v)
+        raise ConfigError(f"{where} belongs to another run; differences "
+                          f"(saved, now): {{{diff}}}")
+    return ckpt
+
+
+def resume_checkpoint(path: Path, *, fingerprint: dict, rounds: int, state: dict,
+                      client_state: dict | None, map_location="cpu") -> dict:
+    """Read, verify and check a checkpoint for the run that resumes from it.
+
+    Parameters
+    ----------
+    path : the checkpoint file.
+    fingerprint : the resuming run's fingerprint; the saved one must be equal.
+    rounds : the total number of rounds the resumed run asks for.
+    state, client_state : the resuming run's fresh ``algorithm.init`` and
+        ``algorithm.init_clients`` (for all N clients): what every saved entry must look
+        like, and where its tensors go.
+    map_location : where :func:`torch.load` puts the tensors first (default the CPU).
+
+    Returns
+    -------
+    dict
+        The checkpoint, its tensors copied into fresh buffers on the devices of ``state``
+        and ``client_state`` and its records rebuilt as plain lists and dicts.
+    """
+    ckpt = load_checkpoint(path, fingerprint, map_location=map_location)
+    return validate_checkpoint(ckpt, path=path, rounds=rounds, state=state,
+                               client_state=client_state, file_size=Path(path).stat().st_size)
+
+
+# ---------------------------------------------------------------------- content checks
+
+
+def validate_checkpoint(ckpt, *, path: str | Path, rounds: int, state: dict,
+                        client_state: dict | None, file_size: int | None = None) -> dict:
+    """Refuse a checkpoint that cannot be resumed to ``rounds`` rounds by this run.
 
     Parameters
     ----------
     ckpt : the loaded checkpoint (see the module docstring).
     path : the checkpoint file, named in every message.
-    model_size : the length the server model ``ckpt["state"]["model"]`` must have (the
-        length of the model a fresh ``algorithm.init`` produces for this run: P, or the
-        number of dictionary coefficients for a model stored in a dictionary).
     rounds : the total number of rounds the resumed run asks for.
+    state, client_state : the run's fresh server state (``algorithm.init``) and client
+        state (``algorithm.init_clients`` for all N clients, or None).
+    file_size : the file's size in bytes: the records may not expand to more entries
+        than that (a pickle can make one list appear a million times for a few bytes).
+
+    Returns
+    -------
+    dict
+        A copy of ``ckpt``: tensors in fresh contiguous buffers on the devices of
+        ``state`` / ``client_state``, records as plain lists and dicts.
 
     Raises
     ------
     ConfigError
-        naming the file and what is wrong: not a dict, a missing key, a round that is not
-        a non-negative integer, a model that is not a 1-D floating tensor of
-        ``model_size`` finite entries, records that are not one dict per completed round
-        numbered 1..round (with a round-0 ``initial`` record), or ``rounds`` smaller than
-        the rounds the checkpoint already holds.
+        naming the file and the entry: not a dict, a missing key, a round that is not
+        a non-negative integer, ``rounds`` smaller than the rounds it already holds,
+        state entries missing, extra or unlike the fresh ones (type, shape, dtype,
+        layout, NaN or infinite values, a negative count), client state missing where
+        the run keeps some, records that are not one plain dict per completed round.
     """
     where = f"checkpoint {str(path)!r}"
     if not isinstance(ckpt, dict):
@@ -60,78 +354,158 @@ def validate_checkpoint(ckpt: dict, *, path: str | Path, model_size: int, rounds
                           "checkpoint holds " + ", ".join(CHECKPOINT_KEYS) + ")")
     done = ckpt["round"]
     if isinstance(done, bool) or not isinstance(done, Integral) or done < 0:
-        raise ConfigError(f"{where} is damaged: round={done!r} is not a non-negative integer")
+        raise ConfigError(f"{where} is damaged: round={_shown(done)} is not a non-negative "
+                          "integer")
     done = int(done)
     if isinstance(rounds, bool) or not isinstance(rounds, Integral):
         raise ConfigError(f"rounds={rounds!r} is invalid: must be an integer")
+    if isinstance(ckpt["records"], list) and len(ckpt["records"]) != done:
+        raise ConfigError(f"{where} is damaged: it is at round {_shown(done)} but holds "
+                          f"{len(ckpt['records'])} round records")
     if rounds < done:
         raise ConfigError(f"{where} already holds {done} rounds, but the resumed run asks for "
                           f"{rounds}: ask for at least {done} rounds (e.g. --rounds {done}), or "
                           "start over without --resume")
-    _check_model(where, ckpt["state"], model_size)
-    _check_records(where, ckpt["records"], ckpt["initial"], done)
-    if ckpt["client_state"] is not None and not isinstance(ckpt["client_state"], dict):
-        raise ConfigError(f"{where} is damaged: client_state is a "
-                          f"{type(ckpt['client_state']).__name__}, not a dict or None")
     if not isinstance(ckpt["fingerprint"], dict):
         raise ConfigError(f"{where} is damaged: fingerprint is a "
                           f"{type(ckpt['fingerprint']).__name__}, not a dict")
+    try:
+        if client_state is not None and ckpt["client_state"] is None:
+            raise _Unlike(f"client_state is None, but this run keeps per-client state "
+                          f"({', '.join(map(repr, client_state))}): resuming from it would "
+                          "lose that state")
+        out = dict(ckpt, round=done,
+                   state=_like("state", ckpt["state"], state),
+                   client_state=_like("client_state", ckpt["client_state"], client_state))
+        budget = [math.inf if file_size is None else int(file_size)]
+        out["records"], out["initial"] = _records(ckpt["records"], ckpt["initial"], done,
+                                                  budget)
+    except _Unlike as exc:
+        raise ConfigError(f"{where} is damaged: {exc}") from None
+    except RecursionError:
+        raise ConfigError(f"{where} is damaged: its records are nested too deeply") from None
+    return out
 
 
-def _check_model(where: str, state, model_size: int) -> None:
-    if not isinstance(state, dict) or "model" not in state:
-        raise ConfigError(f"{where} is damaged: its server state has no model")
-    model = state["model"]
-    if not isinstance(model, torch.Tensor) or not model.is_floating_point():
-        what = f"a tensor of {model.dtype}" if isinstance(model, torch.Tensor) else \
-            f"a {type(model).__name__}"
-        raise ConfigError(f"{where} is damaged: the model is {what}, not a floating-point "
-                          "tensor")
-    if model.dim() != 1 or model.shape[0] != model_size:
-        raise ConfigError(f"{where} holds a model of shape {tuple(model.shape)}, but this run's "
-                          f"model has shape ({model_size},): it belongs to another model")
-    if not bool(torch.isfinite(model).all()):
-        bad = int((~torch.isfinite(model)).sum())
-        raise ConfigError(f"{where} is damaged: its model has {bad} NaN or infinite entries")
+def _shown(value) -> str:
+    """``repr(value)`` for a short scalar; else its type (the repr of a memo-shared
+    nested list from a hostile file could be gigabytes long)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 256:
+        return f"<an int of {value.bit_length()} bits>"
+    if value is None or isinstance(value, (bool, int, float, str, bytes)):
+        text = repr(value[:120] if isinstance(value, (str, bytes)) else value)
+        return text if len(text) <= 120 else text[:117] + "..."
+    return f"<{type(value).__name__}>"
 
 
-def _check_records(where: str, records, initial, done: int) -> None:
+class _Unlike(Exception):
+    """An entry unlike the fresh state (the message names it; the caller adds the file)."""
+
+
+def _kind(value) -> str:
+    name = "tensor" if isinstance(value, torch.Tensor) else type(value).__name__
+    return f"{'an' if name[0] in 'aeiou' else 'a'} {name}"
+
+
+def _like(name: str, value, fresh):
+    """``value`` checked against ``fresh`` and rebuilt like it (see the module docstring)."""
+    if isinstance(fresh, dict):
+        if not isinstance(value, dict):
+            raise _Unlike(f"{name} is {_kind(value)}, but this run's is a dict")
+        for key in fresh:
+            if key not in value:
+                raise _Unlike(f"{name} has no entry {key!r}")
+        for key in value:
+            if key not in fresh:
+                raise _Unlike(f"{name} has an entry {key!r} that this run does not have")
+        return {key: _like(f"{name}[{key!r}]", value[key], fresh[key]) for key in fresh}
+    if isinstance(fresh, torch.Tensor):
+        return _tensor_like(name, value, fresh)
+    if fresh is None:
+        if value is not None:
+            what = f"holds {', '.join(map(repr, value))}" if isinstance(value, dict) else \
+                f"is {_kind(value)}"
+            raise _Unlike(f"{name} {what}, but this run keeps none (None)")
+        return None
+    if isinstance(fresh, bool) or not isinstance(fresh, (int, float)):
+        if type(value) is not type(fresh):
+            raise _Unlike(f"{name} is {_kind(value)}, but this run's is {_kind(fresh)}")
+        return value
+    # a number: an int stays an int; a float may have been saved as an int
+    allowed = (int,) if isinstance(fresh, int) else (int, float)
+    if isinstance(value, bool) or not isinstance(value, allowed):
+        raise _Unlike(f"{name} is {_kind(value)}, but this run's is {_kind(fresh)}")
+    if not math.isfinite(value):
+        raise _Unlike(f"{name} is {value}; expected a finite number")
+    if fresh >= 0 and value < 0:
+        raise _Unlike(f"{name} is {value}; expected a non-negative number")
+    return type(fresh)(value)
+
+
+def _tensor_like(name: str, value, fresh: torch.Tensor) -> torch.Tensor:
+    if not isinstance(value, torch.Tensor):
+        raise _Unlike(f"{name} is {_kind(value)}, but this run's is a tensor")
+    if value.layout != fresh.layout:
+        raise _Unlike(f"{name} is a {value.layout} tensor (sparse or other), but this run's "
+                      f"is {fresh.layout}")
+    if value.dtype != fresh.dtype:
+        raise _Unlike(f"{name} has dtype {value.dtype}, but this run's has dtype "
+                      f"{fresh.dtype}")
+    if value.shape != fresh.shape:
+        raise _Unlike(f"{name} has shape {tuple(value.shape)}, but this run's has shape "
+                      f"{tuple(fresh.shape)}")
+    # a fresh buffer: contiguous, on the run's device, sharing memory with nothing else
+    # (copied first: the file's pages are then read once)
+    value = torch.empty_like(fresh, memory_format=torch.contiguous_format).copy_(value)
+    # a finite sum means every entry is finite (one fast pass; a sum that overflows
+    # only sends the check to the entry-wise test)
+    if (value.is_floating_point() or value.is_complex()) and \
+            not bool(torch.isfinite(value.sum())):
+        # an infinity is allowed only where a fresh state uses one (a distance record's
+        # "never measured"); NaN never
+        bad = torch.isnan(value)
+        if not value.is_complex():
+            if not bool(torch.isposinf(fresh).any()):
+                bad |= torch.isposinf(value)
+            if not bool(torch.isneginf(fresh).any()):
+                bad |= torch.isneginf(value)
+        else:
+            bad |= torch.isinf(value)
+        if bool(bad.any()):
+            raise _Unlike(f"{name} holds {int(bad.sum())} NaN or infinite entries")
+    return value
+
+
+def _records(records, initial, done: int, budget: list) -> tuple[list, dict]:
     if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
-        raise ConfigError(f"{where} is damaged: records is not a list of per-round dicts")
+        raise _Unlike("records is not a list of per-round dicts")
     if len(records) != done:
-        raise ConfigError(f"{where} is damaged: it is at round {done} but holds "
-                          f"{len(records)} round records")
+        raise _Unlike(f"it is at round {done} but holds {len(records)} round records")
     for i, rec in enumerate(records, start=1):
         if rec.get("round") != i:
-            raise ConfigError(f"{where} is damaged: record {i} says round "
-                              f"{rec.get('round')!r}, expected {i}")
+            raise _Unlike(f"record {i} says round {_shown(rec.get('round'))}, expected {i}")
     if not isinstance(initial, dict) or initial.get("round") != 0:
-        raise ConfigError(f"{where} is damaged: its initial record is not the round-0 record")
+        raise _Unlike("its initial record is not the round-0 record")
+    plain = [_plain(f"records[{i}]", rec, budget) for i, rec in enumerate(records)]
+    return plain, _plain("initial", initial, budget)
 
 
-def save_checkpoint(path: Path, payload: dict) -> None:
-    """Write a checkpoint atomically (a crash mid-write keeps the previous one)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as fh:  # Python's open, so fedsparse.manifest records the file
-        torch.save(payload, fh)
-    os.replace(tmp, path)
-
-
-def load_checkpoint(path: Path, fingerprint: dict) -> dict:
-    """Read a checkpoint and refuse one written by another run (``fingerprint`` differs);
-    :func:`validate_checkpoint` then checks its content."""
-    try:
-        ckpt = torch.load(path, weights_only=True)
-    except Exception as exc:  # noqa: BLE001 - any unreadable file gets the same clear message
-        raise ConfigError(f"checkpoint {str(path)!r} could not be read: {exc}") from None
-    if not isinstance(ckpt, dict) or ckpt.get("format") != CHECKPOINT_FORMAT:
-        raise ConfigError(f"checkpoint {str(path)!r} is not a fedsparse checkpoint")
-    saved = ckpt.get("fingerprint")
-    if not isinstance(saved, dict):
-        raise ConfigError(f"checkpoint {str(path)!r} is damaged: it has no run fingerprint")
-    if saved != fingerprint:
-        diff = {k: (saved.get(k), v) for k, v in fingerprint.items() if saved.get(k) != v}
-        raise ConfigError(f"checkpoint {str(path)!r} belongs to another run; differences "
-                          f"(saved, now): {diff}")
-    return ckpt
+def _plain(name: str, value, budget: list):
+    """A copy of a record value made of None, bool, int, float, str, lists and dicts with
+    string keys; ``budget[0]`` counts down the entries copied (shared lists count once
+    per reference)."""
+    budget[0] -= 1
+    if budget[0] < 0:
+        raise _Unlike("its records hold more entries than a file of its size can "
+                      "(one list referenced over and over?)")
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, (list, tuple)):
+        return [_plain(f"{name}[{i}]", v, budget) for i, v in enumerate(value)]
+    if isinstance(value, dict):
+        for key in value:
+            if not isinstance(key, str):
+                raise _Unlike(f"{name} has a key {key!r} that is not a string")
+        return {k: _plain(f"{name}[{k!r}]", v, budget) for k, v in value.items()}
+    raise _Unlike(f"{name} is {_kind(value)}; a record holds numbers, strings, None and "
+                  "lists or dicts of them")

@@ -15,7 +15,7 @@ from ._threads import single_threaded_blas
 from ._validation import check_float, check_int, fail
 from .algorithms.base import Algorithm, ClientContext
 from .channels import PerfectChannel
-from .checkpoints import CHECKPOINT_FORMAT, load_checkpoint, save_checkpoint, validate_checkpoint
+from .checkpoints import CHECKPOINT_FORMAT, resume_checkpoint, save_checkpoint
 from .comm import payload_bytes
 from .data.federated import FederatedDataset
 from .history import History
@@ -203,9 +203,9 @@ def simulate(algorithm: Algorithm, problem: Problem, data: FederatedDataset, *, 
         if ckpt_path is None:
             raise fail("resume", resume, "needs a checkpoint path")
         if ckpt_path.exists():
-            ckpt = load_checkpoint(ckpt_path, fingerprint)
-            validate_checkpoint(ckpt, path=ckpt_path, model_size=int(state["model"].shape[0]),
-                                rounds=rounds)
+            # every entry checked against this run's fresh state and placed like it
+            ckpt = resume_checkpoint(ckpt_path, fingerprint=fingerprint, rounds=rounds,
+                                     state=state, client_state=store.state)
             state, store.state = ckpt["state"], ckpt["client_state"]
             history.records, history.initial = ckpt["records"], ckpt["initial"]
             start = ckpt["round"]

@@ -1,13 +1,18 @@
-"""Fuzz tests of every file reader: random bytes, mutated valid files, random structures.
+"""Every file reader against hostile files: fuzzed inputs and a hand-made battery.
 
-Whatever a file holds, a reader either returns what its docstring promises (finite
-values, the documented shapes and dtypes) or raises ``DataFormatError`` (or
-``FileNotFoundError``) whose message names the file; a dictionary file raises
-``ConfigError`` naming it. Nothing else may escape: no ``MemoryError``, no bare
-``KeyError``/``TypeError``, no traceback from inside NumPy or pickle.
+The fuzz tests draw random bytes, mutated valid files and random structures: whatever a
+file holds, a reader either returns what its docstring promises (finite values, the
+documented shapes and dtypes) or raises ``DataFormatError`` (or ``FileNotFoundError``)
+whose message names the file; a dictionary file raises ``ConfigError`` naming it.
+Nothing else may escape: no ``MemoryError``, no bare ``KeyError``/``TypeError``, no
+traceback from inside NumPy or pickle. Each draws ``FEDSPARSE_FUZZ_EXAMPLES`` inputs
+(default 100, a few seconds); set it to a few thousand for a longer search.
 
-Each test draws ``FEDSPARSE_FUZZ_EXAMPLES`` inputs (default 100, a few seconds); set it
-to a few thousand for a longer search.
+The battery (the end of this file) holds what a fuzzer would not find: lying headers,
+decompression bombs, memo-shared pickle structures, code-execution payloads, labels
+that are not classes. Its files are read in one worker process whose address space is
+capped and whose run time is bounded, so a memory bomb or a hang fails its case fast
+instead of taking the machine.
 """
 
 from __future__ import annotations
@@ -17,7 +22,9 @@ import gzip
 import json
 import os
 import pickle
+import re
 import struct
+import sys
 from pathlib import Path
 
 import hypothesis.strategies as st
@@ -331,3 +338,327 @@ def test_fuzz_dictionary_file(workdir, data):
     if D is not None:
         assert D.matrix.shape[0] == 4 and D.matrix.dtype.is_floating_point
         assert bool(D.matrix.isfinite().all()) and bool((D.norms > 0).all())
+
+
+# ============================================================== the hostile battery
+
+#: Address space the worker may take beyond what its imports took.
+CAP_BYTES = 1 << 30
+#: Wall-clock bound for the whole battery (each case takes milliseconds when refused).
+BATTERY_TIMEOUT_S = 240
+
+_BOMB_MB = 2048  # the decompressed size of every bomb: twice the cap
+
+
+def _bomb(kind: str) -> bytes:
+    """2 GiB of zero bytes, as concatenated gzip/bzip2/xz members of 1 MiB each (a few
+    KB to 2 MB on disk; every reader here accepts multi-member files)."""
+    zeros = b"\0" * (1 << 20)
+    member = {"gzip": lambda: gzip.compress(zeros, 9), "bz2": lambda: bz2.compress(zeros, 9),
+              "xz": lambda: __import__("lzma").compress(zeros)}[kind]()
+    return member * _BOMB_MB
+
+
+def _packed(kind: str, data: bytes) -> bytes:
+    return {"gzip": gzip.compress, "bz2": bz2.compress,
+            "xz": lambda b: __import__("lzma").compress(b)}[kind](data)
+
+
+def _idx_head(code: int, *dims: int) -> bytes:
+    return bytes([0, 0, code, len(dims)]) + struct.pack(f">{len(dims)}I", *dims)
+
+
+def _shared_labels(levels: int, width: int = 16) -> list:
+    """A label list of ``width ** (levels + 1)`` entries that pickles to a few KB: every
+    level repeats one list (the pickle memo stores it once)."""
+    labels = [1] * width
+    for _ in range(levels):
+        labels = [labels] * width
+    return labels
+
+
+def _shared_tuple_ops(levels: int, width: int = 16) -> bytes:
+    """The pickle opcodes (no PROTO, no STOP) of a tuple nested as :func:`_shared_labels`:
+    hashable, so it can be a dict key or a set member, and hashing it visits
+    ``width ** levels`` tuples. (Spliced in by hand: building that dict here would hash
+    it too.)"""
+    value = (1,) * width
+    for _ in range(levels):
+        value = (value,) * width
+    return pickle.dumps(value, protocol=2)[2:-1]
+
+
+def _deep_list_pickle(depth: int) -> bytes:
+    """{'data': <ndarray>, 'labels': [[[...]]]} nested ``depth`` deep, written opcode by
+    opcode (the pickler itself would recurse)."""
+    pix = pickle.dumps(np.zeros((2, 3072), np.uint8), protocol=2)[2:-1]  # no PROTO, STOP
+    labels = b"]" * depth + b"a" * (depth - 1)  # EMPTY_LIST x depth, APPEND x depth-1
+    return (b"\x80\x02}(X\x04\x00\x00\x00data" + pix + b"X\x06\x00\x00\x00labels" + labels
+            + b"u.")
+
+
+class _Calls:
+    """A pickle that calls ``func(*args)`` when loaded."""
+
+    def __init__(self, func, *args):
+        self.func, self.args = func, args
+
+    def __reduce__(self):
+        return (self.func, self.args)
+
+
+def _leaf(x, y, **extra) -> bytes:
+    return json.dumps({"users": ["w"], "user_data": {"w": {"x": x, "y": y}}, **extra}).encode()
+
+
+_PIX = np.zeros((2, 3072), np.uint8)
+_GOOD_IDX = _idx_head(0x08, 3, 2, 2) + bytes(12)
+
+# (case id, file name, file bytes, reader, keyword arguments, what the message must say)
+# The reader gets the file's path (CIFAR: the directory above cifar-10-batches-py/).
+HOSTILE_FILES = [
+    # ---- IDX, plain
+    ("idx-empty", "a.idx", b"", "read_idx", {}, "0 bytes long"),
+    ("idx-bad-magic", "a.idx", b"\x01\x02\x08\x01" + bytes(8), "read_idx", {}, "magic bytes"),
+    ("idx-type-code", "a.idx", b"\x00\x00\x07\x01" + bytes(8), "read_idx", {}, "type code 0x07"),
+    ("idx-no-dims", "a.idx", _idx_head(0x08), "read_idx", {}, "declares 0 dimensions"),
+    ("idx-header-cut", "a.idx", _idx_head(0x08, 3, 4, 4)[:9], "read_idx", {},
+     "truncated: its header declares 3 dimensions"),
+    ("idx-data-cut", "a.idx", _GOOD_IDX[:-3], "read_idx", {}, r"truncated.*\(3, 2, 2\)"),
+    ("idx-trailing-data", "a.idx", _GOOD_IDX + b"junk", "read_idx", {},
+     "longer than its header says"),
+    ("idx-header-declares-2^96-bytes", "a.idx", _idx_head(0x08, *[2**32 - 1] * 3) + bytes(16),
+     "read_idx", {}, "truncated.*79228162458924105385300197375"),
+    ("idx-header-declares-16GiB-float", "a.idx", _idx_head(0x0E, 2**31, 1) + bytes(64),
+     "read_idx", {}, "truncated"),
+    ("idx-nan", "a.idx", _idx_head(0x0D, 2) + struct.pack(">2f", 1.0, float("nan")),
+     "read_idx", {}, "NaN or infinite value"),
+    # ---- IDX, compressed: bombs, lying headers, cut streams
+    ("idx-gz-trailing-bomb", "a.idx.gz", _packed("gzip", _GOOD_IDX) + _bomb("gzip"), "read_idx",
+     {}, "longer than its header says"),
+    ("idx-bz2-trailing-bomb", "a.idx.bz2", _packed("bz2", _GOOD_IDX) + _bomb("bz2"), "read_idx",
+     {}, "longer than its header says"),
+    ("idx-xz-trailing-bomb", "a.idx.xz", _packed("xz", _GOOD_IDX) + _bomb("xz"), "read_idx",
+     {}, "longer than its header says"),
+    ("idx-gz-header-declares-4GiB", "a.idx.gz",
+     _packed("gzip", _idx_head(0x08, 65536, 65536)) + _bomb("gzip"), "read_idx", {},
+     "truncated"),
+    ("idx-gz-header-declares-64MiB-holds-12B", "a.idx.gz",
+     _packed("gzip", _idx_head(0x08, 1 << 26) + bytes(12)), "read_idx", {}, "truncated"),
+    ("idx-bz2-header-declares-4GiB-holds-2GiB", "a.idx.bz2",
+     _packed("bz2", _idx_head(0x08, 65536, 65536)) + _bomb("bz2"), "read_idx", {},
+     "truncated|more than"),
+    ("idx-gz-cut-stream", "a.idx.gz", _packed("gzip", _GOOD_IDX)[:-12], "read_idx", {},
+     "could not be decompressed"),
+    ("idx-gz-garbage-after-stream", "a.idx.gz", _packed("gzip", _GOOD_IDX) + b"\x00junk",
+     "read_idx", {}, "could not be decompressed|longer than"),
+    ("idx-gz-of-gz-bomb", "a.idx.gz", _packed("gzip", _packed("gzip", _GOOD_IDX)
+                                               + _bomb("gzip")[:4_000_000]),
+     "read_idx", {}, "magic bytes"),
+    ("idx-float-labels", "l.idx", _idx_head(0x0D, 3) + struct.pack(">3f", 0, 1.5, 2),
+     "load_idx", {"images": "img.idx"}, "label 1.5 at index 1"),
+    # ---- LibSVM
+    ("svm-empty", "d.svm", b"", "load_libsvm", {}, "holds no example"),
+    ("svm-letter-index", "d.svm", b"1 a:2\n", "load_libsvm", {}, "line 1: bad token 'a:2'"),
+    ("svm-negative-index", "d.svm", b"1 1:1\n2 -3:2\n", "load_libsvm", {},
+     "line 2: bad token '-3:2'"),
+    ("svm-float-index", "d.svm", b"1 1.5:2\n", "load_libsvm", {}, "bad token '1.5:2'"),
+    ("svm-nan-value", "d.svm", b"1 1:1\n1 2:nan\n", "load_libsvm", {},
+     "line 2: NaN or infinite value"),
+    ("svm-inf-target", "d.svm", b"inf 1:2\n", "load_libsvm", {}, "line 1: NaN or infinite "
+                                                                "target"),
+    ("svm-overflowing-value", "d.svm", b"1 1:1e400\n", "load_libsvm", {},
+     "NaN or infinite value"),
+    ("svm-index-beyond-int32", "d.svm", b"1 1:1\n1 99999999999999:1\n", "load_libsvm", {},
+     "99999999999999"),
+    ("svm-outlier-index", "d.svm", b"1 1:1\n1 2:1\n1 100000000:1\n", "load_libsvm", {},
+     "line 3: feature index 100000000 is far beyond"),
+    ("svm-index-beyond-n_features", "d.svm", b"1 5:1\n", "load_libsvm", {"n_features": 3},
+     "n_features=3"),
+    ("svm-binary", "d.svm", bytes(range(1, 256)) * 4, "load_libsvm", {}, "line 1"),
+    ("svm-gz-bomb", "d.svm.gz", _bomb("gzip"), "load_libsvm", {}, "NUL byte"),
+    ("svm-gz-text-then-bomb", "d.svm.gz", _packed("gzip", b"1 1:2\n") + _bomb("gzip"),
+     "load_libsvm", {}, "NUL byte"),
+    # ---- CIFAR pickles
+    ("cifar-memo-shared-labels-6KB", "test_batch",
+     pickle.dumps({b"data": _PIX, b"labels": _shared_labels(6)}, protocol=2), "load_cifar",
+     {}, "'labels' holds a list at index 0; expected integer labels 0..9"),
+    ("cifar-memo-shared-labels-deeper", "test_batch",
+     pickle.dumps({b"data": _PIX, b"labels": _shared_labels(7)}, protocol=2), "load_cifar",
+     {}, "'labels' holds a list at index 0"),
+    ("cifar-memo-shared-data", "test_batch",
+     pickle.dumps({b"data": _shared_labels(7), b"labels": [0, 1]}, protocol=2), "load_cifar",
+     {}, "'data' has shape list"),
+    ("cifar-labels-nested-1e5-deep", "test_batch", _deep_list_pickle(10**5), "load_cifar", {},
+     "'labels' holds a list at index 0"),
+    # hashing a memo-shared nested tuple (a dict key, a set member) visits it 16^7 times
+    ("cifar-memo-shared-tuple-as-key", "test_batch",
+     b"\x80\x02}(" + _shared_tuple_ops(7) + b"K\x00u.", "load_cifar", {},
+     "a dict key of type tuple"),
+    ("cifar-memo-shared-tuple-in-set", "test_batch",
+     b"\x80\x04\x8f(" + _shared_tuple_ops(7) + b"\x90.", "load_cifar", {},
+     "a set member of type tuple"),
+    ("cifar-os-system", "test_batch",
+     pickle.dumps({"data": _Calls(os.system, "touch pwned"), "labels": []}, protocol=2),
+     "load_cifar", {}, r"refusing to load global (posix|os|nt)\.system"),
+    ("cifar-builtins-eval", "test_batch",
+     pickle.dumps({"data": _Calls(eval, "1+1"), "labels": []}, protocol=4), "load_cifar", {},
+     "refusing to load global builtins.eval"),
+    ("cifar-builtins-exec-protocol-0", "test_batch",
+     pickle.dumps({"data": _Calls(exec, "x=1"), "labels": []}, protocol=0), "load_cifar", {},
+     r"refusing to load global (builtins|__builtin__)\.exec"),
+    ("cifar-getattr-chain", "test_batch",
+     pickle.dumps({"data": _Calls(getattr, "x", "upper"), "labels": []}, protocol=2),
+     "load_cifar", {}, r"refusing to load global (builtins|__builtin__)\.getattr"),
+    ("cifar-reconstruct-1e12", "test_batch",
+     b"\x80\x02cnumpy.core.multiarray\n_reconstruct\ncnumpy\nndarray\n\x8a\x08"
+     + struct.pack("<q", 10**12) + b"\x85C\x01b\x87R.", "load_cifar", {},
+     "would need 1000000000000 bytes"),
+    ("cifar-setstate-lying-shape", "test_batch",
+     b"\x80\x02}(U\x04datacnumpy.core.multiarray\n_reconstruct\ncnumpy\nndarray\nK\x00\x85"
+     b"C\x01b\x87R(K\x01\x8a\x06" + (10**12).to_bytes(6, "little")
+     + b"\x85cnumpy\ndtype\nU\x02u1\x85R\x89C\x00tbU\x06labels]u.", "load_cifar", {},
+     "not a readable python pickle|'data' has shape"),
+    ("cifar-labels-floats", "test_batch", pickle.dumps({b"data": _PIX, b"labels": [0, 1.5]}),
+     "load_cifar", {}, "'labels' holds float 1.5 at index 1"),
+    ("cifar-labels-bools", "test_batch",
+     pickle.dumps({b"data": _PIX, b"labels": [True, False]}), "load_cifar", {},
+     "'labels' holds bool True at index 0"),
+    ("cifar-labels-huge-int", "test_batch",
+     pickle.dumps({b"data": _PIX, b"labels": [0, 2**70]}), "load_cifar", {},
+     "label 1180591620717411303424 at index 1; expected 0..9"),
+    # Python refuses to print an int of more than 4300 digits
+    ("cifar-labels-int-of-80000-bits", "test_batch",
+     pickle.dumps({b"data": _PIX, b"labels": [0, 2**80000]}), "load_cifar", {},
+     "holds label <an int of 80001 bits> at index 1"),
+    ("cifar-key-int-of-80000-bits", "test_batch",
+     pickle.dumps({b"data": _PIX, 2**80000: [0, 1]}), "load_cifar", {},
+     "has keys .*<an int of 80001 bits>.*; expected 'data' and 'labels'"),
+    ("cifar-labels-out-of-range", "test_batch",
+     pickle.dumps({b"data": _PIX, b"labels": [0, 10]}), "load_cifar", {},
+     "label 10 at index 1; expected 0..9"),
+    ("cifar-labels-none", "test_batch", pickle.dumps({b"data": _PIX, b"labels": None}),
+     "load_cifar", {}, "'labels' is a NoneType"),
+    ("cifar-pixels-nan", "test_batch",
+     pickle.dumps({b"data": np.full((2, 3072), np.nan, np.float32), b"labels": [0, 1]}),
+     "load_cifar", {}, "NaN or infinite pixel"),
+    ("cifar-not-a-dict", "test_batch", pickle.dumps([_PIX, [0, 1]]), "load_cifar", {},
+     "holds a list; expected a dict"),
+    ("cifar-truncated", "test_batch",
+     pickle.dumps({b"data": _PIX, b"labels": [0, 1]}, protocol=2)[:500], "load_cifar", {},
+     "truncated"),
+    # ---- LEAF JSON
+    ("leaf-true-among-features", "d.json", _leaf([[1, True]], [0]), "load_leaf", {},
+     r"user 'w' features 'x' hold true/false \(example 0\)"),
+    ("leaf-false-among-float-features", "d.json", _leaf([[0.5, 0.25], [False, 1.0]], [0, 1]),
+     "load_leaf", {}, r"features 'x' hold true/false \(example 1\)"),
+    ("leaf-true-among-labels", "d.json", _leaf([[1.0], [2.0]], [1, True]), "load_leaf", {},
+     "labels 'y' hold true/false"),
+    ("leaf-label-1.5", "d.json", _leaf([[1.0], [2.0]], [0, 1.5]), "load_leaf", {},
+     "labels 'y' hold 1.5 at index 1; expected integer class labels"),
+    ("leaf-label-1e30", "d.json", _leaf([[1.0]], [1e30]), "load_leaf", {},
+     "labels 'y' hold 1e\\+30 at index 0; expected integer class labels"),
+    ("leaf-label-2^62", "d.json", _leaf([[1.0]], [2**62]), "load_leaf", {},
+     "labels 'y' hold 4611686018427387904 at index 0"),
+    ("leaf-label-negative", "d.json", _leaf([[1.0]], [-3]), "load_leaf", {},
+     "labels 'y' hold -3 at index 0"),
+    ("leaf-labels-fewer-than-examples", "d.json", _leaf([[1.0], [2.0]], [0]), "load_leaf", {},
+     "2 examples but labels of shape"),
+    ("leaf-num-samples-lies", "d.json", _leaf([[1.0]], [0], num_samples=[5]), "load_leaf", {},
+     "num_samples says 5"),
+    ("leaf-ragged-features", "d.json", _leaf([[1.0, 2.0], [3.0]], [0, 1]), "load_leaf", {},
+     "ragged"),
+    ("leaf-nan-feature", "d.json", b'{"users": ["w"], "user_data": {"w": {"x": [[NaN]], '
+                                   b'"y": [0]}}}', "load_leaf", {}, "NaN or infinite"),
+    ("leaf-huge-integer-feature", "d.json", _leaf([[10**400]], [0]), "load_leaf", {},
+     "object values"),
+    ("leaf-nested-1e5-deep", "d.json",
+     b'{"users": ["w"], "user_data": {"w": {"x": ' + b"[" * 100_000 + b"]" * 100_000
+     + b', "y": []}}}', "load_leaf", {}, "not valid JSON"),
+    ("leaf-user-twice", "d.json",
+     json.dumps({"users": ["w", "w"], "user_data": {"w": {"x": [[1]], "y": [0]}}}).encode(),
+     "load_leaf", {}, "user 'w' also appears"),
+    ("leaf-gz-bomb", "d.json.gz", _bomb("gzip"), "load_leaf", {}, "NUL byte"),
+]
+
+_WORKER = r"""
+import json, resource, sys, time
+
+def vm_size():
+    with open("/proc/self/status") as fh:
+        return next(int(l.split()[1]) * 1024 for l in fh if l.startswith("VmSize"))
+
+from fedsparse.data import loaders
+
+cases = json.loads(open(sys.argv[1]).read())
+cap = vm_size() + int(sys.argv[2])
+resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+for case in cases:
+    start = time.perf_counter()
+    try:
+        getattr(loaders, case["reader"])(*case["args"], **case["kwargs"])
+        kind, message = None, ""
+    except BaseException as exc:
+        kind, message = type(exc).__name__, str(exc)
+    print(json.dumps({"id": case["id"], "type": kind, "message": message[:2000],
+                      "seconds": time.perf_counter() - start}), flush=True)
+"""
+
+
+def _battery_call(root: Path, name: str, reader: str, kwargs: dict):
+    """Write nothing; say how the worker calls ``reader`` on the case file ``name``."""
+    if reader == "load_cifar":
+        return [str(root)], {"split": "test"}
+    if reader == "load_idx":
+        return [str(root / kwargs["images"]), str(root / name)], {}
+    return [str(root / name)], kwargs
+
+
+@pytest.fixture(scope="module")
+def battery(tmp_path_factory) -> dict:
+    """Each case's outcome: {"type": exception name or None, "message", "seconds"}."""
+    import subprocess
+
+    base = tmp_path_factory.mktemp("hostile")
+    cases = []
+    for case_id, name, data, reader, kwargs, _ in HOSTILE_FILES:
+        root = base / case_id
+        folder = root / "cifar-10-batches-py" if reader == "load_cifar" else root
+        folder.mkdir(parents=True)
+        (folder / name).write_bytes(data)
+        if reader == "load_idx":
+            (root / kwargs["images"]).write_bytes(_idx_head(0x08, 3, 2) + bytes(6))
+        args, call_kwargs = _battery_call(root, name, reader, kwargs)
+        cases.append({"id": case_id, "reader": reader, "args": args, "kwargs": call_kwargs})
+    spec = base / "cases.json"
+    spec.write_text(json.dumps(cases))
+    env = dict(os.environ, OMP_NUM_THREADS="1", MALLOC_ARENA_MAX="2")
+    try:
+        done = subprocess.run([sys.executable, "-c", _WORKER, str(spec), str(CAP_BYTES)],
+                              capture_output=True, text=True, timeout=BATTERY_TIMEOUT_S,
+                              cwd=base, env=env)
+        out, err = done.stdout, done.stderr
+    except subprocess.TimeoutExpired as exc:  # the cases that finished still count
+        out = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
+        err = f"the worker ran past {BATTERY_TIMEOUT_S} s"
+    results = {}
+    for line in out.splitlines():
+        rec = json.loads(line)
+        results[rec["id"]] = rec
+    results["__stderr__"] = err
+    results["__base__"] = base
+    return results
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"),
+                    reason="the address-space cap needs Linux (RLIMIT_AS, /proc)")
+@pytest.mark.parametrize("case", HOSTILE_FILES, ids=[c[0] for c in HOSTILE_FILES])
+def test_hostile_file_is_refused_fast_naming_the_file(battery, case):
+    case_id, name, _, _, _, pattern = case
+    got = battery.get(case_id)
+    assert got is not None, (f"no outcome (the worker died or hung before this case): "
+                             f"{battery['__stderr__'][-2000:]}")
+    assert got["type"] == "DataFormatError", got
+    assert name in got["message"], f"the message does not name the file: {got['message']}"
+    assert re.search(pattern, got["message"]), got["message"]
+    assert not (battery["__base__"] / "pwned").exists()  # the worker's folder

@@ -467,15 +467,17 @@ PIX = np.zeros((2, 3072), np.uint8)
 @pytest.mark.parametrize("batch, pattern", [
     ({b"data": PIX, b"labels": [0, 10]}, "'labels' holds label 10 at index 1; expected 0..9"),
     ({b"data": PIX, b"labels": [-1, 3]}, "label -1 at index 0; expected 0..9"),
-    ({b"data": PIX, b"labels": [0, 1.5]}, "'labels' has dtype float64; expected a list of "
-                                          "integer labels"),
-    ({b"data": PIX, b"labels": [0, 1.0]}, "dtype float64"),
-    ({b"data": PIX, b"labels": [True, False]}, "dtype bool"),
-    ({b"data": PIX, b"labels": [b"a", b"b"]}, "dtype \\|S1"),
-    ({b"data": PIX, b"labels": None}, "'labels' has a single NoneType"),
-    ({b"data": PIX, b"labels": [[0], [1]]}, "'labels' has shape \\(2, 1\\)"),
-    ({b"data": PIX, b"labels": [[0], [1, 2]]}, "'labels' is not a list of integers"),
-    ({b"data": PIX, b"labels": [0, 2**70]}, "dtype object"),
+    ({b"data": PIX, b"labels": [0, 1.5]}, "'labels' holds float 1.5 at index 1; expected "
+                                          "integer labels 0..9"),
+    ({b"data": PIX, b"labels": [0, 1.0]}, "holds float 1.0 at index 1"),
+    ({b"data": PIX, b"labels": [True, False]}, "holds bool True at index 0"),
+    ({b"data": PIX, b"labels": [b"a", b"b"]}, "holds bytes b'a' at index 0"),
+    ({b"data": PIX, b"labels": None}, "'labels' is a NoneType; expected a list"),
+    ({b"data": PIX, b"labels": [[0], [1]]}, "'labels' holds a list at index 0"),
+    ({b"data": PIX, b"labels": [[0], [1, 2]]}, "'labels' holds a list at index 0"),
+    ({b"data": PIX, b"labels": [0, 2**70]}, "label 1180591620717411303424 at index 1"),
+    ({b"data": PIX, b"labels": np.zeros((2, 1), np.int64)}, "'labels' is an array of shape "
+                                                           "\\(2, 1\\)"),
     ({b"data": PIX, b"labels": [0]}, "2 images but 1 labels"),
     ({b"data": PIX.astype(np.float32), b"labels": [0, 1]}, "'data' has dtype float32; expected "
                                                            "uint8 pixel values 0..255"),
@@ -483,7 +485,9 @@ PIX = np.zeros((2, 3072), np.uint8)
      "'data' holds a NaN or infinite pixel"),
     ({b"data": np.full((2, 3072), 256, np.int64), b"labels": [0, 1]},
      "pixel values 256..256; expected 0..255"),
-    ({b"data": PIX.astype(object), b"labels": [0, 1]}, "'data' has dtype object"),
+    # an object array's state is a list of objects: refused while unpickling
+    ({b"data": PIX.astype(object), b"labels": [0, 1]}, "refused: an array state that is not "
+                                                      ".* of a non-object dtype"),
     ({b"data": PIX[:0], b"labels": []}, "'data' has shape \\(0, 3072\\)"),
     ({b"data": PIX[:, :100], b"labels": [0, 1]}, "shape \\(2, 100\\)"),
     ({b"labels": [0, 1]}, "has keys \\['labels'\\]; expected 'data' and 'labels'"),
@@ -623,6 +627,9 @@ def _leaf_user(x, y):
     ('{"users": ["w"], "user_data": {"w": {"x": [[1]], "y": [-Infinity]}}}',
      "labels 'y' holds a NaN or infinite value"),
     (_leaf_user([[1e300]], [0]), "'x' \\(as float32\\) holds a NaN or infinite value"),
+    # a single non-finite label, not in a list
+    ('{"users": ["w"], "user_data": {"w": {"x": [[1]], "y": Infinity}}}',
+     "labels 'y' holds a NaN or infinite value \\(inf\\)"),
     (_leaf_user([[10**400]], [0]), "'x' hold object values"),
     ('{"users": ["w"], "user_data": {"w": {"x": ' + "[" * 50_000 + "]" * 50_000 + ', "y": []}}}',
      "not valid JSON: RecursionError"),
@@ -696,28 +703,81 @@ def test_missing_extra_names_pip_command(monkeypatch):
         mnist_5k()
 
 
-def test_fashion_mnist_from_root_and_cache(tmp_path, monkeypatch, images):
+def test_fashion_mnist_from_the_cache_when_no_path_is_given(tmp_path, monkeypatch, images):
     imgs, labels = images
     monkeypatch.setenv("FEDSPARSE_DATA", str(tmp_path / "cache"))
-    # not here, and (for this test) pretend Debian's directory is absent
+    # not in the cache, and (for this test) pretend Debian's directory is absent
     monkeypatch.setattr("fedsparse.data.named._find_idx_set",
                         _only_under(tmp_path, __import__("fedsparse.data.named",
                                                          fromlist=["x"])._find_idx_set))
     with pytest.raises(FileNotFoundError) as info:
-        fashion_mnist(tmp_path / "nowhere")
+        fashion_mnist()
     msg = str(info.value)
-    assert "nowhere" in msg and "/usr/share/datasets/fashion-mnist" in msg
-    assert "apt-get install dataset-fashion-mnist" in msg and "cache" in msg
-    cache = tmp_path / "cache" / "fashion-mnist"
-    cache.mkdir(parents=True)
+    assert "/usr/share/datasets/fashion-mnist" in msg and "cache" in msg
+    assert "apt-get install dataset-fashion-mnist" in msg and "path=" in msg
+    assert "root=" not in msg
+    _write_fashion(tmp_path / "cache" / "fashion-mnist", imgs, labels)
+    (Xtr, ytr), (Xte, yte) = fashion_mnist()
+    assert Xtr.shape == (7, 12) and Xte.shape == (3, 12)
+    np.testing.assert_array_equal(yte, labels[:3])
+
+
+def _write_fashion(folder: Path, imgs, labels) -> None:
+    folder.mkdir(parents=True)
     for split, (img, lab) in {"train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
                               "t10k": ("t10k-images-idx3-ubyte",
                                        "t10k-labels-idx1-ubyte")}.items():
-        write(cache / f"{img}.gz", idx_bytes(imgs if split == "train" else imgs[:3]), "gzip")
-        write(cache / lab, idx_bytes(labels.astype(np.uint8)[: 7 if split == "train" else 3]))
-    (Xtr, ytr), (Xte, yte) = fashion_mnist(tmp_path / "nowhere")
-    assert Xtr.shape == (7, 12) and Xte.shape == (3, 12)
-    np.testing.assert_array_equal(yte, labels[:3])
+        write(folder / f"{img}.gz", idx_bytes(imgs if split == "train" else imgs[:3]), "gzip")
+        write(folder / lab, idx_bytes(labels.astype(np.uint8)[: 7 if split == "train" else 3]))
+
+
+def test_a_given_path_is_the_only_place_looked(tmp_path, monkeypatch, images):
+    """A folder the user names and that holds no data is an error, even where the system
+    copy or the cache would have the data set."""
+    from fedsparse.data.real import load_named
+
+    imgs, labels = images
+    monkeypatch.setenv("FEDSPARSE_DATA", str(tmp_path / "cache"))
+    _write_fashion(tmp_path / "cache" / "fashion-mnist", imgs, labels)
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "train-images-idx3-ubyte.gz").write_bytes(
+        gzip.compress(idx_bytes(imgs)))  # one of the four files only
+    with pytest.raises(FileNotFoundError) as info:
+        fashion_mnist(mine)
+    msg = str(info.value)
+    assert f"path={str(mine)!r}" in msg and "the only place looked" in msg
+    assert "train-labels-idx1-ubyte" in msg and "t10k-images-idx3-ubyte" in msg
+    assert "missing" in msg and "leave it out to use" in msg and "root=" not in msg
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        fashion_mnist(tmp_path / "nowhere")
+    with pytest.raises(FileNotFoundError, match="is not a directory"):
+        fashion_mnist(mine / "train-images-idx3-ubyte.gz")
+    # the experiments' entry point (``--set data.path=DIR``) says the same, naming path
+    with pytest.raises(ConfigError, match=f"path={str(mine)!r}.*the only place looked"):
+        load_named("fashion_mnist", path=mine)
+    with pytest.raises(ConfigError, match="path="):
+        load_named("mnist", path=mine)
+
+
+def test_loader_messages_name_the_real_arguments():
+    """Every ``name=`` a message of the data readers suggests is an argument of the
+    function that raises it (or of the entry point the message names)."""
+    import inspect
+    import re
+
+    from fedsparse.data import loaders, named, real
+
+    for module in (loaders, named, real):
+        source = inspect.getsource(module)
+        for func_name, func in inspect.getmembers(module, inspect.isfunction):
+            if func.__module__ != module.__name__:
+                continue
+            body = inspect.getsource(func)
+            params = set(inspect.signature(func).parameters)
+            for said in re.findall(r"\b(?:pass|call with|give) (\w+)=", body):
+                assert said in params or said in ("path", "download"), (func_name, said)
+        assert "root=" not in source
 
 
 def test_fashion_mnist_download_checks_md5(tmp_path, monkeypatch, images):

@@ -19,6 +19,13 @@ labels that are not integers (or out of range, for CIFAR) and, for LibSVM, featu
 indices that are not integers or that would make an absurdly wide matrix. A bad
 argument (``which="cifar1000"``, ``n_features=0``) raises
 :class:`~fedsparse._validation.ConfigError` naming the parameter.
+
+A hostile file cannot make a reader allocate much more than the file could honestly
+hold: IDX headers are checked before the data are read, and decompression stops at the
+size the header declares; text files (LibSVM, LEAF JSON) are refused at their first NUL
+byte, so a decompression bomb of zeros stops at its first chunk; the CIFAR unpickler
+runs no code and refuses structures that would take exponential time or memory to hash
+or expand (memo-shared nested lists and tuples) before they are used.
 """
 
 from __future__ import annotations
@@ -96,18 +103,56 @@ def _compression(p: Path) -> str | None:
     return None
 
 
-def _read_bytes(path, what: str) -> bytes:
-    """The whole content of ``path``, decompressed when it starts with a gzip, bzip2
-    or xz signature."""
+_OPENERS = {"gzip": gzip.open, "bz2": bz2.open, "xz": lzma.open, None: open}
+_DECOMPRESSION_ERRORS = (OSError, EOFError, lzma.LZMAError, zlib.error, ValueError)
+_CHUNK = 1 << 24
+
+
+class _Stream:
+    """A file's content, decompressed as it is read: ``read(n)`` gives at most ``n``
+    bytes, and a corrupt compressed stream raises a DataFormatError naming the file."""
+
+    def __init__(self, p: Path, what: str):
+        self.path, self.what = p, what
+        self.kind = _compression(p)
+        self._fh = _OPENERS[self.kind](p, "rb")
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self._fh.close()
+
+    def read(self, n: int) -> bytes:
+        try:
+            return self._fh.read(n)
+        except _DECOMPRESSION_ERRORS as exc:
+            raise DataFormatError(f"{self.what} file {str(self.path)!r} looks {self.kind}-"
+                                  "compressed but could not be decompressed (truncated or "
+                                  f"corrupt?): {exc}") from None
+
+
+def _read_text(path, what: str) -> bytes:
+    """The whole content of a text file (LibSVM, JSON), decompressed when it starts
+    with a gzip, bzip2 or xz signature.
+
+    A NUL byte is refused as soon as it is read: no text format here holds one, and a
+    decompression bomb (gigabytes of zeros from a few kilobytes) is then stopped at its
+    first chunk instead of filling the memory.
+    """
     p = _check_file(path, what)
-    kind = _compression(p)
-    opener = {"gzip": gzip.open, "bz2": bz2.open, "xz": lzma.open, None: open}[kind]
-    try:
-        with opener(p, "rb") as fh:
-            return fh.read()
-    except (OSError, EOFError, lzma.LZMAError, zlib.error, ValueError) as exc:
-        raise DataFormatError(f"{what} file {str(p)!r} looks {kind}-compressed but could not "
-                              f"be decompressed (truncated or corrupt?): {exc}") from None
+    chunks, size = [], 0
+    with _Stream(p, what) as stream:
+        while chunk := stream.read(_CHUNK):
+            nul = chunk.find(b"\0")
+            if nul >= 0:
+                inside = " of its decompressed content" if stream.kind else ""
+                raise DataFormatError(f"{what} file {str(p)!r} holds a NUL byte at offset "
+                                      f"{size + nul}{inside}: it is binary data, not "
+                                      f"{what} text")
+            chunks.append(chunk)
+            size += len(chunk)
+    return b"".join(chunks)
 
 
 # ------------------------------------------------------------------------------ IDX
@@ -145,42 +190,87 @@ def read_idx(path) -> np.ndarray:
         ``path`` does not exist.
     DataFormatError
         Bad magic number, unknown type code, fewer (or more) data bytes than the
-        header's dimensions require, or a NaN or infinite value in a float file.
+        header's dimensions require, or a NaN or infinite value in a float file. The
+        header is checked before any data are read: a compressed file is decompressed
+        only up to the size its header declares (and one byte more, to refuse trailing
+        data), and a header declaring more than 1032 times the compressed file's size
+        (deflate's limit) is refused unread.
+    MemoryError
+        The data the header declares (and the file holds) do not fit in memory; the
+        message names the file and the size.
     """
-    raw = _read_bytes(path, "IDX")
+    p = _check_file(path, "IDX")
     where = f"IDX file {os.fspath(path)!r}"
-    if len(raw) < 4:
-        raise DataFormatError(f"{where} is {len(raw)} bytes long; expected at least a 4-byte "
-                              "header (0x00 0x00 type ndim)")
-    if raw[0] != 0 or raw[1] != 0:
-        raise DataFormatError(f"{where} has magic bytes {raw[:4].hex()}; an IDX file starts "
-                              "with two zero bytes, a type code and the number of dimensions "
-                              "(e.g. 00000803 for images, 00000801 for labels)")
-    code, ndim = raw[2], raw[3]
-    if code not in _IDX_DTYPES:
-        raise DataFormatError(f"{where} has type code 0x{code:02x}; expected one of "
-                              + ", ".join(f"0x{c:02x}" for c in _IDX_DTYPES))
-    if ndim < 1:
-        raise DataFormatError(f"{where} declares {ndim} dimensions; expected at least 1")
-    header = 4 + 4 * ndim
-    if len(raw) < header:
-        raise DataFormatError(f"{where} is truncated: its header declares {ndim} dimensions "
-                              f"({header} header bytes) but the file has {len(raw)} bytes")
-    dims = tuple(int(d) for d in np.frombuffer(raw, dtype=">u4", count=ndim, offset=4))
-    dtype = _IDX_DTYPES[code]
-    # Python integers: a product of up to 255 uint32 dimensions overflows int64 and
-    # could wrap round to the actual data length.
-    expected = math.prod(dims) * dtype.itemsize
-    got = len(raw) - header
-    if got != expected:
-        state = "truncated" if got < expected else "longer than its header says"
-        raise DataFormatError(f"{where} is {state}: dimensions {dims} of {dtype.name} need "
-                              f"{expected} data bytes, found {got}")
-    arr = np.frombuffer(raw, dtype=dtype, offset=header).reshape(dims)
-    arr = arr.astype(dtype.newbyteorder("="))
+    with _Stream(p, "IDX") as stream:
+        head = _read_upto(stream, 4)
+        if len(head) < 4:
+            raise DataFormatError(f"{where} is {len(head)} bytes long; expected at least a "
+                                  "4-byte header (0x00 0x00 type ndim)")
+        if head[0] != 0 or head[1] != 0:
+            raise DataFormatError(f"{where} has magic bytes {head.hex()}; an IDX file starts "
+                                  "with two zero bytes, a type code and the number of "
+                                  "dimensions (e.g. 00000803 for images, 00000801 for labels)")
+        code, ndim = head[2], head[3]
+        if code not in _IDX_DTYPES:
+            raise DataFormatError(f"{where} has type code 0x{code:02x}; expected one of "
+                                  + ", ".join(f"0x{c:02x}" for c in _IDX_DTYPES))
+        if ndim < 1:
+            raise DataFormatError(f"{where} declares {ndim} dimensions; expected at least 1")
+        header = 4 + 4 * ndim
+        shape = _read_upto(stream, 4 * ndim)
+        if len(shape) < 4 * ndim:
+            raise DataFormatError(f"{where} is truncated: its header declares {ndim} "
+                                  f"dimensions ({header} header bytes) but the file has "
+                                  f"{4 + len(shape)} bytes")
+        dims = tuple(int(d) for d in np.frombuffer(shape, dtype=">u4"))
+        dtype = _IDX_DTYPES[code]
+        # Python integers: a product of up to 255 uint32 dimensions overflows int64 and
+        # could wrap round to the actual data length.
+        expected = math.prod(dims) * dtype.itemsize
+        need = f"dimensions {dims} of {dtype.name} need {expected} data bytes"
+        if stream.kind is None:  # the file's size is known: a lying header reads nothing
+            got = p.stat().st_size - header
+            if got != expected:
+                state = "truncated" if got < expected else "longer than its header says"
+                raise DataFormatError(f"{where} is {state}: {need}, found {got}")
+        elif expected > _MAX_EXPANSION * p.stat().st_size:
+            raise DataFormatError(
+                f"{where} is truncated or a decompression bomb: {need}, more than "
+                f"{_MAX_EXPANSION} times its {p.stat().st_size} compressed bytes (the most "
+                "deflate can expand; bzip2 and xz files are held to the same bound: "
+                "decompress such a file first to read it)")
+        try:
+            raw = _read_upto(stream, expected)
+        except MemoryError:
+            raise MemoryError(f"{where}: not enough memory for the {expected} data bytes its "
+                              f"header declares ({need})") from None
+        if len(raw) < expected:
+            raise DataFormatError(f"{where} is truncated: {need}, found {len(raw)}")
+        if stream.read(1):
+            raise DataFormatError(f"{where} is longer than its header says: {need}, and more "
+                                  "follow (trailing data)")
+    arr = np.frombuffer(raw, dtype=dtype).reshape(dims)
+    arr = arr.astype(dtype.newbyteorder("="), copy=False)
     if arr.dtype.kind == "f":
         _check_finite(arr, where)
     return arr
+
+
+#: The most a compressed IDX file may expand: deflate's limit (258-byte matches coded
+#: in about 2 bits: 1032 to 1), applied to bzip2 and xz too.
+_MAX_EXPANSION = 1032
+
+
+def _read_upto(stream: _Stream, n: int) -> bytearray:
+    """Up to ``n`` bytes of ``stream``, read in chunks: the buffer grows with what the
+    file holds, never to a size only a header claims."""
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = stream.read(min(n - len(buf), _CHUNK))
+        if not chunk:
+            break
+        buf += chunk
+    return buf
 
 
 def _check_finite(arr: np.ndarray, where: str, what: str = "value") -> None:
@@ -188,8 +278,8 @@ def _check_finite(arr: np.ndarray, where: str, what: str = "value") -> None:
     bad = ~np.isfinite(arr)
     if bad.any():
         pos = tuple(int(i) for i in np.unravel_index(int(np.argmax(bad)), arr.shape))
-        raise DataFormatError(f"{where} holds a NaN or infinite {what} "
-                              f"({arr[pos]} at index {pos if len(pos) > 1 else pos[0]}); "
+        at = f" at index {pos if len(pos) > 1 else pos[0]}" if pos else ""
+        raise DataFormatError(f"{where} holds a NaN or infinite {what} ({arr[pos]}{at}); "
                               "expected finite numbers")
 
 
@@ -405,7 +495,7 @@ def load_libsvm(path, n_features: int | None = None, *, zero_based="auto",
                                    or not 1 <= n_features <= MAX_LIBSVM_FEATURES):
         raise fail("n_features", n_features,
                    f"must be None or an integer in 1..{MAX_LIBSVM_FEATURES}")
-    raw = _read_bytes(path, "LibSVM")
+    raw = _read_text(path, "LibSVM")
     where = f"LibSVM file {os.fspath(path)!r}"
     has_comments = b"#" in raw
     lines: list[bytes] = []
@@ -535,6 +625,32 @@ class _Lines(io.BytesIO):
         return line
 
 
+def _dtype_spec(spec) -> np.dtype:
+    """``numpy.dtype(spec)`` for a plain dtype only (``"u1"``, ``b"<i8"``, a dtype): a
+    structured spec is a nested structure NumPy would walk, and a CIFAR batch has none."""
+    if isinstance(spec, np.dtype) and spec.fields is None and spec.subdtype is None:
+        return spec
+    if isinstance(spec, (str, bytes)) and len(spec) <= 16:
+        try:
+            dtype = np.dtype(spec.decode("latin1") if isinstance(spec, bytes) else spec)
+        except TypeError:
+            dtype = None
+        if dtype is not None and dtype.fields is None and dtype.subdtype is None:
+            return dtype
+    shown = spec if isinstance(spec, (str, bytes, np.dtype)) else type(spec).__name__
+    raise pickle.UnpicklingError(f"numpy.dtype({shown!r:.60}); a CIFAR batch uses plain "
+                                 "dtypes such as 'u1'")
+
+
+def _scalar_key(key, what: str):
+    """``key`` if hashing it takes time linear in its size (a string, bytes, a number,
+    None); a tuple could be memo-shared and nested, and hashing it exponential."""
+    if key is None or isinstance(key, (str, bytes, int, float)):
+        return key
+    raise pickle.UnpicklingError(f"a {what} of type {type(key).__name__}; the keys of a "
+                                 "CIFAR batch are strings")
+
+
 class _CifarUnpickler(pickle._Unpickler):
     """Unpickler that admits only the globals a genuine CIFAR batch references, and
     never allocates more than the file could hold.
@@ -552,7 +668,17 @@ class _CifarUnpickler(pickle._Unpickler):
     32 GB), and byte-string opcodes then cannot claim more than the file holds.
     ``_reconstruct`` allocates its ``shape`` before any data are read, so that shape is
     checked against the file size too (genuine pickles pass an empty one).
+
+    A pickle stores a repeated object once (its memo), so a few KB can describe a list
+    nested seven deep whose every level repeats one list: 16^8 entries when expanded.
+    Building it is cheap; what would expand it is refused here or by the checks that
+    follow the load: dict keys and set members must be strings, bytes, numbers or None
+    (hashing a memo-shared nested tuple is exponential), dtypes must be plain (NumPy
+    walks a structured spec), and an array's state must be a shape of integers and the
+    raw bytes of a non-object dtype.
     """
+
+    dispatch = dict(pickle._Unpickler.dispatch)
 
     def __init__(self, data: bytes):
         super().__init__(_Lines(data), encoding="bytes")
@@ -561,14 +687,25 @@ class _CifarUnpickler(pickle._Unpickler):
     def _reconstruct(self, subtype, shape, dtype):
         if subtype is not np.ndarray and not isinstance(subtype, _NdarrayType):
             raise pickle.UnpicklingError(f"_reconstruct of {subtype!r}; expected numpy.ndarray")
-        dims = (shape,) if isinstance(shape, int) else tuple(shape)
-        if not all(isinstance(d, int) and d >= 0 for d in dims):
-            raise pickle.UnpicklingError(f"_reconstruct with shape {shape!r}")
-        size = math.prod(dims) * np.dtype(dtype).itemsize
+        dims = _shape(shape)
+        size = math.prod(dims) * _dtype_spec(dtype).itemsize
         if size > self._budget:
             raise pickle.UnpicklingError(f"an array of shape {dims} would need {size} bytes, "
                                          f"more than the {self._budget}-byte file holds")
         return _numpy_private("multiarray", "_reconstruct")(np.ndarray, dims, dtype)
+
+    @staticmethod
+    def _frombuffer(buf, dtype, shape, order):
+        return _numpy_private("numeric", "_frombuffer")(buf, _dtype_spec(dtype), _shape(shape),
+                                                        order)
+
+    @staticmethod
+    def _dtype(spec, align=False, copy=False):
+        # Python 2 pickles (the official batches) spell the flags 0 and 1
+        if not all(isinstance(f, int) and f in (0, 1) for f in (align, copy)):
+            raise pickle.UnpicklingError("numpy.dtype(..., align, copy) with flags that are "
+                                         "not 0/1")
+        return np.dtype(_dtype_spec(spec), align=align, copy=copy)
 
     @staticmethod
     def _latin1(text, encoding="utf-8", errors="strict"):
@@ -585,11 +722,11 @@ class _CifarUnpickler(pickle._Unpickler):
             return self._reconstruct
         if name == "_frombuffer" and module in ("numpy.core.numeric", "numpy._core.numeric"):
             # Reads its data from a buffer in the file: bounded by the file size.
-            return _numpy_private("numeric", "_frombuffer")
+            return self._frombuffer
         if (module, name) == ("numpy", "ndarray"):
             return _NdarrayType()
         if (module, name) == ("numpy", "dtype"):
-            return np.dtype
+            return self._dtype
         if (module, name) == ("_codecs", "encode"):
             return self._latin1
         raise pickle.UnpicklingError(
@@ -597,6 +734,76 @@ class _CifarUnpickler(pickle._Unpickler):
             "numpy array reconstruction (numpy.core.multiarray._reconstruct, "
             "numpy.ndarray, numpy.dtype, numpy.core.numeric._frombuffer) and "
             "_codecs.encode")
+
+    # -- opcodes that hash, or hand a state to NumPy: checked first --------------------
+    def load_setitem(self):
+        value = self.stack.pop()
+        key = _scalar_key(self.stack.pop(), "dict key")
+        self.stack[-1][key] = value
+
+    def load_setitems(self):
+        items = self.pop_mark()
+        target = self.stack[-1]
+        for i in range(0, len(items), 2):
+            target[_scalar_key(items[i], "dict key")] = items[i + 1]
+
+    def load_dict(self):
+        items = self.pop_mark()
+        self.append({_scalar_key(items[i], "dict key"): items[i + 1]
+                     for i in range(0, len(items), 2)})
+
+    def load_additems(self):
+        items = [_scalar_key(item, "set member") for item in self.pop_mark()]
+        target = self.stack[-1]
+        if not isinstance(target, set):
+            raise pickle.UnpicklingError(f"ADDITEMS on a {type(target).__name__}")
+        target.update(items)
+
+    def load_frozenset(self):
+        self.append(frozenset(_scalar_key(item, "set member") for item in self.pop_mark()))
+
+    def load_build(self):
+        state = self.stack.pop()
+        target = self.stack[-1]
+        if isinstance(target, np.dtype):
+            # (version, byte order, subarray, names, fields, itemsize, alignment, flags):
+            # a plain dtype has no subarray, names or fields
+            if not isinstance(state, tuple) or any(
+                    isinstance(v, (tuple, list, dict)) for v in state):
+                raise pickle.UnpicklingError("a dtype state with fields or a subarray; a "
+                                             "CIFAR batch uses plain dtypes")
+        elif isinstance(target, np.ndarray):
+            # (version, shape, dtype, is_fortran, raw bytes)
+            if not (isinstance(state, tuple) and len(state) == 5
+                    and isinstance(state[2], np.dtype) and not state[2].hasobject
+                    and isinstance(state[4], (bytes, bytearray))):
+                raise pickle.UnpicklingError("an array state that is not (version, shape, "
+                                             "dtype, order, raw bytes) of a non-object dtype")
+            _shape(state[1])
+        else:
+            raise pickle.UnpicklingError(f"BUILD of a {type(target).__name__}; a CIFAR batch "
+                                         "builds only numpy arrays and dtypes")
+        target.__setstate__(state)
+
+    dispatch[pickle.SETITEM[0]] = load_setitem
+    dispatch[pickle.SETITEMS[0]] = load_setitems
+    dispatch[pickle.DICT[0]] = load_dict
+    dispatch[pickle.ADDITEMS[0]] = load_additems
+    dispatch[pickle.FROZENSET[0]] = load_frozenset
+    dispatch[pickle.BUILD[0]] = load_build
+
+
+def _shape(shape) -> tuple[int, ...]:
+    """An array shape from a pickle: non-negative integers only."""
+    dims = (shape,) if isinstance(shape, int) else tuple(shape) \
+        if isinstance(shape, (tuple, list)) else ()
+    plain = len(dims) <= 32 and all(type(d) is int for d in dims)
+    if not plain or isinstance(shape, bool) or any(d < 0 for d in dims) or not (
+            isinstance(shape, (int, tuple, list))):
+        shown = repr(dims) if plain else type(shape).__name__
+        raise pickle.UnpicklingError(f"an array shape {shown}; expected at most 32 "
+                                     "non-negative integers")
+    return dims
 
 
 def _unpickle_batch(path) -> dict:
@@ -688,7 +895,8 @@ def load_cifar(path, *, which: str = "cifar10", split: str = "train", label_mode
         batch = _unpickle_batch(root / name)
         where = f"CIFAR batch {str(root / name)!r}"
         if "data" not in batch or label_key not in batch:
-            raise DataFormatError(f"{where} has keys {sorted(map(str, batch))}; expected "
+            keys = sorted(k[:40] if isinstance(k, str) else _shown(k) for k in batch)
+            raise DataFormatError(f"{where} has keys {keys}; expected "
                                   f"'data' and {label_key!r}")
         data = _cifar_pixels(batch["data"], where)
         labels = _cifar_labels(batch[label_key], label_key, num_classes, where)
@@ -704,6 +912,17 @@ def load_cifar(path, *, which: str = "cifar10", split: str = "train", label_mode
     if scale:
         X = X.astype(np.float32) / np.float32(255.0)
     return X, y
+
+
+def _shown(value) -> str:
+    """A short text for a value from a hostile file: an integer of a million digits
+    cannot even be converted (Python refuses beyond 4300), a string is cut."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 256:
+        return f"<an int of {value.bit_length()} bits>"
+    if isinstance(value, (str, bytes)):
+        value = value[:40]
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _cifar_pixels(data, where: str) -> np.ndarray:
@@ -725,16 +944,32 @@ def _cifar_pixels(data, where: str) -> np.ndarray:
 
 
 def _cifar_labels(labels, key: str, num_classes: int, where: str) -> np.ndarray:
-    """A batch's label list as int64, refusing non-integers and values out of range."""
-    try:
-        arr = np.asarray(labels)
-    except (ValueError, TypeError, OverflowError) as exc:
-        raise DataFormatError(f"{where}: {key!r} is not a list of integers: {exc}") from None
-    if arr.ndim != 1 or arr.dtype.kind not in "iu":
-        kind = (f"dtype {arr.dtype}" if arr.ndim == 1 else f"shape {arr.shape}" if arr.ndim
-                else f"a single {type(labels).__name__}")
-        raise DataFormatError(f"{where}: {key!r} has {kind}; expected a list of integer "
-                              f"labels 0..{num_classes - 1}")
+    """A batch's label list as int64, refusing non-integers and values out of range.
+
+    A list is checked entry by entry before NumPy sees it: ``numpy.asarray`` would
+    expand a memo-shared nested list (a few KB of pickle) to gigabytes.
+    """
+    expected = f"expected integer labels 0..{num_classes - 1}"
+    if isinstance(labels, np.ndarray):
+        if labels.ndim != 1 or labels.dtype.kind not in "iu":
+            raise DataFormatError(f"{where}: {key!r} is an array of shape {labels.shape} and "
+                                  f"dtype {labels.dtype}; {expected}")
+        arr = labels
+    elif isinstance(labels, (list, tuple)):
+        for i, v in enumerate(labels):
+            if type(v) is not int:  # bool, float, bytes, a nested list, ...
+                shown = f"{type(v).__name__} {_shown(v)}" if isinstance(
+                    v, (bool, float, complex, str, bytes)) or v is None \
+                    else f"a {type(v).__name__}"
+                raise DataFormatError(f"{where}: {key!r} holds {shown} at index {i}; "
+                                      f"{expected}")
+            if not 0 <= v < num_classes:
+                raise DataFormatError(f"{where}: {key!r} holds label {_shown(v)} at index {i}; "
+                                      f"expected 0..{num_classes - 1}")
+        return np.array(labels, dtype=np.int64)
+    else:
+        raise DataFormatError(f"{where}: {key!r} is a {type(labels).__name__}; expected a "
+                              f"list of integer labels 0..{num_classes - 1}")
     bad = (arr < 0) | (arr >= num_classes)
     if bad.any():
         first = int(np.argmax(bad))
@@ -766,8 +1001,8 @@ def load_leaf(path, *, dtype=np.float32, example_shape=None):
     -------
     clients : list of (X, y)
         ``X`` of shape (n_u, d) (each example flattened) or (n_u, *example_shape),
-        ``y`` int64 of shape (n_u,) when all labels are integers (else float64), one
-        pair per writer, in the order of the files' ``users`` lists.
+        ``y`` int64 class labels of shape (n_u,), one pair per writer, in the order of
+        the files' ``users`` lists.
     users : list of str
         The writer ids, aligned with ``clients``.
 
@@ -780,8 +1015,10 @@ def load_leaf(path, *, dtype=np.float32, example_shape=None):
         type or missing key (``users`` must be a list of strings, ``user_data`` an
         object, each entry an object with ``x`` and ``y``), a user listed twice,
         counts that disagree with ``num_samples``, features or labels that are not
-        numbers (or are NaN or infinite), writers with different feature sizes, or
-        examples that do not fit ``example_shape``.
+        numbers (``true``/``false`` among them, NaN or infinite), labels that are not
+        class labels (integers 0 .. 2**31 - 1; ``3.0`` counts as 3), writers with
+        different feature sizes, or examples that do not fit ``example_shape``. The
+        message names the file, the user and the entry.
     ConfigError
         A bad ``dtype`` or ``example_shape``.
     """
@@ -829,7 +1066,7 @@ def _leaf_file(f: Path, dtype: np.dtype, origin: dict):
     """Yield ``(user, X (n, d), y (n,))`` for each writer of one LEAF file, checking the
     structure as it goes; ``origin`` maps users already seen to their file."""
     where = f"LEAF file {str(f)!r}"
-    raw = _read_bytes(f, "LEAF JSON")
+    raw = _read_text(f, "LEAF JSON")
     if not raw.strip():
         raise DataFormatError(f"{where} is empty; expected a JSON object with keys 'users', "
                               "'num_samples' and 'user_data'")
@@ -842,6 +1079,8 @@ def _leaf_file(f: Path, dtype: np.dtype, origin: dict):
         raise DataFormatError(f"{where}: expected an object with keys 'users', "
                               "'num_samples' and 'user_data'")
     names, data, counts = doc["users"], doc["user_data"], doc.get("num_samples")
+    # true/false can only be among the numbers if the text spells them somewhere
+    may_hold_booleans = b"true" in raw or b"false" in raw
     if not isinstance(names, list) or not all(isinstance(u, str) for u in names):
         raise DataFormatError(f"{where}: 'users' must be a list of writer ids (strings)")
     if not isinstance(data, dict):
@@ -861,6 +1100,9 @@ def _leaf_file(f: Path, dtype: np.dtype, origin: dict):
             raise DataFormatError(f"{where}: user_data[{u!r}] must be an object with keys "
                                   "'x' and 'y'")
         X = _leaf_array(entry["x"], dtype, f"{where}: user {u!r} features 'x'")
+        if may_hold_booleans:  # NumPy would read [1, true] as [1, 1]
+            _refuse_booleans(entry["x"], f"{where}: user {u!r} features 'x'")
+            _refuse_booleans(entry["y"], f"{where}: user {u!r} labels 'y'")
         yv = _leaf_array(entry["y"], np.float64, f"{where}: user {u!r} labels 'y'")
         if X.ndim == 0 or X.shape[0] == 0 or X.size == 0:
             raise DataFormatError(f"{where}: user {u!r} features 'x' have shape {X.shape}; "
@@ -873,15 +1115,44 @@ def _leaf_file(f: Path, dtype: np.dtype, origin: dict):
         if counts is not None and counts[k] != X.shape[0]:
             raise DataFormatError(f"{where}: user {u!r} has {X.shape[0]} examples but "
                                   f"num_samples says {counts[k]}")
-        if yv.size and np.all(yv == np.round(yv)) and np.all(np.abs(yv) < 2**62):
-            yv = yv.astype(np.int64)
-        yield u, X, yv
+        yield u, X, _leaf_labels(yv, entry["y"], f"{where}: user {u!r} labels 'y'")
 
 
 def _is_count(c) -> bool:
     """A JSON integer (or an integer written as a float, 3.0)."""
     return (isinstance(c, int) and not isinstance(c, bool)) or (
         isinstance(c, float) and c.is_integer())
+
+
+#: Labels are class indices 0 .. _LEAF_LABELS - 1 (FEMNIST has 62 classes): a label
+#: of 1e30 is a corrupt file, not a class.
+_LEAF_LABELS = 2**31
+
+
+def _leaf_labels(y: np.ndarray, given: list, where: str) -> np.ndarray:
+    """The finite float64 labels ``y`` (read from the JSON list ``given``) as int64 class
+    labels, refusing fractions, negatives and absurd values, naming the first."""
+    bad = (y != np.round(y)) | (y < 0) | (y >= _LEAF_LABELS)
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise DataFormatError(f"{where} hold {given[i]!r:.40} at index {i}; expected integer "
+                              f"class labels 0..{_LEAF_LABELS - 1}")
+    return y.astype(np.int64)
+
+
+def _refuse_booleans(value, where: str) -> None:
+    """Refuse a true or false anywhere in the JSON lists ``value``, naming the example."""
+    if not isinstance(value, list):
+        return
+    for i, example in enumerate(value):
+        stack = [example]
+        while stack:
+            item = stack.pop()
+            if isinstance(item, bool):
+                raise DataFormatError(f"{where} hold true/false (example {i}); expected "
+                                      "numbers")
+            if isinstance(item, list):
+                stack.extend(item)
 
 
 def _leaf_array(value, dtype, where: str) -> np.ndarray:

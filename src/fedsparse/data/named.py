@@ -65,18 +65,25 @@ _MNIST_MD5 = {
 }
 
 
-def _find_idx_set(directory: Path) -> dict[str, Path] | None:
-    """The four IDX files in ``directory`` (each ``name`` or ``name.gz``), or None."""
-    found = {}
+def _idx_files(directory: Path) -> tuple[dict[str, Path], list[str]]:
+    """The IDX files found in ``directory`` (each ``name`` or ``name.gz``), and the names
+    missing."""
+    found, missing = {}, []
     for names in _IDX_FILES.values():
         for name in names:
-            for cand in (directory / name, directory / f"{name}.gz"):
-                if cand.is_file():
-                    found[name] = cand
-                    break
+            cand = next((c for c in (directory / name, directory / f"{name}.gz")
+                         if c.is_file()), None)
+            if cand is None:
+                missing.append(name)
             else:
-                return None
-    return found
+                found[name] = cand
+    return found, missing
+
+
+def _find_idx_set(directory: Path) -> dict[str, Path] | None:
+    """The four IDX files in ``directory`` (each ``name`` or ``name.gz``), or None."""
+    found, missing = _idx_files(directory)
+    return None if missing else found
 
 
 def _md5(path: Path) -> str:
@@ -116,51 +123,70 @@ def _download(urls: list[str], md5: dict[str, str], target: Path, what: str) -> 
             raise OSError(f"could not download {what} file {name}: " + "; ".join(errors))
 
 
-def _named_idx(what: str, root, subdir: str, debian_dir: str, apt: str | None, urls, md5,
+def _named_idx(what: str, path, subdir: str, debian_dir: str, apt: str | None, urls, md5,
                download: bool, flatten: bool, scale: bool):
-    places = []
-    if root is not None:
-        places.append(Path(os.fspath(root)).expanduser())
-    places.append(Path(debian_dir))
+    expected = ", ".join(n for pair in _IDX_FILES.values() for n in pair)
     cache = data_home() / subdir
-    places.append(cache)
-    found = None
-    for place in places:
-        found = _find_idx_set(place)
-        if found is not None:
-            break
-    if found is None and download:
-        _download(urls, md5, cache, what)
-        found = _find_idx_set(cache)
-    if found is None:
-        hint = f"install it with `apt-get install {apt}`, " if apt else ""
-        raise FileNotFoundError(
-            f"{what} IDX files ({', '.join(n for pair in _IDX_FILES.values() for n in pair)}, "
-            f"optionally .gz) were not found in any of: {', '.join(map(str, places))}. "
-            f"{hint.capitalize()}put the files in one of those directories (pass root=...), "
-            f"or call with download=True to fetch them from the official site into {cache}")
+    if path is not None:
+        # A folder the user names is the only place looked: falling back to another
+        # copy would train on data the user did not ask for, without a word.
+        where = Path(os.fspath(path)).expanduser()
+        given = f"path={str(where)!r}"
+        if not where.exists():
+            raise FileNotFoundError(f"{what}: {given} does not exist; expected a directory "
+                                    f"holding the IDX files {expected} (each optionally .gz)")
+        if not where.is_dir():
+            raise FileNotFoundError(f"{what}: {given} is not a directory; expected a "
+                                    f"directory holding the IDX files {expected} (each "
+                                    "optionally .gz)")
+        if download:
+            _download(urls, md5, where, what)
+        found, missing = _idx_files(where)
+        if missing:
+            lacks = f"holds none of the {what} IDX files" if not found else \
+                f"is missing {what} IDX files {', '.join(missing)}"
+            raise FileNotFoundError(
+                f"{given} {lacks} (expected {expected}, each optionally .gz). A path you "
+                f"give is the only place looked; leave it out to use {debian_dir} or the "
+                f"cache {cache}")
+    else:
+        places = [Path(debian_dir), cache]
+        found = next((f for f in map(_find_idx_set, places) if f is not None), None)
+        if found is None and download:
+            _download(urls, md5, cache, what)
+            found = _find_idx_set(cache)
+        if found is None:
+            put = f"Install it with `apt-get install {apt}`, put" if apt else "Put"
+            raise FileNotFoundError(
+                f"{what} IDX files ({expected}, optionally .gz) were not found in any of: "
+                f"{', '.join(map(str, places))}. {put} the files in a "
+                "directory and pass path=DIR (data.path in a config, --path in `fedsparse "
+                "data describe`), or call "
+                f"with download=True to fetch them from the official site into {cache}")
     out = []
     for img, lab in _IDX_FILES.values():
         out.append(load_idx(found[img], found[lab], flatten=flatten, scale=scale))
     return out[0], out[1]
 
 
-def fashion_mnist(root=None, *, download: bool = False, flatten: bool = True,
+def fashion_mnist(path=None, *, download: bool = False, flatten: bool = True,
                   scale: bool = True):
     """Fashion-MNIST (60,000 train + 10,000 test 28x28 grey images, 10 classes).
 
-    Looks for the four official IDX files (``train-images-idx3-ubyte[.gz]``,
+    Reads the four official IDX files (``train-images-idx3-ubyte[.gz]``,
     ``train-labels-idx1-ubyte[.gz]``, ``t10k-images-idx3-ubyte[.gz]``,
-    ``t10k-labels-idx1-ubyte[.gz]``) in, in order: ``root``; ``/usr/share/datasets/
-    fashion-mnist`` (Debian package ``dataset-fashion-mnist``); ``data_home() /
-    "fashion-mnist"``. With ``download=True`` and none found, fetches them from the
-    official site into the cache and checks the published MD5 sums. (Debian's copies
-    are recompressed, so their .gz checksums differ from the published ones; only
-    downloads are checksummed.)
+    ``t10k-labels-idx1-ubyte[.gz]``) from ``path`` when one is given (the only place
+    looked then); otherwise from ``/usr/share/datasets/fashion-mnist`` (Debian package
+    ``dataset-fashion-mnist``) or else ``data_home() / "fashion-mnist"``. With
+    ``download=True`` and the files missing, fetches them from the official site (into
+    ``path``, or the cache) and checks the published MD5 sums. (Debian's copies are
+    recompressed, so their .gz checksums differ from the published ones; only downloads
+    are checksummed.)
 
     Parameters
     ----------
-    root : str or path-like, optional
+    path : str or path-like, optional
+        A directory holding the four files.
     download : bool, default False
     flatten : bool, default True
         X (n, 784); ``False`` gives images (n, 1, 28, 28), the input of a CNN.
@@ -176,22 +202,24 @@ def fashion_mnist(root=None, *, download: bool = False, flatten: bool = True,
     Raises
     ------
     FileNotFoundError
-        The files are nowhere; the message lists the places looked and the apt command.
+        ``path`` does not exist, is not a directory or lacks some of the files (the
+        message names them); or, without ``path``, the files are nowhere (the message
+        lists the places looked and the apt command).
     """
-    return _named_idx("Fashion-MNIST", root, "fashion-mnist", "/usr/share/datasets/fashion-mnist",
+    return _named_idx("Fashion-MNIST", path, "fashion-mnist", "/usr/share/datasets/fashion-mnist",
                       "dataset-fashion-mnist", _FASHION_URLS, _FASHION_MD5, download, flatten,
                       scale)
 
 
-def mnist(root=None, *, download: bool = False, flatten: bool = True, scale: bool = True):
+def mnist(path=None, *, download: bool = False, flatten: bool = True, scale: bool = True):
     """Full MNIST from the official IDX files (60,000 train + 10,000 test digits).
 
-    Resolved like :func:`fashion_mnist`: ``root``, ``/usr/share/datasets/mnist``,
-    ``data_home() / "mnist"``, then (``download=True``) the official files with their
-    MD5 sums. Returns ``(train, test)``, each ``(X (n, 784), y (n,))``; with
-    ``flatten=False`` X is (n, 1, 28, 28).
+    Resolved like :func:`fashion_mnist`: ``path`` alone when given, else
+    ``/usr/share/datasets/mnist`` or ``data_home() / "mnist"``, then (``download=True``)
+    the official files with their MD5 sums. Returns ``(train, test)``, each
+    ``(X (n, 784), y (n,))``; with ``flatten=False`` X is (n, 1, 28, 28).
     """
-    return _named_idx("MNIST", root, "mnist", "/usr/share/datasets/mnist", None, _MNIST_URLS,
+    return _named_idx("MNIST", path, "mnist", "/usr/share/datasets/mnist", None, _MNIST_URLS,
                       _MNIST_MD5, download, flatten, scale)
 
 
