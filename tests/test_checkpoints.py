@@ -528,4 +528,8 @@ batch_size = 4
     assert main(["run", str(config), "--out", str(out), "--quiet", "--resume", "--rounds",
                  "3"]) == 2
     err = capsys.readouterr().err
-    assert str(ckpt) in err and "checksum" in err and "Traceback" not in err
+    # The output folder's manifest sees the changed file before the checksum does; either
+    # way the file is named and nothing runs.
+    assert "Traceback" not in err
+    assert (str(ckpt) in err and "checksum" in err) or \
+        ("fedmac/checkpoint.pt (changed since fedsparse wrote it)" in err)
