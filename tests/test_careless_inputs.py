@@ -394,3 +394,25 @@ def test_a_long_but_possible_run_is_not_refused(tiny):
                     fs.problems.least_squares(), tiny, rounds=10**6,
                     callback=_must_not_start, eval_every=10**6)
     assert algo.local.local_steps == 10**6
+
+
+def test_simulate_counts_the_local_models_and_the_algorithms_state(monkeypatch):
+    from fedsparse import _resources
+
+    data = fs.data.shifted_gaussian(num_clients=12, samples_per_client=4, dim=50, sparsity=2,
+                                    seed=0, dtype=torch.float64)
+    # 12 clients x 50 x 8 bytes x 2 (local models and uploads) = 9.4 KiB; the similarity
+    # record of compensation is 12 x 12 x 8 bytes = 1.1 KiB; 1 round's record < 1 KiB
+    monkeypatch.setattr(_resources, "memory_limit", lambda: 9 * 1024)
+    algo = fs.algorithms.fed_avg(step_size=0.01, local_steps=1)
+    with pytest.raises(ConfigError, match=r"num_clients=12 .* for the local models; "
+                                          r"this process may use 9 KiB\. client_batch"):
+        fs.simulate(algo, fs.problems.least_squares(), data, rounds=1,
+                    callback=_must_not_start)
+    with pytest.raises(AssertionError, match="the run started"):  # 4 at a time: it fits
+        fs.simulate(algo, fs.problems.least_squares(), data, rounds=1, client_batch=4,
+                    callback=_must_not_start)
+    monkeypatch.setattr(_resources, "memory_limit", lambda: 4 * 1024)
+    with pytest.raises(ConfigError, match="client_batch=4 .*the similarity record"):
+        fs.simulate(fs.algorithms.similarity_compensation(algo), fs.problems.least_squares(),
+                    data, rounds=1, client_batch=4, callback=_must_not_start)

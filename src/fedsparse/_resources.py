@@ -131,8 +131,7 @@ def check_rounds(rounds, clients: int = 1) -> int:
     the ``clients`` listed as delivered)."""
     rounds = check_int("rounds", rounds, minimum=1)
     check_memory({"the round records": rounds * (RECORD_BYTES + 8 * clients)},
-                 {"rounds": rounds, "clients per round": clients}, blame="rounds",
-                 hint="A run keeps one record per round")
+                 {"rounds": rounds}, hint="A run keeps one record per round")
     return rounds
 
 

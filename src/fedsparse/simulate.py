@@ -168,6 +168,14 @@ def simulate(algorithm: Algorithm, problem: Problem, data: FederatedDataset, *, 
 
     Raises
     ------
+    ConfigError
+        before the first round, for an argument that is not allowed, and for a run that
+        cannot fit in memory or cannot end: its round records (``rounds``), the clients'
+        models of one chunk (``clients_per_round``, ``client_batch``) and the algorithm's
+        own state must fit in the machine's memory, and its sequential steps (rounds x
+        local steps, at 1 µs each, less than any torch operation takes) must end within a
+        year; the error names the parameters and the estimate (see
+        :mod:`fedsparse._resources`).
     DivergenceError
         when the model or a client's upload becomes NaN/inf; it names the round and
         carries the history with the last finite model (also saved to ``checkpoint`` if

@@ -1,4 +1,9 @@
-"""Seeded synthetic federated data sets, exactly as docs/decisions.md, section 2 pins them."""
+"""Seeded synthetic federated data sets, exactly as docs/decisions.md, section 2 pins them.
+
+Each generator estimates the memory of its features before it draws them and refuses,
+naming the sizes and the estimate, a data set that cannot fit
+(:func:`fedsparse._resources.check_memory`).
+"""
 
 from __future__ import annotations
 
