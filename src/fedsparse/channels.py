@@ -257,7 +257,7 @@ def delivered_mask(channel, out, clients: torch.Tensor) -> torch.Tensor:
     allowed = (f"it must return ({S},) bools (or 0/1 integers), one per sampled client, "
                "True where the upload arrives")
     try:
-        d = torch.as_tensor(out)
+        d = torch.as_tensor(out).cpu()  # the round loop's masks live on the CPU
     except (TypeError, ValueError, RuntimeError):
         raise ConfigError(f"channel {channel!r}: delivered(seed, round, clients) returned "
                           f"{type(out).__name__}; {allowed}") from None
