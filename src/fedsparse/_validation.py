@@ -8,12 +8,26 @@ traceback from inside torch.
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Iterable
 from numbers import Integral, Real
+
+#: The integers torch and NumPy index and count with are int64: a value beyond this range
+#: cannot be a size, a count, a seed or a step counter of a run (it would overflow there).
+INT64_MAX = 2**63 - 1
 
 
 class ConfigError(ValueError):
     """A parameter has a value that is not allowed. The message names both."""
+
+
+def _is_bool(value) -> bool:
+    """True for Python's and NumPy's booleans (NumPy is not imported here: a NumPy bool
+    exists only if NumPy is loaded, and ``fedsparse --help`` must not load it)."""
+    if isinstance(value, bool):
+        return True
+    numpy = sys.modules.get("numpy")
+    return numpy is not None and isinstance(value, numpy.bool_)
 
 
 def fail(name: str, value, allowed: str) -> ConfigError:
@@ -24,8 +38,11 @@ def check_int(name: str, value, *, minimum: int | None = None, maximum: int | No
               allow_none: bool = False) -> int | None:
     if value is None and allow_none:
         return None
-    if isinstance(value, bool) or not isinstance(value, Integral):
+    if _is_bool(value) or not isinstance(value, Integral):
         raise fail(name, value, "must be an integer")
+    if not -INT64_MAX - 1 <= value <= INT64_MAX:
+        raise fail(name, value, "must lie between -2**63 and 2**63 - 1, the 64-bit integers "
+                   "torch and NumPy index and count with")
     if minimum is not None and value < minimum:
         raise fail(name, value, f"must be at least {minimum}")
     if maximum is not None and value > maximum:
@@ -37,7 +54,8 @@ def check_float(name: str, value, *, positive: bool = False, nonnegative: bool =
                 maximum: float | None = None, allow_none: bool = False) -> float | None:
     if value is None and allow_none:
         return None
-    if isinstance(value, bool) or not isinstance(value, Real) or not math.isfinite(value):
+    if _is_bool(value) or not isinstance(value, Real) \
+            or not math.isfinite(value):
         raise fail(name, value, "must be a finite number")
     if positive and value <= 0:
         raise fail(name, value, "must be positive")
@@ -46,6 +64,25 @@ def check_float(name: str, value, *, positive: bool = False, nonnegative: bool =
     if maximum is not None and value > maximum:
         raise fail(name, value, f"must be at most {maximum}")
     return float(value)
+
+
+def check_bool(name: str, value, *, allow_none: bool = False) -> bool | None:
+    """A flag: True or False (NumPy's bool too). Strings such as "no" and "false" and the
+    integers 0/1 are refused: Python would take "no" for True."""
+    if value is None and allow_none:
+        return None
+    if not _is_bool(value):
+        raise fail(name, value, "must be True or False")
+    return bool(value)
+
+
+def check_seed(name: str, value) -> int:
+    """A seed of the counter-based generator and of NumPy: an integer in [0, 2**63 - 1]
+    (the counters are int64)."""
+    if _is_bool(value) or not isinstance(value, Integral) \
+            or not 0 <= value <= INT64_MAX:
+        raise fail(name, value, "must be an integer from 0 to 2**63 - 1")
+    return int(value)
 
 
 def check_choice(name: str, value, choices: Iterable):

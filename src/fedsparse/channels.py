@@ -1,8 +1,12 @@
 """Channels decide which uploads reach the server.
 
-A channel is any object with ``delivered(seed, round, clients) -> (S,) bool``.
-Draws use the counter-based generator, so a client's fate in a round does not depend
-on which other clients were sampled.
+A channel is any object with ``delivered(seed, round, clients) -> (S,) bool``; it may
+also have ``check_clients(num_clients)``, which a run calls once before its first round
+to refuse per-client arguments that do not have one entry per client. A run checks
+every answer of ``delivered`` (:func:`checked_channel`), so a custom channel that
+answers with the wrong shape or with probabilities instead of fates is named in a clear
+error. Draws use the counter-based generator, so a client's fate in a round does not
+depend on which other clients were sampled.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ from collections.abc import Callable
 import torch
 
 from . import rng
-from ._validation import fail
+from ._validation import ConfigError, check_bool, fail
 
 
 class PerfectChannel:
@@ -76,6 +80,11 @@ class BernoulliChannel:
                        f"each of the data set's clients (client {int(clients.max())} has none)")
         return p[clients]
 
+    def check_clients(self, num_clients: int) -> None:
+        """Per-client probabilities must be exactly one per client."""
+        if not callable(self.probability) and self.probability.ndim == 1:
+            _one_per_client("probability", self.probability.shape[0], "value", num_clients)
+
     def delivered(self, seed: int, round: int, clients: torch.Tensor) -> torch.Tensor:
         """(S,) bool, True where the upload of ``clients[s]`` (S,) arrives in ``round``."""
         return rng.uniform(seed, rng.CHANNEL, round, clients) < self._p(round, clients)
@@ -109,7 +118,11 @@ class ScheduledChannel:
                            "must be bool (or 0/1 integers)")
             d = d.to(torch.bool)
         self.schedule = d
-        self.cycle = bool(cycle)
+        self.cycle = check_bool("cycle", cycle)
+
+    def check_clients(self, num_clients: int) -> None:
+        """The schedule must have exactly one column per client."""
+        _one_per_client("delivered", self.schedule.shape[1], "column", num_clients)
 
     def delivered(self, seed: int, round: int, clients: torch.Tensor) -> torch.Tensor:
         """(S,) bool: row ``round`` of the schedule at the sampled ``clients``."""
@@ -148,17 +161,18 @@ class GroupChannel:
                  full_first_round: bool = True):
         if not callable(getattr(channel, "delivered", None)):
             raise fail("channel", channel, "must be a channel with a delivered() method")
-        try:
-            g = torch.as_tensor(groups)
-        except (TypeError, ValueError, RuntimeError):
-            raise fail("groups", groups, "must be a sequence of integer group ids") from None
-        if g.ndim != 1 or g.numel() == 0 or g.is_floating_point() or g.dtype == torch.bool:
-            raise fail("groups", groups, "must be a 1-D sequence of integer group ids, one "
-                       "per client")
         self.channel = channel
-        self.groups = g.to(torch.int64)
-        self.at_least_one_per_group = bool(at_least_one_per_group)
-        self.full_first_round = bool(full_first_round)
+        self.groups = _check_groups(groups)
+        self.at_least_one_per_group = check_bool("at_least_one_per_group",
+                                                 at_least_one_per_group)
+        self.full_first_round = check_bool("full_first_round", full_first_round)
+
+    def check_clients(self, num_clients: int) -> None:
+        """One group id per client, and the base channel's own check."""
+        _one_per_client("groups", self.groups.shape[0], "group id", num_clients)
+        check = getattr(self.channel, "check_clients", None)
+        if callable(check):
+            check(num_clients)
 
     def delivered(self, seed: int, round: int, clients: torch.Tensor) -> torch.Tensor:
         """(S,) bool for the sampled ``clients`` (S,)."""
@@ -167,7 +181,8 @@ class GroupChannel:
                        f"(client {int(clients.max())} has none)")
         if self.full_first_round and round == 0:
             return torch.ones(clients.shape[0], dtype=torch.bool)
-        out = self.channel.delivered(seed, round, clients).clone()
+        out = delivered_mask(self.channel, self.channel.delivered(seed, round, clients),
+                             clients).clone()
         if self.at_least_one_per_group:
             g = self.groups[clients]
             # A second draw of the channel's stream (counter 1) picks the forced member.
@@ -196,12 +211,93 @@ def safari_channel(probability, groups, *, at_least_one_per_group: bool = True,
     groups : (N,) group id of every client.
     at_least_one_per_group, full_first_round : see :class:`GroupChannel`.
     """
+    g = _check_groups(groups)
     if isinstance(probability, str):
         if probability != "asymmetric":
             raise fail("probability", probability, 'must be a number in [0, 1], per-client '
                        'numbers, a callable or "asymmetric"')
-        g = torch.as_tensor(groups)
         probability = torch.where(g == g.min(), 0.18, 0.6).to(torch.float64)
-    return GroupChannel(BernoulliChannel(probability), groups,
-                        at_least_one_per_group=at_least_one_per_group,
+    base = BernoulliChannel(probability)
+    if not callable(base.probability) and base.probability.ndim == 1:
+        _one_per_client("probability", base.probability.shape[0], "value", g.shape[0],
+                        "the clients in groups")
+    return GroupChannel(base, g, at_least_one_per_group=at_least_one_per_group,
                         full_first_round=full_first_round)
+
+
+def _check_groups(groups) -> torch.Tensor:
+    """(N,) int64 group ids from a sequence of integers (a clear error otherwise)."""
+    try:
+        g = torch.as_tensor(groups)
+    except (TypeError, ValueError, RuntimeError):
+        raise fail("groups", groups, "must be a sequence of integer group ids") from None
+    if g.ndim != 1 or g.numel() == 0 or g.is_floating_point() or g.is_complex() \
+            or g.dtype == torch.bool:
+        raise fail("groups", groups, "must be a non-empty 1-D sequence of integer group "
+                   "ids, one per client")
+    return g.to(torch.int64)
+
+
+def _one_per_client(name: str, count: int, what: str, num_clients: int,
+                    source: str = "the data set's clients") -> None:
+    """Refuse ``count`` per-client entries (``what``: "value", "column", ...) for
+    ``num_clients`` clients: a surplus entry would be ignored silently."""
+    if count != num_clients:
+        raise fail(name, f"{count} per-client {what}s", f"needs exactly one {what} for each "
+                   f"of {source} ({num_clients})")
+
+
+def delivered_mask(channel, out, clients: torch.Tensor) -> torch.Tensor:
+    """A channel's answer for the (S,) sampled ``clients`` as an (S,) bool tensor.
+
+    Bools, or the integers 0 and 1, are accepted; any other answer (another shape,
+    probabilities, None) is a ConfigError that names the channel.
+    """
+    S = int(clients.shape[0])
+    allowed = (f"it must return ({S},) bools (or 0/1 integers), one per sampled client, "
+               "True where the upload arrives")
+    try:
+        d = torch.as_tensor(out).cpu()  # the round loop's masks live on the CPU
+    except (TypeError, ValueError, RuntimeError):
+        raise ConfigError(f"channel {channel!r}: delivered(seed, round, clients) returned "
+                          f"{type(out).__name__}; {allowed}") from None
+    if tuple(d.shape) != (S,):
+        raise ConfigError(f"channel {channel!r}: delivered(seed, round, clients) returned "
+                          f"shape {tuple(d.shape)} for {S} clients; {allowed}")
+    if d.dtype != torch.bool:
+        if d.is_floating_point() or d.is_complex() or not ((d == 0) | (d == 1)).all():
+            raise ConfigError(f"channel {channel!r}: delivered(seed, round, clients) returned "
+                              f"{str(d.dtype).removeprefix('torch.')} values "
+                              f"{d[:5].tolist()}; {allowed}")
+        d = d.to(torch.bool)
+    return d
+
+
+class CheckedChannel:
+    """A run's channel with every answer checked (:func:`delivered_mask`); its repr is the
+    channel's own, so checkpoint fingerprints do not change."""
+
+    def __init__(self, channel):
+        self.channel = channel
+
+    def delivered(self, seed: int, round: int, clients: torch.Tensor) -> torch.Tensor:
+        return delivered_mask(self.channel, self.channel.delivered(seed, round, clients),
+                              clients)
+
+    def __repr__(self):
+        return repr(self.channel)
+
+
+def checked_channel(channel, num_clients: int) -> CheckedChannel:
+    """``channel`` for a run of ``num_clients`` clients: refused now if it has per-client
+    arguments with more or fewer entries than clients (its ``check_clients``), and
+    checked every round (:class:`CheckedChannel`)."""
+    if not callable(getattr(channel, "delivered", None)):
+        raise fail("channel", channel if isinstance(channel, str | int | float)
+                   else f"<{type(channel).__name__}>", "must be a channel with a "
+                   "delivered(seed, round, clients) method, e.g. "
+                   "fs.channels.BernoulliChannel(0.8)")
+    check = getattr(channel, "check_clients", None)
+    if callable(check):
+        check(num_clients)
+    return channel if isinstance(channel, CheckedChannel) else CheckedChannel(channel)

@@ -297,8 +297,8 @@ class RoundLoop:
                 clients = sample_clients(self.seed, t, N, self.per_round)
                 S = int(clients.shape[0])
                 payload = algorithm.broadcast(state, clients)
-                replies = self.execute(t, clients, payload, algorithm.client_config(state),
-                                       self.store.gather(clients))
+                config = {**algorithm.client_config(state), "total_rounds": rounds}  # T
+                replies = self.execute(t, clients, payload, config, self.store.gather(clients))
                 delivered, problems = self._screen(t, clients, payload, replies)
                 if problems is None:  # a client's delivered upload diverged (simulator)
                     self._diverged(history, state, algorithm, t, save, bar,

@@ -11,10 +11,11 @@ from pathlib import Path
 
 import torch
 
+from . import _resources
 from ._threads import single_threaded_blas
-from ._validation import check_float, check_int, fail
+from ._validation import check_bool, check_float, check_int, check_seed, fail
 from .algorithms.base import Algorithm, ClientContext
-from .channels import PerfectChannel
+from .channels import PerfectChannel, checked_channel
 from .checkpoints import CHECKPOINT_FORMAT, resume_checkpoint, save_checkpoint
 from .comm import payload_bytes
 from .data.federated import FederatedDataset
@@ -69,7 +70,8 @@ def _client_executor(algorithm: Algorithm, problem: Problem, data: FederatedData
 
 
 def _check_arguments(algorithm, problem, data, channel, dtype, device, eval_every,
-                     max_update_norm, max_update_ratio=None) -> None:
+                     max_update_norm, callback, checkpoint, resume, progress,
+                     max_update_ratio=None) -> None:
     def shown(value):  # a value in an error message: itself if short, else its type
         return value if value is None or isinstance(value, (str, int, float)) \
             else f"<{type(value).__name__}>"
@@ -101,6 +103,36 @@ def _check_arguments(algorithm, problem, data, channel, dtype, device, eval_ever
             is not None and max_update_ratio < 1:
         raise fail("max_update_ratio", max_update_ratio, "must be at least 1 (it multiplies "
                    "the round's median update distance)")
+    if callback is not None and not callable(callback):
+        raise fail("callback", shown(callback), "must be a function callback(record, state) "
+                   "or None")
+    if checkpoint is not None and not isinstance(checkpoint, str | Path):
+        raise fail("checkpoint", shown(checkpoint), "must be a file path (str or Path) or None")
+    check_bool("resume", resume)
+    check_bool("progress", progress, allow_none=True)
+
+
+def _check_resources(bound: Algorithm, data: FederatedDataset, rounds: int,
+                     clients_per_round: int | None, client_batch: int | None,
+                     model_size: int) -> None:
+    """Refuse, before the first round, a run that cannot fit in memory or cannot end
+    (:mod:`fedsparse._resources`): its round records, the clients' models of one chunk
+    and the algorithm's own state must fit; its sequential steps must end within a year."""
+    N = data.num_clients
+    S = min(clients_per_round or N, N)
+    chunk = min(client_batch or S, S)
+    itemsize = torch.finfo(data.dtype).bits // 8
+    _resources.check_rounds(rounds, S)
+    # every chunk holds its clients' local models and their uploads: 2 x (chunk, P)
+    chunk_sizes = {"client_batch" if client_batch else "clients_per_round"
+                   if clients_per_round else "num_clients": chunk, "model size": model_size}
+    _resources.check_memory({"the local models": 2 * chunk * model_size * itemsize,
+                             **bound.state_bytes(N, model_size, itemsize)}, chunk_sizes,
+                            hint="client_batch=k runs k clients at a time")
+    steps = bound.sequential_steps()
+    _resources.check_work(rounds * (1 + steps), f"rounds={rounds} of {bound!r}",
+                          what=f"sequential steps ({steps:.3g} local steps a round, and the "
+                               "round itself)")
 
 
 def simulate(algorithm: Algorithm, problem: Problem, data: FederatedDataset, *, rounds: int,
@@ -145,6 +177,14 @@ def simulate(algorithm: Algorithm, problem: Problem, data: FederatedDataset, *, 
 
     Raises
     ------
+    ConfigError
+        before the first round, for an argument that is not allowed, and for a run that
+        cannot fit in memory or cannot end: its round records (``rounds``), the clients'
+        models of one chunk (``clients_per_round``, ``client_batch``) and the algorithm's
+        own state must fit in the machine's memory, and its sequential steps (rounds x
+        local steps, at 1 µs each, less than any torch operation takes) must end within a
+        year; the error names the parameters and the estimate (see
+        :mod:`fedsparse._resources`).
     DivergenceError
         when the model or a delivered upload becomes NaN/inf (a lost one changes
         nothing); it names the round and carries the history with the last finite model
@@ -153,9 +193,10 @@ def simulate(algorithm: Algorithm, problem: Problem, data: FederatedDataset, *, 
     if clients_per_round is None:
         clients_per_round = getattr(algorithm, "clients_per_round", None)
     rounds = check_int("rounds", rounds, minimum=1)
-    seed = check_int("seed", seed, minimum=0)
+    seed = check_seed("seed", seed)
     _check_arguments(algorithm, problem, data, channel, dtype, device, eval_every,
-                     max_update_norm, max_update_ratio)
+                     max_update_norm, callback, checkpoint, resume, progress,
+                     max_update_ratio)
     check_int("clients_per_round", clients_per_round, minimum=1, allow_none=True)
     if clients_per_round is not None and clients_per_round > data.num_clients:
         raise fail("clients_per_round", clients_per_round,
@@ -180,6 +221,9 @@ def simulate(algorithm: Algorithm, problem: Problem, data: FederatedDataset, *, 
     if data.ground_truth is not None and data.ground_truth.numel() != problem.param_dim(data.dim):
         raise fail("ground_truth length", data.ground_truth.numel(),
                    f"must equal the model size {problem.param_dim(data.dim)}")
+    _check_resources(bound, data, rounds, clients_per_round, client_batch,
+                     problem.param_dim(data.dim))
+    run_channel = checked_channel(channel, data.num_clients)
 
     state = bound.init(problem, seed)
     store = ClientStore(bound.init_clients(problem, torch.arange(data.num_clients), seed))
@@ -217,7 +261,7 @@ def simulate(algorithm: Algorithm, problem: Problem, data: FederatedDataset, *, 
                 "client_state": store.state, "records": history.records,
                 "initial": history.initial, "fingerprint": fingerprint})
 
-    loop = RoundLoop(bound, data.weights, seed, clients_per_round, channel,
+    loop = RoundLoop(bound, data.weights, seed, clients_per_round, run_channel,
                      _client_executor(bound, problem, data, seed, client_batch), measure, store,
                      eval_every=eval_every, max_update_norm=max_update_norm,
                      max_update_ratio=max_update_ratio)

@@ -53,6 +53,21 @@ def test_each_lost_client_takes_the_closest_received_upload():
     assert h.column("compensated") == [0, 2] and h.column("dropped") == [0, 0]
 
 
+def test_the_substitute_is_the_closest_client_in_an_asymmetric_layout():
+    # Uploads 0, 1, 3, 10 on a line. A symmetric layout (0, 1, 10, 11 losing 1 and 3)
+    # gives the same model whichever received client stands in; here the closest, the
+    # farthest and any other choice give different models.
+    rows = [[0.0, 0], [1, 0], [3, 0], [10, 0]]
+    # round 2 loses client 1: d10 = 1 < d12 = 2 < d13 = 9, so client 0 stands in:
+    # (0 + 0 + 3 + 10) / 4; the farthest (3) would give 23 / 4, the next (2) 16 / 4.
+    # round 3 loses 1 and 2, with 0 and 3 received: d10 = 1 < d13 = 9, d20 = 3 < d23 = 7,
+    # so 0 stands in for both: (0 + 0 + 0 + 10) / 4; the farthest would give 30 / 4.
+    h, models = _run(rows, [[1, 1, 1, 1], [1, 0, 1, 1], [1, 0, 0, 1]])
+    assert models[1] == pytest.approx([13 / 4, 0.0])
+    assert models[2] == pytest.approx([10 / 4, 0.0])
+    assert h.column("compensated") == [0, 1, 2]
+
+
 def test_a_client_never_compared_is_dropped_and_the_weights_renormalised():
     rows = [[0.0, 0], [1, 0], [10, 0], [11, 0]]
     # round 1: 2 and 3 have never been received together with anyone: dropped, the mean

@@ -193,6 +193,29 @@ def test_server_averages_s_drawn_clients_uniformly_with_beta():
     assert torch.allclose(new["model"], -0.5 * state["model"] + 1.5 * uploads[keep][0])
 
 
+def test_fedmac_applies_rule_z_to_the_global_model():
+    # The server's average is zeroed like every w step: entries below eta * gamma_w = 0.01
+    # go, as long as half of the entries stay non-zero (Liu et al. 2023, Alg. 1 with the
+    # rule Z of docs/decisions.md, section 5). pFedMe has no gamma_w: no rule Z there.
+    gen = np.random.default_rng(1)
+    xs = [gen.normal(size=(3, 4)) for _ in range(2)]
+    data = fs.data.from_arrays(xs, [np.array([0.0, 1.0, 1.0])] * 2, dtype=F64)
+    problem = fs.problems.softmax(2)
+    mean = torch.tensor([1.0, 2.0, 0.001, -0.002, 3.0, 4.0, 5.0, 0.0005], dtype=F64)
+    uploads = torch.stack([mean + 0.5, mean - 0.5])  # their mean is `mean`
+    cohort = Cohort(0, torch.arange(2), data.weights, torch.ones(2, dtype=torch.bool))
+    kw = dict(lam=0.1, step_size=2.0, personal_step_size=0.1, local_steps=1, batch_size=None)
+    fedmac = fs.algorithms.fedmac(**kw, gamma_w=0.005).bind(problem, data)
+    new = fedmac.aggregate(fedmac.init(problem), uploads, cohort)
+    expected = mean.clone()
+    expected[[2, 3, 7]] = 0.0
+    assert torch.equal(new["model"], expected)
+    assert fedmac.round_metrics(new)["model_density"] == 5 / 8
+    pfedme = fs.algorithms.pfedme(**kw).bind(problem, data)
+    assert torch.allclose(pfedme.aggregate(pfedme.init(problem), uploads, cohort)["model"],
+                          mean, rtol=1e-15)
+
+
 def test_all_clients_train_and_grouping_does_not_change_the_run():
     data = label_skew(N=5, C=4, seed=1)
     algo = fs.algorithms.fedmac(lam=0.01, step_size=30, personal_step_size=0.2, gamma=1e-3,
@@ -310,6 +333,36 @@ def test_heur_fedamp_sends_one_model_per_client_and_trains_with_a_real_prox():
                           Cohort(0, torch.arange(2), data.weights, torch.tensor([True, False])))
     assert torch.equal(new["models"], torch.stack([vec(5, 5), vec(0.3, 2.0)]))
     assert torch.equal(new["model"], new["models"].mean(0))
+
+
+def test_heur_fedamp_pulls_each_client_towards_its_own_u_i():
+    # Two clients with different stored models, so u_1 != u_2 != their mean. Client i's R
+    # SGD steps from u_i on l_i(w) + (lambda / (2 alpha_k)) ||w - u_i||^2, by hand with
+    # the problem's gradient on client i alone (full batches); an anchor at the mean of
+    # the u_i, or at the global model, gives other models.
+    data = tiny()
+    problem = fs.problems.softmax(2)
+    eta, lam, alpha_k, R = 0.3, 0.5, 0.5, 3
+    algo = fs.algorithms.heur_fedamp(lam=lam, alpha_k=alpha_k, sigma=2.0, step_size=eta,
+                                     self_weight=0.6, local_steps=R,
+                                     batch_size=None).bind(problem, data)
+    state = algo.init(problem)
+    state["models"] = torch.stack([vec(1.0, -0.5), vec(-0.8, 2.0)])
+    clients = torch.arange(2)
+    u = algo.broadcast(state, clients)
+    assert not torch.allclose(u[0], u[1])
+    ctx = ClientContext(problem, data.train, clients, 0, 0,
+                        state=algo.init_clients(problem, clients))
+    uploads, client_state, _ = algo.client_update(u, ctx)
+    mu = lam / alpha_k
+    for i in range(2):
+        mine = data.train.select(torch.tensor([i]))
+        w = u[i].clone()
+        for _ in range(R):
+            g = problem.grad(w[None], mine.X, mine.y, mine.mean_weights())[0]
+            w = w - eta * (g + mu * (w - u[i]))
+        assert torch.allclose(uploads[i], w, rtol=1e-13, atol=1e-15), i
+        assert torch.equal(client_state["personal"][i], uploads[i])  # the PM is w_i
 
 
 # -- every algorithm on linear and neural problems ----------------------------------------

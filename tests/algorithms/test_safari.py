@@ -21,11 +21,13 @@ def _mlp():
     return fs.problems.neural(fs.models.mlp(12, (8,), 3))
 
 
-def _one_round(algo, problem, data, seed=0):
+def _one_round(algo, problem, data, seed=0, round=0, total_rounds=10):
     algo = algo.bind(problem, data)
     state = algo.init(problem, seed)
     clients = torch.arange(data.num_clients)
-    ctx = ClientContext(problem, data.train, clients, 0, seed, config=algo.client_config(state),
+    # the round loop sends the run's length T with the algorithm's client config
+    config = {**algo.client_config(state), "total_rounds": total_rounds}
+    ctx = ClientContext(problem, data.train, clients, round, seed, config=config,
                         state=algo.init_clients(problem, clients, seed))
     payload = algo.broadcast(state, clients)
     uploads, new_state, info = algo.client_update(payload, ctx)
@@ -77,7 +79,7 @@ def test_update_payload_keeps_the_global_model_dense_and_model_payload_sparsifie
 def test_fedspa_masks_are_client_state_and_keep_their_size():
     problem, data = _mlp(), _mlp_data()
     algo, _, _, uploads, new_state, _ = _one_round(
-        fs.algorithms.safari(density=0.5, pruner="fedspa", rounds=10, optimizer="sgd",
+        fs.algorithms.safari(density=0.5, pruner="fedspa", optimizer="sgd",
                              step_size=0.05, batch_size=8, compensation=False), problem, data)
     old = algo.init_clients(problem, torch.arange(6))["mask"]
     new = new_state["mask"]
@@ -109,7 +111,6 @@ def test_aggregation_renormalises_over_what_arrived():
 @pytest.mark.parametrize("kw,match", [
     (dict(density=0.0), "density=0.0"), (dict(density=1.5), "density=1.5"),
     (dict(density=0.5, pruner="random"), "pruner='random'"),
-    (dict(density=0.5, pruner="fedspa"), "rounds=None"),
     (dict(density=0.5, aggregator="fed_prox", mu=0.0), "mu=0.0"),
     (dict(density=0.5, payload="delta"), "payload='delta'"),
     (dict(density=0.5, compensation="yes"), "compensation='yes'"),
@@ -117,6 +118,41 @@ def test_aggregation_renormalises_over_what_arrived():
 def test_bad_input(kw, match):
     with pytest.raises(ConfigError, match=match):
         fs.algorithms.safari(**kw)
+
+
+def test_fedspa_anneals_over_the_runs_own_rounds():
+    # T is the run's: a 6-round run ends (a separate rounds=3 stopped it at round 4), and
+    # the builder has no rounds of its own that could disagree with it
+    problem, data = _mlp(), _mlp_data()
+    algo = fs.algorithms.safari(density=0.5, pruner="fedspa", optimizer="sgd", step_size=0.05,
+                                batch_size=8, local_steps=2)
+    h = fs.simulate(algo, problem, data, rounds=6, seed=0)
+    assert len(h.records) == 6
+    with pytest.raises(TypeError, match="rounds"):
+        fs.algorithms.safari(density=0.5, pruner="fedspa", rounds=3)
+    # the drop fraction alpha_t = alpha0/2 (1 + cos(pi t / T)) is read from the context:
+    # at t = T it is 0 and no entry moves; with a longer run the same round swaps entries
+    kw = dict(density=0.5, pruner="fedspa", optimizer="sgd", step_size=0.05, batch_size=8,
+              compensation=False)
+    moved = {}
+    for T in (4, 40):
+        algo, *_, new_state, _ = _one_round(fs.algorithms.safari(**kw), problem, data,
+                                            round=4, total_rounds=T)
+        old = algo.init_clients(problem, torch.arange(6))["mask"]
+        moved[T] = int((old != new_state["mask"]).sum())
+    assert moved[4] == 0 and moved[40] > 0
+
+
+def test_fedspa_without_the_runs_length_is_a_clear_error():
+    problem, data = _mlp(), _mlp_data()
+    algo = fs.algorithms.safari(density=0.5, pruner="fedspa", compensation=False).bind(
+        problem, data)
+    state = algo.init(problem)
+    clients = torch.arange(6)
+    ctx = ClientContext(problem, data.train, clients, 0, 0, config=algo.client_config(state),
+                        state=algo.init_clients(problem, clients))
+    with pytest.raises(ConfigError, match="total_rounds"):
+        algo.client_update(algo.broadcast(state, clients), ctx)
 
 
 def test_synflow_needs_a_network():

@@ -249,3 +249,16 @@ def test_e2006_sized_csr_round_stays_proportional_to_nonzeros():
     assert r["peak_bytes"] < 1.5e9
     assert r["nnz_model"] == 200
     assert r["objective"][1] < r["objective"][0]
+
+
+def test_to_takes_dtype_and_device_like_a_tensor():
+    X = SparseRows.from_scipy([sp.random(3, 5, density=0.4, format="csr", random_state=1)])
+    assert X.to(device="cpu", dtype=torch.float64).dtype == torch.float64
+    assert X.to(torch.float64).dtype == torch.float64
+    assert X.to("cpu") is X and X.to(device=torch.device("cpu")) is X
+    assert torch.equal(X.to(device="cpu", dtype=torch.float64).to_dense(),
+                       X.to_dense().double())
+    with pytest.raises(ConfigError, match="device='cuda'.*CPU only"):
+        X.to(device="cuda")
+    with pytest.raises(ConfigError, match="dtype=torch.int64"):
+        X.to(dtype=torch.int64)

@@ -130,7 +130,8 @@ def test_configs_hold_the_papers_setup():
                                          (0.6,)))
     assert all(r["algorithm"]["mu"] == 0.001 for r in prox) and len(prox) == 9
     fedspa = [r for r in prox if r["algorithm"]["pruner"] == "fedspa"]
-    assert fedspa and all(r["algorithm"]["rounds"] == 7 for r in fedspa)
+    # FedSpa anneals over the run's own rounds: its table gives none that could disagree
+    assert fedspa and all("rounds" not in r["algorithm"] for r in fedspa)
 
 
 def test_registered_and_listed():

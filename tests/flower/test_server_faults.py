@@ -319,15 +319,17 @@ def test_personalised_models_stay_on_the_nodes_and_match_the_simulator(fake_grid
 SCHEDULE = [[1, 1, 1, 1], [1, 0, 1, 0], [0, 1, 1, 0], [1, 1, 0, 0], [1, 0, 0, 0]]
 
 
-@pytest.mark.parametrize("compensation", [True, False])
-def test_safari_runs_unchanged_over_flower_on_a_scheduled_channel(fake_grid, compensation):
+@pytest.mark.parametrize("compensation,pruner", [(True, "magnitude"), (False, "magnitude"),
+                                                 (True, "fedspa")])
+def test_safari_runs_unchanged_over_flower_on_a_scheduled_channel(fake_grid, compensation, pruner):
     """SAFARI (masked Adam, sparse model uploads) with and without similarity
     compensation: the same lost uploads on both runtimes give the same model, bytes,
-    and delivered clients as the simulator."""
+    and delivered clients as the simulator (FedSpa: the nodes anneal over the run's
+    rounds, which the server sends with the payload)."""
     job = job_from_config({
         **JOB, "rounds": len(SCHEDULE), "clients_per_round": None,
         "algorithm": {"kind": "safari", "density": 0.5, "local_steps": 2, "batch_size": 5,
-                      "step_size": 0.01, "compensation": compensation},
+                      "step_size": 0.01, "compensation": compensation, "pruner": pruner},
         "channel": {"kind": "scheduled", "delivered": SCHEDULE}})
     history = run_on_grid(fake_grid(job, range(4)), job)
     reference = _simulate(job, channel=job.build_channel())

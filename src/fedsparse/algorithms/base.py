@@ -17,6 +17,7 @@ holds the one round loop that the simulator and the Flower server share.
 from __future__ import annotations
 
 import copy
+import functools
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -45,7 +46,9 @@ class ClientContext:
     round : 0-based round index.
     seed : run seed.
     state : per-client state of the sampled clients (dict of (S, ...) tensors) or None.
-    config : scalars the server sends with the payload (:meth:`Algorithm.client_config`).
+    config : scalars the server sends with the payload (:meth:`Algorithm.client_config`),
+        and the run's length T as ``config["total_rounds"]`` (the round loop adds it, in
+        the simulator and over Flower alike; see :attr:`total_rounds`).
     """
 
     problem: Problem
@@ -60,6 +63,16 @@ class ClientContext:
     @property
     def size(self) -> int:
         return int(self.clients.shape[0])
+
+    @property
+    def total_rounds(self) -> int:
+        """T, the number of rounds of the run (rounds are 0 .. T-1), sent by the round loop
+        with every payload (``config["total_rounds"]``)."""
+        if "total_rounds" not in self.config:
+            raise ConfigError("this client update needs the run's number of rounds: the round "
+                              "loop sends it as config['total_rounds'] (give it in "
+                              "ClientContext(config=...) when calling client_update by hand)")
+        return int(self.config["total_rounds"])
 
     def full(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """All local training data: ``X`` (S, n_max, *feature_shape), ``y`` (S, n_max),
@@ -161,6 +174,30 @@ class Cohort:
         return int(self.clients.shape[0])
 
 
+#: The methods of a round; on an unbound algorithm each refuses with a clear error.
+ROUND_METHODS = ("init", "init_clients", "broadcast", "client_config", "client_update",
+                 "aggregate", "model", "round_metrics", "personalized")
+
+
+def requires_bound(method):
+    """Make ``method`` refuse to run on an unbound algorithm (see :class:`Algorithm`)."""
+    if getattr(method, "requires_bound", False):
+        return method
+
+    @functools.wraps(method)
+    def checked(self, *args, **kwargs):
+        if "spec" not in self.__dict__:
+            raise ConfigError(
+                f"{self.name}.{method.__name__}() needs a bound algorithm: call "
+                f"algorithm = algorithm.bind(problem, data) first (fs.simulate does this for "
+                "you). Unbound, it does not know the problem's class rows, masks or "
+                "dictionary, and would compute something else")
+        return method(self, *args, **kwargs)
+
+    checked.requires_bound = True
+    return checked
+
+
 class Algorithm:
     """Base class of every federated algorithm.
 
@@ -168,8 +205,12 @@ class Algorithm:
     :attr:`upload_encoding` and implement the client and server halves. A builder
     returns an unbound algorithm (hyper-parameters only); :meth:`bind` returns a copy
     with everything derived from the problem and the data spec, and only a bound
-    algorithm runs. The simulator and the Flower runtime bind the same way, with the
-    same per-client statistics (:meth:`statistics`), so they run the same algorithm.
+    algorithm runs: every round method (:data:`ROUND_METHODS`, in this class and in
+    every subclass, wrapped when the subclass is defined) and every method decorated with
+    :func:`requires_bound` refuses with a clear error on an unbound algorithm. Nothing
+    derived from the problem has a default that could stand in for the bound value. The
+    simulator and the Flower runtime bind the same way, with the same per-client
+    statistics (:meth:`statistics`), so they run the same algorithm.
     """
 
     name = "algorithm"
@@ -189,8 +230,32 @@ class Algorithm:
     #: (their mean over the clients); any other name is not recorded (with a warning), and
     #: none may be a field the server records (``fedsparse.rounds.SERVER_FIELDS``).
     client_metrics: tuple[str, ...] = ()
-    #: Set by :meth:`bind`.
-    spec: DataSpec | None = None
+    #: Set by :meth:`bind` (and only there: an unbound algorithm has no spec).
+    spec: DataSpec
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        for name in ROUND_METHODS:
+            if name in cls.__dict__:
+                setattr(cls, name, requires_bound(cls.__dict__[name]))
+
+    @property
+    def is_bound(self) -> bool:
+        """True for the copy :meth:`bind` returns."""
+        return "spec" in self.__dict__
+
+    def sequential_steps(self) -> int:
+        """A lower bound on the sequential local steps of one round (each at least one torch
+        operation), for the up-front check that a run can end: by default the product of
+        the ``local_steps`` and ``inner_steps`` hyper-parameters that exist."""
+        hp = self.hyperparameters()
+        return math.prod(int(hp[k]) for k in ("local_steps", "inner_steps")
+                         if isinstance(hp.get(k), int) and not isinstance(hp.get(k), bool))
+
+    def state_bytes(self, num_clients: int, model_size: int, itemsize: int) -> dict[str, int]:
+        """{what: bytes} of the state the algorithm keeps beyond the model (a lower bound,
+        for the up-front memory check); none by default."""
+        return {}
 
     def hyperparameters(self) -> dict[str, Any]:
         """The keyword arguments that rebuild this algorithm (recorded with each run)."""
@@ -232,7 +297,7 @@ class Algorithm:
         (a fresh copy made by :meth:`bind`)."""
 
     def _require_bound(self) -> DataSpec:
-        if self.spec is None:
+        if not self.is_bound:
             raise ConfigError(f"{self.name} is not bound: call algorithm.bind(problem, spec) "
                               "first (fs.simulate does this for you)")
         return self.spec
@@ -297,6 +362,10 @@ class Algorithm:
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={v!r}" for k, v in self.hyperparameters().items())
         return f"{self.name}({args})"
+
+
+for _name in ROUND_METHODS:  # the base class's own round methods refuse too
+    setattr(Algorithm, _name, requires_bound(getattr(Algorithm, _name)))
 
 
 def payload_rows(payload: torch.Tensor, size: int) -> torch.Tensor:

@@ -60,6 +60,14 @@ class SimilarityCompensation(Algorithm):
     def statistics(self, problem, split):
         return self.inner.statistics(problem, split)
 
+    def sequential_steps(self):
+        return self.inner.sequential_steps()
+
+    def state_bytes(self, num_clients, model_size, itemsize):
+        # the (N, N) float64 distance record
+        return {**self.inner.state_bytes(num_clients, model_size, itemsize),
+                "the similarity record": 8 * num_clients * num_clients}
+
     def _bind(self, problem, spec, stats):
         self.inner = self.inner.bind(problem, spec, stats)
 

@@ -8,6 +8,7 @@ import math
 
 import torch
 
+from .._resources import check_steps
 from .._validation import check_choice, check_float, check_int, fail
 from ..sparsity import hard_threshold_blocks, project_l2_ball
 from .base import Algorithm, ClientContext, payload_rows, weighted_mean
@@ -76,11 +77,11 @@ class FederatedComposite(Algorithm):
         self.client_lr = check_float("client_lr", client_lr, positive=True)
         self.server_lr = check_float("server_lr", server_lr, positive=True)
         self.local_steps = check_int("local_steps", local_steps, minimum=1)
+        check_steps(local_steps=self.local_steps)
         self.batch_size = check_int("batch_size", batch_size, minimum=1, allow_none=True)
         self.dual = name == "fed_dual_avg"
         self.upload_encoding = "dense" if self.dual or regularizer != "l0_constraint" else "sparse"
         self.broadcast_encoding = "dense" if self.dual else "sparse"
-        self.blocks = 1  # set by bind: class rows thresholded separately (softmax)
 
     def hyperparameters(self):
         return {"sparsity": self.sparsity, "client_lr": self.client_lr,
@@ -90,13 +91,15 @@ class FederatedComposite(Algorithm):
                 "radius": self.radius}
 
     def _bind(self, problem, spec, stats):
-        self.blocks = problem.blocks
+        self.blocks: int = problem.blocks  # class rows thresholded separately (softmax)
         if self.sparsity is not None:
             check_scoped_sparsity(self.sparsity, self.sparsity_scope, problem, spec)
 
     def prox(self, v: torch.Tensor, step: float) -> torch.Tensor:
-        """prox_{step psi}(v), then Pi_R when a radius is set; batched over leading axes."""
+        """prox_{step psi}(v), then Pi_R when a radius is set; batched over leading axes.
+        The l0 constraint needs a bound algorithm (its class rows); the penalties do not."""
         if self.regularizer == "l0_constraint":
+            self._require_bound()
             x = hard_threshold_blocks(v, self.sparsity, self.blocks, self.sparsity_scope)
         elif self.regularizer == "l0":
             # argmin_x (1/2)(x - v)^2 + step*lambda*[x != 0]: keep v where v^2/2 > step*lambda.

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import torch
 
+from .._resources import check_steps
 from .._validation import check_choice, check_float, check_int
 from ..problems.restricted import mask_to_index, restricted_lipschitz, restricted_loss_grad
 from .base import Algorithm, ClientContext, check_step_size, payload_rows, weighted_mean
@@ -92,7 +93,10 @@ class FedGradMP(Algorithm):
         self.inner_lr = check_step_size("inner_lr", inner_lr)
         self.inner_batch_size = check_int("inner_batch_size", inner_batch_size, minimum=1,
                                           allow_none=True)
-        self.geometry: SparseModel | None = None  # set by bind
+        if self.inner_solver == "sgd":
+            check_steps(local_steps=self.local_steps, inner_steps=self.inner_steps)
+        else:
+            check_steps(local_steps=self.local_steps)
 
     def hyperparameters(self):
         return {"sparsity": self.sparsity, "sparsity_scope": self.sparsity_scope,
@@ -103,10 +107,15 @@ class FedGradMP(Algorithm):
                 "inner_max_iter": self.inner_max_iter, "inner_steps": self.inner_steps,
                 "inner_lr": self.inner_lr, "inner_batch_size": self.inner_batch_size}
 
+    def sequential_steps(self):
+        # the inner solvers other than "sgd" may stop after one iteration
+        return self.local_steps * (self.inner_steps if self.inner_solver == "sgd" else 1)
+
     def _bind(self, problem, spec, stats):
         # The geometry (dictionary, blocks) is a pure function of (problem, d, dtype).
-        self.geometry = SparseModel.build(self.sparsity, self.dictionary, problem, spec.dim,
-                                          spec.dtype, self.name, self.sparsity_scope)
+        self.geometry: SparseModel = SparseModel.build(
+            self.sparsity, self.dictionary, problem, spec.dim, spec.dtype, self.name,
+            self.sparsity_scope)
 
     def init(self, problem, seed=0):
         spec = self._require_bound()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import torch
 
+from .._resources import check_steps
 from .._validation import ConfigError, check_float, check_int, fail
 from ..sparsity import hard_threshold_blocks, project_l2_ball
 from .base import (
@@ -13,6 +14,7 @@ from .base import (
     check_step_size,
     lipschitz_statistics,
     payload_rows,
+    requires_bound,
     resolve_step_size,
     weighted_mean,
 )
@@ -63,7 +65,6 @@ class FederatedHardThresholding(Algorithm):
             raise fail("dictionary", dictionary_spec(dictionary),
                        f"{name} does not take a dictionary (FedIter-HT and FedGradMP do)")
         self.dictionary = dictionary
-        self.geometry: SparseModel | None = None  # set by bind when there is a dictionary
         self.sparsity = check_int("sparsity", sparsity, minimum=1)
         self.sparsity_scope = check_scope(sparsity_scope)
         self.radius = check_float("radius", radius, positive=True, allow_none=True)
@@ -72,11 +73,11 @@ class FederatedHardThresholding(Algorithm):
                        "FedGradMP, FedMid and FedDualAvg do)")
         self.step_size = check_step_size("step_size", step_size)
         self.local_steps = check_int("local_steps", local_steps, minimum=1)
+        check_steps(local_steps=self.local_steps)
         self.batch_size = check_int("batch_size", batch_size, minimum=1, allow_none=True)
         self.local_threshold = local_threshold
         # Thresholded local iterates are tau-sparse, so they travel as (index, value).
         self.upload_encoding = "sparse" if local_threshold else "dense"
-        self.blocks = 1  # set by bind: class rows thresholded separately (softmax)
 
     def hyperparameters(self):
         out = {"sparsity": self.sparsity, "sparsity_scope": self.sparsity_scope,
@@ -102,7 +103,9 @@ class FederatedHardThresholding(Algorithm):
         return lipschitz_statistics(self.step_size, problem, split)
 
     def _bind(self, problem, spec, stats):
-        self.blocks = problem.blocks
+        # Class rows thresholded separately (softmax); the dictionary's geometry, if any.
+        self.blocks: int = problem.blocks
+        self.geometry: SparseModel | None = None
         if self.dictionary is None:
             check_scoped_sparsity(self.sparsity, self.sparsity_scope, problem, spec)
         else:  # tau counts atoms, which SparseModel.build checks
@@ -127,6 +130,7 @@ class FederatedHardThresholding(Algorithm):
     def client_config(self, state):
         return {"step_size": state["step_size"]}
 
+    @requires_bound
     def _threshold(self, x: torch.Tensor) -> torch.Tensor:
         """H_tau (per block or global), or approx_tau on the coefficients with a
         dictionary; then Pi_R when a radius is set."""
@@ -213,7 +217,7 @@ def distributed_iht(*, sparsity: int, step_size: float | str = "auto",
     ``x_{t+1} = H_tau(sum_i p_i (x_t - gamma v_t^(i)))`` = Fed-HT with K = 1.
     ``local_steps`` is accepted for a uniform interface and must be 1.
     """
-    if local_steps != 1:
+    if check_int("local_steps", local_steps, minimum=1) != 1:
         raise fail("local_steps", local_steps, "Distributed-IHT takes exactly one local step "
                    "per round; use fed_ht for more")
     return _build("distributed_iht", sparsity, step_size, 1, batch_size, False,

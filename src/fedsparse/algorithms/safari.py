@@ -22,14 +22,18 @@ Round t:
    one first (:mod:`fedsparse.algorithms.compensation`, Alg. 3).
 
 FedSpa's mask evolves after local training (cosine-annealed drop by magnitude, regrowth
-by the gradient of one local batch) and is kept even when the upload is lost.
+by the gradient of one local batch) and is kept even when the upload is lost. The
+annealing runs over the run's own T: the round loop sends it with every payload
+(:attr:`~fedsparse.algorithms.ClientContext.total_rounds`), so the algorithm has no
+``rounds`` of its own that could disagree with the run's.
 """
 
 from __future__ import annotations
 
 import torch
 
-from .._validation import check_choice, check_float, check_int, fail
+from .._resources import check_steps
+from .._validation import check_bool, check_choice, check_float, check_int, fail
 from ..sparsity.masks import (
     SCOPES,
     fedspa_update,
@@ -55,7 +59,7 @@ class SparseTraining(Algorithm):
     broadcast_encoding = "auto"
 
     def __init__(self, *, pruner, density, step_size, local_steps, batch_size, optimizer,
-                 aggregator, mu, payload, scope, synflow_iterations, rounds, alpha0,
+                 aggregator, mu, payload, scope, synflow_iterations, alpha0,
                  mask_distribution):
         self.pruner = check_choice("pruner", pruner, PRUNERS)
         density = check_float("density", density, positive=True)
@@ -75,15 +79,13 @@ class SparseTraining(Algorithm):
         self.scope = check_choice("scope", scope, SCOPES)
         self.synflow_iterations = check_int("synflow_iterations", synflow_iterations,
                                             minimum=1)
-        self.rounds = check_int("rounds", rounds, minimum=1, allow_none=True)
-        if self.pruner == "fedspa" and self.rounds is None:
-            raise fail("rounds", rounds, "FedSpa anneals its drop fraction over the run: "
-                       "give the number of rounds T")
+        check_steps(local_steps=self.local.local_steps)
+        if self.pruner == "synflow":
+            check_steps(synflow_iterations=self.synflow_iterations)
         self.alpha0 = check_float("alpha0", alpha0, nonnegative=True, maximum=1.0)
         self.mask_distribution = check_choice("mask_distribution", mask_distribution,
                                               ("erk", "uniform"))
         self.stateful_clients = self.pruner == "fedspa"
-        self.layout = None  # set by bind
 
     def hyperparameters(self):
         out = {"pruner": self.pruner, "density": self.density, **self.local.hyperparameters(),
@@ -93,15 +95,23 @@ class SparseTraining(Algorithm):
         if self.pruner == "synflow":
             out["synflow_iterations"] = self.synflow_iterations
         if self.pruner == "fedspa":
-            out.update(rounds=self.rounds, alpha0=self.alpha0,
-                       mask_distribution=self.mask_distribution)
+            out.update(alpha0=self.alpha0, mask_distribution=self.mask_distribution)
         return out
+
+    def sequential_steps(self):
+        scoring = self.synflow_iterations if self.pruner == "synflow" else 0
+        return self.local.local_steps + scoring
+
+    def state_bytes(self, num_clients, model_size, itemsize):
+        # FedSpa keeps one bool mask per client
+        return {"the clients' masks": num_clients * model_size} \
+            if self.pruner == "fedspa" else {}
 
     def _bind(self, problem, spec, stats):
         if self.pruner == "synflow" and "neural" not in problem.capabilities:
             raise fail("pruner", "synflow", f"scores the paths of a network; {problem.name} "
                        "has none (use pruner='magnitude')")
-        self.layout = problem.layout(spec.dim)
+        self.layout = problem.layout(spec.dim)  # the prunable tensors of the model
 
     def init_clients(self, problem, clients, seed=0):
         if self.pruner != "fedspa":
@@ -129,7 +139,7 @@ class SparseTraining(Algorithm):
         if self.pruner == "fedspa":
             X, y, w = ctx.batch(self.local.local_steps, self.local.batch_size)
             grad = ctx.problem.grad(x, X, y, w)
-            mask = fedspa_update(mask, x, grad, self.layout, ctx.round, self.rounds,
+            mask = fedspa_update(mask, x, grad, self.layout, ctx.round, ctx.total_rounds,
                                  self.alpha0)
             new_state = {"mask": mask}
             if self.payload == "model":
@@ -147,8 +157,7 @@ def safari(*, density: float, pruner: str = "magnitude", step_size: float = 1e-3
            local_steps: int = 5, batch_size: int | None = 64, optimizer: str = "adam",
            aggregator: str = "fed_avg", mu: float = 0.001, compensation: bool = True,
            payload: str = "model", scope: str = "layer", synflow_iterations: int = 100,
-           rounds: int | None = None, alpha0: float = 0.5, mask_distribution: str = "erk"
-           ) -> Algorithm:
+           alpha0: float = 0.5, mask_distribution: str = "erk") -> Algorithm:
     """SAFARI (Mao et al. 2022): masked sparse training, sparse uploads, and similarity
     compensation of lost uploads (see :mod:`fedsparse.algorithms.safari`).
 
@@ -165,15 +174,13 @@ def safari(*, density: float, pruner: str = "magnitude", step_size: float = 1e-3
     payload : "model" (sparse models are averaged; the paper) or "update".
     scope : masks keep ``ceil(density * count)`` entries per "layer" or "global"ly.
     synflow_iterations : SynFlow's scoring passes (100, Tanaka et al.; the code uses 1).
-    rounds : T, for FedSpa's cosine-annealed drop fraction.
-    alpha0 : FedSpa's initial drop fraction.
+    alpha0 : FedSpa's initial drop fraction; it is annealed to 0 over the run's rounds T
+        (the run's own, sent to the clients by the round loop).
     mask_distribution : FedSpa's initial per-layer densities, "erk" or "uniform".
     """
     algo = SparseTraining(pruner=pruner, density=density, step_size=step_size,
                           local_steps=local_steps, batch_size=batch_size, optimizer=optimizer,
                           aggregator=aggregator, mu=mu, payload=payload, scope=scope,
-                          synflow_iterations=synflow_iterations, rounds=rounds, alpha0=alpha0,
+                          synflow_iterations=synflow_iterations, alpha0=alpha0,
                           mask_distribution=mask_distribution)
-    if not isinstance(compensation, bool):
-        raise fail("compensation", compensation, "must be true or false")
-    return similarity_compensation(algo) if compensation else algo
+    return similarity_compensation(algo) if check_bool("compensation", compensation) else algo

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .._validation import ConfigError, check_choice, check_int, fail
+from .._validation import ConfigError, check_bool, check_choice, check_int, check_seed, fail
 from . import named
 from . import partition as _partition
 from .federated import FederatedDataset
@@ -205,6 +205,8 @@ def federated_real(dataset: str, *, partition: str = "clusters", num_clients: in
 
         federated_real("mnist_5k", partition="clusters", by_labels=True, num_clients=100)
     """
+    seed, _ = check_seed("seed", seed), check_bool("standardize_target", standardize_target)
+    check_int("n_features", n_features, minimum=1, allow_none=True)
     X, y = load_named(dataset, path=path, seed=seed, max_examples=max_examples,
                       n_features=n_features, flatten=flatten)
     X = _scale(X, scale)

@@ -8,7 +8,7 @@ stored that way: 100 clients x 160 rows x 150,360 float32 features is 9.6 GB, ag
 over the S*b flattened rows (padding rows are empty), and offers the few operations
 the core needs:
 
-* ``shape`` / ``dtype`` / ``to(dtype)`` / ``ndim`` like a tensor;
+* ``shape`` / ``dtype`` / ``to(dtype, device=...)`` / ``ndim`` like a tensor (CPU only);
 * ``X[clients]`` (client selection) and :meth:`SparseRows.gather_rows` (mini-batches);
 * :meth:`SparseRows.scores` and :meth:`SparseRows.weighted_transpose`, the two products
   of :mod:`fedsparse.problems.base`, and their multi-class versions for softmax.
@@ -160,9 +160,32 @@ class SparseRows:
     def size(self, dim: int | None = None):
         return self.shape if dim is None else self.shape[dim]
 
-    def to(self, dtype: torch.dtype) -> SparseRows:
-        """The same rows with values cast to ``dtype`` (indices shared, not copied)."""
-        if dtype == self.dtype:
+    def to(self, dtype: torch.dtype | None = None, *, device=None) -> SparseRows:
+        """The same rows with values cast to ``dtype`` and every tensor on ``device``
+        (``X.to(torch.float64)``, ``X.to(device="cpu", dtype=...)`` as for a tensor;
+        what does not change is shared, not copied).
+
+        Raises
+        ------
+        ConfigError
+            for a ``dtype`` that is not a floating torch dtype, or a device other than the
+            CPU: the products are CPU segment sums.
+        """
+        if isinstance(dtype, str | torch.device):  # X.to("cpu"), as for a tensor
+            dtype, device = None, dtype
+        if dtype is not None and (not isinstance(dtype, torch.dtype)
+                                  or not dtype.is_floating_point):
+            raise fail("dtype", dtype, "must be a floating torch dtype such as torch.float64")
+        if device is not None:
+            try:
+                device = torch.device(device)
+            except (RuntimeError, TypeError):
+                raise fail("device", device, 'must be a torch device such as "cpu"') from None
+            if device.type != "cpu":
+                raise fail("device", str(device), "sparse (CSR) client features run on the "
+                           "CPU only; densify them (from_arrays with dense arrays) to use "
+                           "another device")
+        if dtype is None or dtype == self.dtype:
             return self
         out = SparseRows(self.indptr, self.col, self.val.to(dtype), self.shape)
         out._row = self._row

@@ -1,12 +1,33 @@
-"""Seeded synthetic federated data sets, exactly as docs/decisions.md, section 2 pins them."""
+"""Seeded synthetic federated data sets, exactly as docs/decisions.md, section 2 pins them.
+
+Each generator estimates the memory of its features before it draws them and refuses,
+naming the sizes and the estimate, a data set that cannot fit
+(:func:`fedsparse._resources.check_memory`).
+"""
 
 from __future__ import annotations
 
 import numpy as np
 import torch
 
-from .._validation import check_choice, check_float, check_int, fail
+from .._resources import check_memory
+from .._validation import check_bool, check_choice, check_float, check_int, check_seed, fail
 from .federated import FederatedDataset, from_arrays
+
+
+def _check_dtype(dtype) -> torch.dtype:
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise fail("dtype", dtype, "must be a floating torch dtype, e.g. torch.float32 or "
+                   "torch.float64")
+    return dtype
+
+
+def _check_features_fit(examples: int, dim: int, dtype: torch.dtype, sizes: dict) -> None:
+    """Refuse a data set whose features cannot fit: every example is drawn in float64 and
+    stacked in ``dtype`` while the draws are still alive."""
+    per_value = 8 + torch.finfo(dtype).bits // 8
+    check_memory({"the features": examples * dim * per_value}, sizes,
+                 hint="Fewer clients, examples or features make it fit")
 
 
 def _test_fraction(value) -> float:
@@ -73,6 +94,9 @@ def fedht_simulation(task: str = "regression", alpha: float = 0.5, beta: float =
     check_float("positive_fraction", positive_fraction, positive=True, maximum=1.0)
     check_float("mean", mean)
     test_fraction = _test_fraction(test_fraction)
+    seed = check_seed("seed", seed)
+    _check_features_fit(num_clients * n, dim, _check_dtype(dtype),
+                        {"num_clients": num_clients, "samples_per_client": n, "dim": dim})
     rng = np.random.default_rng(seed)
     sigma_sqrt = np.arange(1, dim + 1, dtype=np.float64) ** -0.6  # sqrt(j^-1.2)
     parts = []
@@ -112,12 +136,26 @@ def fedprox_synthetic(alpha: float = 0.5, beta: float = 0.5, *, num_clients: int
     num_clients = check_int("num_clients", num_clients, minimum=1)
     dim = check_int("dim", dim, minimum=1)
     num_classes = check_int("num_classes", num_classes, minimum=2)
-    check_int("size_scale", size_scale, minimum=1)
+    size_scale = check_int("size_scale", size_scale, minimum=1)
     alpha = check_float("alpha", alpha, nonnegative=True)
     beta = check_float("beta", beta, nonnegative=True)
     test_fraction = _test_fraction(test_fraction)
+    iid = check_bool("iid", iid)
+    seed = check_seed("seed", seed)
+    _check_dtype(dtype)
+    shape = {"num_clients": num_clients, "size_scale": size_scale, "dim": dim}
+    # every client has at least 50 * size_scale examples, drawn in float64 and stacked in
+    # dtype; one client's W is a (d, C) float64 draw
+    per_value = 8 + torch.finfo(dtype).bits // 8
+    check_memory({"the features": num_clients * 50 * size_scale * dim * per_value,
+                  "the class weights": dim * num_classes * 8},
+                 {**shape, "num_classes": num_classes})
     rng = np.random.default_rng(seed)
-    sizes = (rng.lognormal(4, 2, num_clients).astype(np.int64) + 50) * size_scale
+    drawn = rng.lognormal(4, 2, num_clients)
+    if drawn.max() * size_scale > 2**62:  # a size beyond what int64 can count
+        _check_features_fit(2**62, dim, dtype, shape)
+    sizes = (drawn.astype(np.int64) + 50) * size_scale
+    _check_features_fit(int(sizes.sum(dtype=object)), dim, dtype, shape)
     sigma_sqrt = np.arange(1, dim + 1, dtype=np.float64) ** -0.6
     shared = (rng.standard_normal((dim, num_classes)), rng.standard_normal(num_classes),
               np.zeros(dim))
@@ -156,6 +194,9 @@ def shifted_gaussian(num_clients: int = 50, samples_per_client: int = 100, dim: 
     exponent = check_float("exponent", exponent)
     noise_std = check_float("noise_std", noise_std, nonnegative=True)
     test_fraction = _test_fraction(test_fraction)
+    seed = check_seed("seed", seed)
+    _check_features_fit(num_clients * n, dim, _check_dtype(dtype),
+                        {"num_clients": num_clients, "samples_per_client": n, "dim": dim})
     rng = np.random.default_rng(seed)
     truth = np.zeros(dim)
     values = rng.standard_normal(sparsity)

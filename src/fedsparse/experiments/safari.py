@@ -155,12 +155,11 @@ def channel_table(probability) -> dict:
 def algorithm_table(budget: Budget, *, pruner: str = "magnitude", aggregator: str = "fed_avg",
                     density: float = DENSITY, compensation: bool = True) -> dict:
     """SAFARI's sparse training with the paper's local training (FedSpa anneals over the
-    run's rounds; FedProx's mu is the public code's 0.001)."""
+    run's own rounds, which the round loop sends; FedProx's mu is the public code's
+    0.001)."""
     table = {"kind": "safari", "pruner": pruner, "density": density, **TRAINING,
              "aggregator": aggregator, "compensation": compensation, "payload": "model",
              "scope": "layer"}
-    if pruner == "fedspa":
-        table["rounds"] = budget.rounds
     if aggregator == "fed_prox":
         table["mu"] = 0.001
     return table

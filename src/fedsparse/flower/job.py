@@ -51,7 +51,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from .._validation import ConfigError, check_choice, check_float, check_int, fail
+from .._resources import check_rounds
+from .._validation import ConfigError, check_choice, check_float, check_int, check_seed, fail
 from ..algorithms import REGISTRY as ALGORITHMS
 from ..data import GENERATORS
 from ..data.federated import ClientSplit, FederatedDataset, from_arrays
@@ -231,8 +232,8 @@ def job_from_config(config: dict, run: str | int | None = None) -> Job:
                    "multiplies the round's median update distance")
     cpr = config.get("clients_per_round")
     cpr = None if cpr in (None, 0) else check_int("clients_per_round", cpr, minimum=1)
-    job = Job(rounds=check_int("rounds", config.get("rounds", 100), minimum=1),
-              seed=check_int("seed", config.get("seed", 0), minimum=0),
+    job = Job(rounds=check_rounds(config.get("rounds", 100)),
+              seed=check_seed("seed", config.get("seed", 0)),
               data=dict(config["data"]), problem=dict(config["problem"]),
               algorithm=dict(config["algorithm"]), clients_per_round=cpr,
               dtype=check_choice("dtype", config.get("dtype", "float32"), DTYPES),

@@ -60,6 +60,7 @@ from flwr.serverapp import Grid, ServerApp
 
 from .._validation import ConfigError
 from ..algorithms.base import DataSpec
+from ..channels import checked_channel
 from ..history import History
 from ..metrics import MODEL_FIELDS
 from ..rounds import ClientStore, Replies, RoundLoop, cut
@@ -425,7 +426,8 @@ def run_on_grid(grid: Grid, job: Job, *, callback: Callable | None = None) -> Hi
         if callback is not None:
             callback(record, state)
 
-    loop = RoundLoop(bound, weights, job.seed, per_round, job.build_channel(),
+    loop = RoundLoop(bound, weights, job.seed, per_round,
+                     checked_channel(job.build_channel(), N),
                      _grid_executor(grid, job, bound, table, refusals, weights,
                                     feature_shape),
                      evaluate, ClientStore(None), max_update_norm=max_norm,

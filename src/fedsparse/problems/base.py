@@ -248,9 +248,38 @@ def class_weighted_transpose(X: torch.Tensor, coef: torch.Tensor) -> torch.Tenso
     return torch.bmm(coef.transpose(1, 2), X)
 
 
-def check_labels(data, allowed: set, problem: str) -> None:
-    found = set(torch.unique(data.labels()).tolist())
-    if not found <= allowed:
-        bad = sorted(found - allowed)[:5]
-        raise ConfigError(f"labels {bad} are invalid for {problem}: labels must be in "
-                          f"{sorted(allowed)}")
+def label_splits(data) -> list[tuple[str, torch.Tensor]]:
+    """``[("train", labels), ("test", labels)]``: the real labels of each split of a
+    :class:`~fedsparse.data.FederatedDataset` (no test entry when it has no test split)."""
+    out = [("train", data.train.y[data.train.mask])]
+    if getattr(data, "test", None) is not None:
+        out.append(("test", data.test.y[data.test.mask]))
+    return out
+
+
+def check_labels(data, allowed: set, problem: str, allowed_text: str | None = None) -> None:
+    """Refuse a label outside ``allowed``, naming the split it is in (train or test).
+
+    Parameters
+    ----------
+    data : the federated data set; allowed : the allowed label values (floats).
+    problem : the problem, as the message names it.
+    allowed_text : how the message states the allowed labels (default: the sorted set).
+    """
+    for split, labels in label_splits(data):
+        found = set(torch.unique(labels).tolist())
+        if not found <= allowed:
+            bad = sorted(found - allowed, key=lambda v: (v != v, v))[:5]  # NaN last
+            raise ConfigError(f"{split} labels {bad} are invalid for {problem}: labels must be "
+                              f"{allowed_text or f'in {sorted(allowed)}'}")
+
+
+def check_dense_features(data, problem: str) -> None:
+    """Refuse sparse (CSR) client features for a problem that computes on dense tensors."""
+    for split, part in (("train", data.train), ("test", getattr(data, "test", None))):
+        if part is not None and isinstance(part.X, SparseRows):
+            raise ConfigError(
+                f"{problem} computes on dense feature tensors, and the {split} split holds "
+                f"sparse (CSR) client features {part.X!r}: give dense arrays to from_arrays, "
+                "or use a linear problem (least_squares, logistic, softmax), which keeps "
+                "CSR features sparse")

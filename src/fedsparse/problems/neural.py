@@ -51,7 +51,7 @@ from torch.func import functional_call, grad, replace_all_batch_norm_modules_, v
 
 from .._validation import ConfigError, check_choice, check_int, fail
 from ..models.layout import ParamLayout
-from .base import Problem
+from .base import Problem, check_dense_features, check_labels
 
 # Activation memory allowed for one vectorised call (a chunk of clients): large enough that
 # chunking never limits speed on the models here (the MLP at 1,000 clients x 20 examples is
@@ -202,6 +202,7 @@ class NeuralProblem(Problem):
             shape or does not return ``(batch, C)`` logits with C >= 2, and naming the labels
             if any is not an integer in [0, C).
         """
+        check_dense_features(data, repr(self))
         shape = getattr(data, "feature_shape", None)
         if shape is None:
             shape = tuple(data.train.X.shape[2:])
@@ -214,15 +215,8 @@ class NeuralProblem(Problem):
                        "(batch, num_classes) with num_classes >= 2")
         self.num_classes = int(logits.shape[1])
         self.feature_shape = shape
-        labels = [data.labels()]
-        test = getattr(data, "test", None)
-        if test is not None:
-            labels.append(test.y[test.mask])
-        found = torch.unique(torch.cat([t.reshape(-1).to(torch.float64) for t in labels]))
-        bad = found[(found != found.round()) | (found < 0) | (found >= self.num_classes)]
-        if bad.numel():
-            raise ConfigError(f"labels {bad[:5].tolist()} are invalid for {self!r}: labels "
-                              f"must be integers in [0, {self.num_classes})")
+        check_labels(data, {float(c) for c in range(self.num_classes)}, repr(self),
+                     f"integers in [0, {self.num_classes})")
 
     def loss(self, params, X, y, w) -> torch.Tensor:
         """(S,) ``sum_j w_j CE_j`` per client (differentiable if ``params`` requires grad)."""

@@ -32,7 +32,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .._validation import ConfigError, check_choice, check_int, fail
+from .._resources import check_memory
+from .._validation import ConfigError, check_choice, check_int, check_seed, fail
 from .thresholding import hard_threshold, top_indices
 
 #: The ``kind`` values of a dictionary spec dict (see :func:`as_dictionary`).
@@ -59,7 +60,8 @@ def gaussian_dictionary(*, dim: int, atoms: int, seed: int = 0,
     """
     dim = check_int("dim", dim, minimum=1)
     atoms = check_int("atoms", atoms, minimum=1)
-    seed = check_int("seed", seed, minimum=0)
+    seed = check_seed("seed", seed)
+    check_memory({"the dictionary": dim * atoms * 8}, {"atoms": atoms, "dim": dim})
     g = torch.Generator().manual_seed(seed)
     return torch.randn(dim, atoms, generator=g, dtype=torch.float64).div_(dim ** 0.5).to(dtype)
 

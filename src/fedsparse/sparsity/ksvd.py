@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from .._linalg import solve_or_lstsq
-from .._validation import check_int, fail
+from .._validation import check_int, check_seed, fail
 
 
 def omp(dictionary: torch.Tensor, signals: torch.Tensor, sparsity: int) -> torch.Tensor:
@@ -106,7 +106,7 @@ def ksvd(signals, *, atoms: int, sparsity: int, iterations: int = 20, seed: int 
     atoms = check_int("atoms", atoms, minimum=1)
     sparsity = check_int("sparsity", sparsity, minimum=1, maximum=atoms)
     iterations = check_int("iterations", iterations, minimum=0)
-    seed = check_int("seed", seed, minimum=0)
+    seed = check_seed("seed", seed)
     N, d = Y.shape
     g = torch.Generator().manual_seed(seed)
     take = torch.randperm(N, generator=g)[:min(atoms, N)]
