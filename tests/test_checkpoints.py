@@ -174,7 +174,7 @@ def _compensated():
 
 
 def _fedspa():
-    return fs.algorithms.safari(density=0.5, pruner="fedspa", rounds=3, step_size=0.01,
+    return fs.algorithms.safari(density=0.5, pruner="fedspa", step_size=0.01,
                                 local_steps=1, batch_size=4, compensation=False)
 
 
@@ -186,20 +186,32 @@ RUNS = {
 }
 
 
-def _simulate(kind: str, path, *, rounds: int, resume: bool = False):
+class _Stop(Exception):
+    pass
+
+
+def _stop_at_round_3(record, state):
+    if record["round"] == 3:  # before round 3 is saved: the checkpoint holds round 2
+        raise _Stop
+
+
+def _simulate(kind: str, path, *, rounds: int, resume: bool = False, callback=None):
     algo, problem, channel = RUNS[kind]
     return fs.simulate(algo(), problem(), _cls_data(), rounds=rounds, seed=1,
                        channel=None if channel is None else channel(), checkpoint=path,
-                       checkpoint_every=1, resume=resume)
+                       checkpoint_every=1, resume=resume, callback=callback)
 
 
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory):
-    """A 2-round checkpoint of each run kind, and the 3-round history it must resume to."""
+    """The checkpoint a 3-round run of each kind leaves when it is stopped after round 2,
+    and the uninterrupted 3-round history it must resume to (FedSpa's schedule depends on
+    the run's length, so the checkpoint must come from a 3-round run)."""
     root = tmp_path_factory.mktemp("ckpt")
     out = {}
     for kind in RUNS:
-        _simulate(kind, root / f"{kind}.pt", rounds=2)
+        with pytest.raises(_Stop):
+            _simulate(kind, root / f"{kind}.pt", rounds=3, callback=_stop_at_round_3)
         full = _simulate(kind, None, rounds=3)
         out[kind] = ((root / f"{kind}.pt").read_bytes(), full)
     return out
