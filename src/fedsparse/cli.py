@@ -114,8 +114,13 @@ def cmd_run(args) -> int:
 
     name, config, python_exp = resolve_experiment(args.experiment)
     out = Path(args.out or Path("runs") / name)
+    _check_log(args)
     if python_exp is not None:
         _python_only(name, python_exp, args)
+        if args.log:
+            raise ConfigError(f"--log: {name!r} is a Python experiment, which writes its own "
+                              "files; --log applies to TOML experiments (and fs.simulate("
+                              "..., loggers=...) in Python)")
         created = prepare_output(out, force=args.force)
         print(f"fedsparse run {name} -> {out}")
         with output_guard(out, created=created):
@@ -146,7 +151,8 @@ def cmd_run(args) -> int:
         print(f"fedsparse run {name} -> {out}")
         with output_guard(out, created=created):
             summary = run_experiment(config, out, resume=args.resume,
-                                     progress=False if args.quiet else None, seeds=args.seeds)
+                                     progress=False if args.quiet else None, seeds=args.seeds,
+                                     loggers=args.log)
     print(f"wrote {out}/ : " + ", ".join([*summary.get("plots", []), "summary.json"]))
     return 0
 
@@ -224,6 +230,7 @@ def cmd_sweep(args) -> int:
     if not args.grid:  # before loading anything: a sweep without a grid runs nothing
         raise ConfigError("sweep needs at least one --grid FIELD=[V1, V2, ...], e.g. "
                           "--grid 'algorithm.step_size=[0.01, 0.1, 1]'")
+    _check_log(args)
     name, config, _ = resolve_experiment(args.experiment)
     if config is None:
         raise ConfigError(f"experiment {name!r} is a Python experiment; sweeps need a TOML config")
@@ -233,11 +240,36 @@ def cmd_sweep(args) -> int:
     created = prepare_output(out, force=args.force, resumable=False)  # never replaced silently
     with output_guard(out, created=created):
         result = run_sweep(config, grid, out=out, metric=args.metric, maximize=args.maximize,
-                           seeds=args.seeds, jobs=args.jobs)
+                           seeds=args.seeds, jobs=args.jobs, loggers=args.log)
     print(json.dumps(result["best"], indent=2))
     print(f"wrote {out}/ : {', '.join(result['files'])}; `fedsparse run {out}/tuned.toml"
           f"{f' --seeds {args.seeds}' if args.seeds else ''}` reruns the winners")
     return 0
+
+
+#: The trackers ``--log`` takes (fedsparse.loggers.KINDS, without importing it).
+LOG_KINDS = ("tensorboard", "mlflow", "wandb")
+
+
+def _add_log_option(parser) -> None:
+    parser.add_argument("--log", action="append", choices=LOG_KINDS, metavar="TRACKER",
+                        help="also log every run to an experiment tracker: tensorboard, "
+                        "mlflow or wandb (offline unless WANDB_MODE says otherwise); "
+                        "repeatable; its files go to --out (needs pip install "
+                        "'fedsparse[TRACKER]')")
+
+
+def _check_log(args) -> None:
+    """A --log tracker that is not installed is refused before anything runs."""
+    if getattr(args, "log", None):
+        from .loggers import check_installed
+
+        seen = set()
+        for kind in args.log:
+            if kind in seen:
+                raise ConfigError(f"--log {kind} is given twice")
+            seen.add(kind)
+            check_installed(kind, "--log")
 
 
 def _version() -> str:
@@ -285,6 +317,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     run.add_argument("--band", choices=("std", "ci95"),
                      help="with --seeds: shade ± one std (default) or the 95%% confidence "
                      "interval of the mean (Student's t)")
+    _add_log_option(run)
     run.set_defaults(func=cmd_run)
 
     lst = sub.add_parser("list", help="list the named experiments: paper, runtime, needs")
@@ -317,6 +350,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     sweep.add_argument("--out")
     sweep.add_argument("--force", action="store_true",
                        help="replace the results of an earlier sweep or run in --out")
+    _add_log_option(sweep)
     sweep.set_defaults(func=cmd_sweep)
 
     _add_optional_parsers(sub, only)

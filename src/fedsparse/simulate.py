@@ -105,7 +105,7 @@ def simulate(algorithm: Algorithm, problem: Problem, data: FederatedDataset, *, 
              checkpoint: str | Path | None = None, checkpoint_every: int = 10,
              resume: bool = False, progress: bool | None = None,
              client_batch: int | None = None, eval_every: int = 1,
-             max_update_norm: float | None = None, callback=None) -> History:
+             max_update_norm: float | None = None, callback=None, loggers=None) -> History:
     """Run ``algorithm`` for ``rounds`` rounds on ``data`` and record every round.
 
     Parameters
@@ -130,6 +130,9 @@ def simulate(algorithm: Algorithm, problem: Problem, data: FederatedDataset, *, 
     max_update_norm : reject (as undelivered) uploads whose l2 distance to the broadcast
         exceeds this; None = accept all finite uploads.
     callback : called as ``callback(record, state)`` after every round.
+    loggers : experiment trackers to log the run to (:mod:`fedsparse.loggers`): a name
+        ("tensorboard", "mlflow", "wandb"), a ``fedsparse.loggers.Logger``, or a list of
+        them. Every record, the hyper-parameters and the final model are logged.
 
     Returns
     -------
@@ -209,13 +212,38 @@ def simulate(algorithm: Algorithm, problem: Problem, data: FederatedDataset, *, 
                 "client_state": store.state, "records": history.records,
                 "initial": history.initial, "fingerprint": fingerprint})
 
+    tracking = _tracking(loggers, algorithm, history, device, callback)
     loop = RoundLoop(bound, data.weights, seed, clients_per_round, channel,
                      _client_executor(bound, problem, data, seed, client_batch), measure, store,
                      eval_every=eval_every, max_update_norm=max_update_norm)
-    with single_threaded_blas():
-        state = loop.run(state, history, start, rounds, save=save,
-                         checkpoint_every=checkpoint_every, callback=callback,
-                         progress=progress)
+    try:
+        with single_threaded_blas():
+            state = loop.run(state, history, start, rounds, save=save,
+                             checkpoint_every=checkpoint_every, callback=tracking.callback,
+                             progress=progress)
+    except BaseException as exc:
+        tracking.close(getattr(exc, "history", history), exc)
+        raise
     history.model = bound.model(state)
     history.personal_models = bound.personalized(state, store.state)
+    tracking.close(history)
     return history
+
+
+def _tracking(loggers, algorithm, history, device, callback):
+    """The run's :class:`fedsparse.loggers.Tracking` (logs nothing without loggers); a
+    Tracking given as ``loggers`` (the experiment runner's, which names the run) is used
+    as it is."""
+    from .loggers import Tracking, resolve_loggers, track_run
+
+    if isinstance(loggers, Tracking):
+        tracking = loggers.add_callback(callback)
+    else:
+        params = {"algorithm": {"kind": algorithm.name, **algorithm.hyperparameters()},
+                  **{k: v for k, v in history.config.items() if k != "algorithm"},
+                  "device": str(device or "cpu")}
+        name = f"{algorithm.name}-seed{history.config['seed']}"
+        tracking = track_run(resolve_loggers(loggers), name, params, callback)
+    if history.initial and not history.records:
+        tracking.log_initial(history.initial)
+    return tracking
