@@ -75,7 +75,7 @@ def resolve_loggers(loggers, root: str | Path | None = None, *, experiment: str 
     Raises
     ------
     ConfigError
-        naming ``option`` for an unknown name, a missing extra, or a tracker given twice.
+        naming ``option`` for an unknown name, a missing extra, or a name given twice.
     """
     if loggers is None:
         return []
@@ -84,16 +84,19 @@ def resolve_loggers(loggers, root: str | Path | None = None, *, experiment: str 
         raise fail(option, loggers, "must be a tracker name (" + ", ".join(KINDS) +
                    "), a fedsparse.loggers.Logger or a list of them")
     out: list[Logger] = []
+    names: set[str] = set()
     for item in items:
         if isinstance(item, str):
+            if item in names:  # two of one tracker would write the same run twice
+                raise fail(option, item, "is given twice")
+            names.add(item)
             item = make_logger(_kind(item, option), root, experiment=experiment)
         elif isinstance(item, Logger):
-            check_installed(item.kind, option)
+            if item.kind in KINDS:  # a Logger of one's own needs no extra
+                check_installed(item.kind, option)
         else:
             raise fail(option, item, "must be a tracker name (" + ", ".join(KINDS) +
                        ") or a fedsparse.loggers.Logger")
-        if any(type(o) is type(item) for o in out):
-            raise fail(option, item.kind, "is given twice")
         out.append(item)
     return out
 

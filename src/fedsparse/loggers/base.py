@@ -133,9 +133,9 @@ def split_record(record: dict) -> tuple[dict[str, float], dict[str, str]]:
 
 
 def safe_name(name: str) -> str:
-    """``name`` usable as a folder path: letters, digits, ``.-_`` and ``/`` between
+    """``name`` usable as a folder path: letters, digits, ``.-_=,+`` and ``/`` between
     parts; never empty, never ``..``."""
-    parts = [re.sub(r"[^A-Za-z0-9._-]+", "-", p).strip("-.") for p in str(name).split("/")]
+    parts = [re.sub(r"[^A-Za-z0-9._=,+-]+", "-", p).strip("-.") for p in str(name).split("/")]
     return "/".join(p for p in parts if p) or "run"
 
 
