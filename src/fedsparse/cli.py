@@ -247,6 +247,14 @@ def cmd_sweep(args) -> int:
     return 0
 
 
+def cmd_report(args) -> int:
+    from .report.html import write_reports
+
+    for page in write_reports(args.dir):
+        print(f"wrote {page}")
+    return 0
+
+
 #: The trackers ``--log`` takes (fedsparse.loggers.KINDS, without importing it).
 LOG_KINDS = ("tensorboard", "mlflow", "wandb")
 
@@ -352,6 +360,17 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                        help="replace the results of an earlier sweep or run in --out")
     _add_log_option(sweep)
     sweep.set_defaults(func=cmd_sweep)
+
+    report = sub.add_parser("report", help="write an HTML page of a run, sweep or tuning "
+                            "folder", description="Write report.html into DIR (a folder "
+                            "that fedsparse run, sweep or tune wrote), or into each such "
+                            "folder directly inside DIR: one self-contained page with the "
+                            "claims and verdicts, the final values, zoomable curves, the "
+                            "figures, every round, the seeds and the config. It needs no "
+                            "network to be read.")
+    report.add_argument("dir", metavar="DIR", help="a run, sweep or tuning folder, or a "
+                        "folder of them (e.g. runs/)")
+    report.set_defaults(func=cmd_report)
 
     _add_optional_parsers(sub, only)
     return parser
