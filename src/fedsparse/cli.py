@@ -247,6 +247,41 @@ def cmd_sweep(args) -> int:
     return 0
 
 
+def _param(text: str) -> tuple[str, str]:
+    if "=" not in text or not text.split("=", 1)[0].strip():
+        raise argparse.ArgumentTypeError(f"expected FIELD=SPACE, got {text!r}")
+    key, value = text.split("=", 1)
+    return key.strip(), value.strip()
+
+
+def cmd_tune(args) -> int:
+    from .experiments.runner import output_guard, prepare_output
+    from .experiments.tune import parse_space, require_optuna, run_tune
+
+    if not args.param:
+        raise ConfigError("tune needs at least one --param FIELD=SPACE, e.g. --param "
+                          "'algorithm.step_size=log(1e-4, 1e-1)'")
+    require_optuna("fedsparse tune")
+    _check_log(args)
+    space = {key: parse_space(text, f"--param {key}") for key, text in args.param}
+    name, config, _ = resolve_experiment(args.experiment)
+    if config is None:
+        raise ConfigError(f"experiment {name!r} is a Python experiment; tuning needs a TOML "
+                          "config")
+    config = _apply_overrides(config, args.set, args.rounds)
+    out = Path(args.out or Path("runs") / f"{name}-tune").expanduser()
+    created = prepare_output(out, force=args.force, resumable=False)
+    with output_guard(out, created=created):
+        result = run_tune(config, space, trials=args.trials, out=out, metric=args.metric,
+                          maximize=args.maximize, seeds=args.seeds, jobs=args.jobs,
+                          sampler=args.sampler, sampler_seed=args.sampler_seed,
+                          loggers=args.log)
+    print(json.dumps(result["best"], indent=2))
+    print(f"wrote {out}/ : {', '.join(result['files'])}; `fedsparse run {out}/tuned.toml"
+          f"{f' --seeds {args.seeds}' if args.seeds else ''}` reruns the winners")
+    return 0
+
+
 def cmd_report(args) -> int:
     from .report.html import write_reports
 
@@ -360,6 +395,44 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                        help="replace the results of an earlier sweep or run in --out")
     _add_log_option(sweep)
     sweep.set_defaults(func=cmd_sweep)
+
+    tune = sub.add_parser("tune", help="search config fields with Optuna (needs "
+                          "fedsparse[tune])", description="Tune fields of every run of a "
+                          "TOML experiment with Optuna: one study per run, --trials trials "
+                          "each; writes trials.csv, best.json, tune.png and tuned.toml "
+                          "(fedsparse run tuned.toml reruns the winners). Trials that "
+                          "diverge are pruned.")
+    tune.add_argument("experiment")
+    tune.add_argument("--param", action="append", type=_param, metavar="FIELD=SPACE",
+                      help="a field and its values: log(LOW, HIGH), uniform(LOW, HIGH), "
+                      "int(LOW, HIGH), logint(LOW, HIGH), choice(A, B, ...) or [A, B, ...]; "
+                      "e.g. 'algorithm.step_size=log(1e-4, 1e-1)' (repeatable; required)")
+    tune.add_argument("--trials", type=int, default=20, metavar="N",
+                      help="trials per run (default 20)")
+    tune.add_argument("--metric", default="objective",
+                      help="last-round field compared (default objective); accuracy, f1, "
+                      "precision and recall are maximised, the rest minimised")
+    direction = tune.add_mutually_exclusive_group()
+    direction.add_argument("--maximize", dest="maximize", action="store_const", const=True,
+                           help="pick the largest value of --metric")
+    direction.add_argument("--minimize", dest="maximize", action="store_const", const=False,
+                           help="pick the smallest value of --metric")
+    tune.add_argument("--seeds", type=int, metavar="N",
+                      help="run each trial over N seeds and compare the mean")
+    tune.add_argument("--jobs", type=int, default=1, metavar="N",
+                      help="run N trials at once in N processes (the sampler proposes N "
+                      "at a time; repeatable for a given N)")
+    tune.add_argument("--sampler", choices=("tpe", "gp", "random"), default="tpe",
+                      help="Optuna's sampler (default tpe)")
+    tune.add_argument("--sampler-seed", type=int, default=0, metavar="S",
+                      help="the sampler's seed (default 0: the same trials every time)")
+    tune.add_argument("--set", action="append", type=_assignment, metavar="FIELD=VALUE")
+    tune.add_argument("--rounds", type=int)
+    tune.add_argument("--out", help="output directory (default runs/NAME-tune)")
+    tune.add_argument("--force", action="store_true",
+                      help="replace the results of an earlier run in --out")
+    _add_log_option(tune)
+    tune.set_defaults(func=cmd_tune)
 
     report = sub.add_parser("report", help="write an HTML page of a run, sweep or tuning "
                             "folder", description="Write report.html into DIR (a folder "
