@@ -108,6 +108,20 @@ def _python_only(name: str, python_exp, args) -> None:
         raise ConfigError(f"--quick: the Python experiment {name!r} has no quick form")
 
 
+def _stamp_version(out: Path) -> None:
+    """Record the fedsparse version in a Python experiment's summary.json (the TOML
+    runner writes it itself)."""
+    from . import __version__
+
+    path = out / "summary.json"
+    if not path.is_file():
+        return
+    summary = json.loads(path.read_text())
+    if isinstance(summary, dict) and "fedsparse_version" not in summary:
+        summary["fedsparse_version"] = __version__
+        path.write_text(json.dumps(summary, indent=2))
+
+
 def cmd_run(args) -> int:
     from .experiments.config import resolve_runs, select_runs
     from .experiments.runner import output_guard, prepare_output, run_experiment
@@ -125,6 +139,7 @@ def cmd_run(args) -> int:
         print(f"fedsparse run {name} -> {out}")
         with output_guard(out, created=created):
             summary = python_exp.fn(out, quick=args.quick) if args.quick else python_exp.fn(out)
+            _stamp_version(out)
     else:
         if args.quick:
             from .experiments.registry import has_quick, python_experiments
@@ -396,8 +411,9 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     _add_log_option(sweep)
     sweep.set_defaults(func=cmd_sweep)
 
-    tune = sub.add_parser("tune", help="search config fields with Optuna (needs "
-                          "fedsparse[tune])", description="Tune fields of every run of a "
+    tune = sub.add_parser("tune", allow_abbrev=False,
+                          help="search config fields with Optuna (needs fedsparse[tune])",
+                          description="Tune fields of every run of a "
                           "TOML experiment with Optuna: one study per run, --trials trials "
                           "each; writes trials.csv, best.json, tune.png and tuned.toml "
                           "(fedsparse run tuned.toml reruns the winners). Trials that "
@@ -434,8 +450,9 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     _add_log_option(tune)
     tune.set_defaults(func=cmd_tune)
 
-    report = sub.add_parser("report", help="write an HTML page of a run, sweep or tuning "
-                            "folder", description="Write report.html into DIR (a folder "
+    report = sub.add_parser("report", allow_abbrev=False,
+                            help="write an HTML page of a run, sweep or tuning folder",
+                            description="Write report.html into DIR (a folder "
                             "that fedsparse run, sweep or tune wrote), or into each such "
                             "folder directly inside DIR: one self-contained page with the "
                             "claims and verdicts, the final values, zoomable curves, the "

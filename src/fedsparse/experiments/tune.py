@@ -24,8 +24,9 @@ where the runs diverge.
 
 The first third of the trials (2 to 10) are spread over the space (a Latin hypercube,
 :func:`start_points`), then the sampler (Optuna's TPE by default, or a Gaussian
-process) proposes the rest. Trials run in batches of ``jobs``: the sampler proposes ``jobs`` trials per run, they
-run in parallel processes, and their results are told in trial order. The proposals
+process) proposes the rest. Trials run in batches of ``jobs``: the sampler proposes
+``jobs`` trials per run, they run in parallel processes, and their results are told in
+trial order. The proposals
 depend only on the sampler's seed and the results told before, so a tuning is
 repeatable for a given ``jobs`` (``jobs=1`` is Optuna's sequential search).
 """
