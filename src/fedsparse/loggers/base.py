@@ -12,7 +12,6 @@ its log, not the run.
 from __future__ import annotations
 
 import json
-import math
 import re
 import warnings
 from collections.abc import Callable, Iterable
@@ -20,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .._validation import ConfigError, fail
+from .._validation import ConfigError
 
 #: Record fields logged as text tags, not metrics, when a record or the run carries them.
 TAG_FIELDS = ("device", "gpu")
@@ -198,8 +197,7 @@ class Tracking:
             self._call(logger, logger.log_metrics, metrics, 0)
         self._tag(tags)
 
-    def close(self, history=None, error: BaseException | str | None = None,
-              extra: dict | None = None) -> None:
+    def close(self, history=None, error: BaseException | str | None = None) -> None:
         """Log the summary and the final model of ``history``, then end the run.
 
         Parameters
@@ -208,7 +206,6 @@ class Tracking:
             ``model`` is logged; ``device`` / ``gpu`` in its config become tags).
         error : why the run stopped early (a divergence message or an exception): the
             run is marked diverged (a :class:`fedsparse.DivergenceError`) or failed.
-        extra : more summary values (numbers) or tags (text).
         """
         if self.closed:
             return
@@ -232,11 +229,6 @@ class Tracking:
             tags["stopped"] = str(error)[:500] or type(error).__name__
         else:
             summary["diverged"] = 0.0
-        for key, value in (extra or {}).items():
-            if isinstance(value, bool | int | float) and value is not None:
-                summary[key] = float(value)
-            elif isinstance(value, str):
-                tags[key] = value
         self._tag(tags)
         model = None if history is None or history.model is None else \
             history.model.detach().cpu().numpy()
@@ -283,16 +275,6 @@ def _quietly(fn, *args) -> None:
         fn(*args)
     except Exception:  # closing a tracker that already failed: nothing more to do
         pass
-
-
-def finite(value: float) -> bool:
-    return math.isfinite(value)
-
-
-def check_kind(kind, known, option: str) -> str:
-    if not isinstance(kind, str) or kind not in known:
-        raise fail(option, kind, "must be one of " + ", ".join(known))
-    return kind
 
 
 def as_path(path) -> Path:

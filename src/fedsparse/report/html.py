@@ -37,7 +37,7 @@ DASHES = ("", "7 4", "9 3 2 3", "2 3")
 #: Final values shown in a run folder's table, in this order (those some run has).
 SUMMARY_FIELDS = ("rounds", "objective", "rel_error", "support_f1", "accuracy",
                   "test_accuracy", "density", "bytes_total", "elapsed")
-#: Record fields a round table leaves out: lists (the delivered clients).
+#: The style of each claim verdict's badge.
 _VERDICT_CLASS = {"holds": "holds", "does not hold": "fails", "not tested here": "untested"}
 
 
