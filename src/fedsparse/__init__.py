@@ -19,12 +19,13 @@ from ._validation import ConfigError
 
 __version__ = "0.1.0"
 
-_SUBMODULES = ("algorithms", "channels", "comm", "data", "metrics", "models", "problems",
-               "rounds", "sparsity")
+_SUBMODULES = ("algorithms", "channels", "comm", "data", "loggers", "metrics", "models",
+               "problems", "rounds", "sparsity")
 _NAMES = {"DivergenceError": "rounds", "History": "history", "load_run": "runs"}
 
 __all__ = ["ConfigError", "DivergenceError", "History", "algorithms", "channels", "comm",
-           "data", "load_run", "metrics", "models", "problems", "simulate", "sparsity"]
+           "data", "load_run", "loggers", "metrics", "models", "problems", "simulate",
+           "sparsity"]
 
 
 def __getattr__(name: str):

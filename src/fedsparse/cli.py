@@ -16,6 +16,7 @@ import json
 import re
 import shlex
 import sys
+import time
 import tomllib
 from pathlib import Path
 
@@ -168,6 +169,7 @@ def _guarded(out: Path, created: bool, args, block, *, resumable: bool = True):
         resume, rerun = _command(args, out, add="--resume"), None
     else:
         resume, rerun = None, _command(args, out, add="--force", drop=("--force",))
+    started = time.time()
     try:
         with output_guard(out, created=created, resume_command=resume, rerun_command=rerun):
             return block()
@@ -182,6 +184,39 @@ def _guarded(out: Path, created: bool, args, block, *, resumable: bool = True):
             print("fedsparse: interrupted before any result was written (nothing was kept). "
                   f"Start again with:\n  {typed}", file=sys.stderr)
         return INTERRUPTED
+    finally:
+        if getattr(args, "log", None):
+            _record_tracker_files(out, since=started)
+
+
+def _record_tracker_files(out: Path, *, since: float) -> None:
+    """List the files the trackers wrote during the run in ``out``'s manifest, so that
+    ``--force`` may replace them: MLflow's SQLite store and W&B's service process write
+    outside Python's ``open``, which the manifest's recorder sees."""
+    from .loggers import TRACKER_DIRS
+    from .manifest import record_files
+
+    if not out.is_dir():
+        return
+    written = [p.relative_to(out).as_posix() for d in TRACKER_DIRS if (out / d).is_dir()
+               for p in (out / d).rglob("*")
+               if p.is_file() and not p.is_symlink() and p.stat().st_mtime >= since - 1]
+    if written:
+        record_files(out, written)
+
+
+def _stamp_version(out: Path) -> None:
+    """Record the fedsparse version in a Python experiment's summary.json (the TOML
+    runner writes it itself)."""
+    from . import __version__
+
+    path = out / "summary.json"
+    if not path.is_file():
+        return
+    summary = json.loads(path.read_text())
+    if isinstance(summary, dict) and "fedsparse_version" not in summary:
+        summary["fedsparse_version"] = __version__
+        path.write_text(json.dumps(summary, indent=2))
 
 
 def cmd_run(args) -> int:
@@ -190,11 +225,22 @@ def cmd_run(args) -> int:
 
     name, config, python_exp = resolve_experiment(args.experiment)
     out = Path(args.out or Path("runs") / name).expanduser()
+    _check_log(args)
     if python_exp is not None:
         kwargs = _python_options(name, python_exp, args)
+        if args.log:
+            raise ConfigError(f"--log: {name!r} is a Python experiment, which writes its own "
+                              "files; --log applies to TOML experiments (and fs.simulate("
+                              "..., loggers=...) in Python)")
         created = prepare_output(out, resume=args.resume, force=args.force)
         print(f"fedsparse run {name} -> {out}")
-        summary = _guarded(out, created, args, lambda: python_exp.fn(out, **kwargs))
+
+        def run_python():
+            result = python_exp.fn(out, **kwargs)
+            _stamp_version(out)
+            return result
+
+        summary = _guarded(out, created, args, run_python)
     else:
         if args.quick:
             from .experiments.registry import has_quick, python_experiments
@@ -226,7 +272,7 @@ def cmd_run(args) -> int:
         print(f"fedsparse run {name} -> {out} ({_seeds_text(runs)})")
         summary = _guarded(out, created, args, lambda: run_experiment(
             config, out, resume=args.resume, progress=False if args.quiet else None,
-            seeds=args.seeds))
+            seeds=args.seeds, loggers=args.log))
     if summary is INTERRUPTED:
         return 130
     print(f"wrote {out}/ : " + ", ".join([*(summary or {}).get("plots", []), "summary.json"]))
@@ -330,6 +376,7 @@ def cmd_sweep(args) -> int:
     if not args.grid:  # before loading anything: a sweep without a grid runs nothing
         raise ConfigError("sweep needs at least one --grid FIELD=[V1, V2, ...], e.g. "
                           "--grid 'algorithm.step_size=[0.01, 0.1, 1]'")
+    _check_log(args)
     name, config, _ = resolve_experiment(args.experiment)
     if config is None:
         raise ConfigError(f"experiment {name!r} is a Python experiment; sweeps need a TOML config")
@@ -340,7 +387,7 @@ def cmd_sweep(args) -> int:
                              writes=[*SWEEP_FILES, "FAILED"])
     result = _guarded(out, created, args, lambda: run_sweep(
         config, grid, out=out, metric=args.metric, maximize=args.maximize, seeds=args.seeds,
-        jobs=args.jobs), resumable=False)
+        jobs=args.jobs, loggers=args.log), resumable=False)
     if result is INTERRUPTED:
         return 130
     print(json.dumps(result["best"], indent=2))
@@ -398,6 +445,75 @@ def _unknown_options(parser: argparse.ArgumentParser, extra: list[str],
     return f"unrecognized arguments: {' '.join(extra)}" + "".join(f"\n  {n}" for n in notes)
 
 
+def _param(text: str) -> tuple[str, str]:
+    if "=" not in text or not text.split("=", 1)[0].strip():
+        raise argparse.ArgumentTypeError(f"expected FIELD=SPACE, got {text!r}")
+    key, value = text.split("=", 1)
+    return key.strip(), value.strip()
+
+
+def cmd_tune(args) -> int:
+    from .experiments.runner import prepare_output
+    from .experiments.tune import parse_space, require_optuna, run_tune
+
+    if not args.param:
+        raise ConfigError("tune needs at least one --param FIELD=SPACE, e.g. --param "
+                          "'algorithm.step_size=log(1e-4, 1e-1)'")
+    require_optuna("fedsparse tune")
+    _check_log(args)
+    space = {key: parse_space(text, f"--param {key}") for key, text in args.param}
+    name, config, _ = resolve_experiment(args.experiment)
+    if config is None:
+        raise ConfigError(f"experiment {name!r} is a Python experiment; tuning needs a TOML "
+                          "config")
+    config = _apply_overrides(config, args.set, args.rounds)
+    out = Path(args.out or Path("runs") / f"{name}-tune").expanduser()
+    created = prepare_output(out, force=args.force, resumable=False)
+    result = _guarded(out, created, args, lambda: run_tune(
+        config, space, trials=args.trials, out=out, metric=args.metric,
+        maximize=args.maximize, seeds=args.seeds, jobs=args.jobs, sampler=args.sampler,
+        sampler_seed=args.sampler_seed, loggers=args.log), resumable=False)
+    if result is INTERRUPTED:
+        return 130
+    print(json.dumps(result["best"], indent=2))
+    print(f"wrote {out}/ : {', '.join(result['files'])}; `fedsparse run {out}/tuned.toml"
+          f"{f' --seeds {args.seeds}' if args.seeds else ''}` reruns the winners")
+    return 0
+
+
+def cmd_report(args) -> int:
+    from .report.html import write_reports
+
+    for page in write_reports(args.dir):
+        print(f"wrote {page}")
+    return 0
+
+
+#: The trackers ``--log`` takes (fedsparse.loggers.KINDS, without importing it).
+LOG_KINDS = ("tensorboard", "mlflow", "wandb")
+
+
+def _add_log_option(parser) -> None:
+    parser.add_argument("--log", action="append", choices=LOG_KINDS, metavar="TRACKER",
+                        help="also log every run to an experiment tracker: tensorboard, "
+                        "mlflow or wandb (offline unless WANDB_MODE says otherwise); "
+                        "repeatable; its files go to --out (needs pip install "
+                        "'fedsparse[TRACKER]')")
+
+
+def _check_log(args) -> None:
+    """A --log tracker that is not installed is refused before anything runs."""
+    if getattr(args, "log", None):
+        from .loggers import check_installed
+
+        seen = set()
+        for kind in args.log:
+            if kind in seen:
+                raise ConfigError(f"--log {kind} is given twice")
+            seen.add(kind)
+            check_installed(kind, "--log")
+
+
 def _version() -> str:
     from . import __version__
 
@@ -447,6 +563,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     run.add_argument("--band", choices=("std", "ci95"),
                      help="with --seeds: shade ± one std (default) or the 95%% confidence "
                      "interval of the mean (Student's t)")
+    _add_log_option(run)
     run.set_defaults(func=cmd_run)
 
     lst = sub.add_parser("list", help="list the named experiments: paper, runtime, needs")
@@ -480,7 +597,59 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     sweep.add_argument("--force", action="store_true",
                        help="replace an earlier sweep or run in --out (only the files "
                        "fedsparse wrote there, unless changed since; your own files stay)")
+    _add_log_option(sweep)
     sweep.set_defaults(func=cmd_sweep)
+
+    tune = sub.add_parser("tune", allow_abbrev=False,
+                          help="search config fields with Optuna (needs fedsparse[tune])",
+                          description="Tune fields of every run of a "
+                          "TOML experiment with Optuna: one study per run, --trials trials "
+                          "each; writes trials.csv, best.json, tune.png and tuned.toml "
+                          "(fedsparse run tuned.toml reruns the winners). Trials that "
+                          "diverge are pruned.")
+    tune.add_argument("experiment")
+    tune.add_argument("--param", action="append", type=_param, metavar="FIELD=SPACE",
+                      help="a field and its values: log(LOW, HIGH), uniform(LOW, HIGH), "
+                      "int(LOW, HIGH), logint(LOW, HIGH), choice(A, B, ...) or [A, B, ...]; "
+                      "e.g. 'algorithm.step_size=log(1e-4, 1e-1)' (repeatable; required)")
+    tune.add_argument("--trials", type=int, default=20, metavar="N",
+                      help="trials per run (default 20)")
+    tune.add_argument("--metric", default="objective",
+                      help="last-round field compared (default objective); accuracy, f1, "
+                      "precision and recall are maximised, the rest minimised")
+    direction = tune.add_mutually_exclusive_group()
+    direction.add_argument("--maximize", dest="maximize", action="store_const", const=True,
+                           help="pick the largest value of --metric")
+    direction.add_argument("--minimize", dest="maximize", action="store_const", const=False,
+                           help="pick the smallest value of --metric")
+    tune.add_argument("--seeds", type=int, metavar="N",
+                      help="run each trial over N seeds and compare the mean")
+    tune.add_argument("--jobs", type=int, default=1, metavar="N",
+                      help="run N trials at once in N processes (the sampler proposes N "
+                      "at a time; repeatable for a given N)")
+    tune.add_argument("--sampler", choices=("tpe", "gp", "random"), default="tpe",
+                      help="Optuna's sampler (default tpe)")
+    tune.add_argument("--sampler-seed", type=int, default=0, metavar="S",
+                      help="the sampler's seed (default 0: the same trials every time)")
+    tune.add_argument("--set", action="append", type=_assignment, metavar="FIELD=VALUE")
+    tune.add_argument("--rounds", type=int)
+    tune.add_argument("--out", help="output directory (default runs/NAME-tune)")
+    tune.add_argument("--force", action="store_true",
+                      help="replace the results of an earlier run in --out")
+    _add_log_option(tune)
+    tune.set_defaults(func=cmd_tune)
+
+    report = sub.add_parser("report", allow_abbrev=False,
+                            help="write an HTML page of a run, sweep or tuning folder",
+                            description="Write report.html into DIR (a folder "
+                            "that fedsparse run, sweep or tune wrote), or into each such "
+                            "folder directly inside DIR: one self-contained page with the "
+                            "claims and verdicts, the final values, zoomable curves, the "
+                            "figures, every round, the seeds and the config. It needs no "
+                            "network to be read.")
+    report.add_argument("dir", metavar="DIR", help="a run, sweep or tuning folder, or a "
+                        "folder of them (e.g. runs/)")
+    report.set_defaults(func=cmd_report)
 
     _add_optional_parsers(sub, only)
     return parser

@@ -142,7 +142,7 @@ def simulate(algorithm: Algorithm, problem: Problem, data: FederatedDataset, *, 
              resume: bool = False, progress: bool | None = None,
              client_batch: int | None = None, eval_every: int = 1,
              max_update_norm: float | None = None, max_update_ratio: float | None = None,
-             callback=None) -> History:
+             callback=None, loggers=None) -> History:
     """Run ``algorithm`` for ``rounds`` rounds on ``data`` and record every round.
 
     Parameters
@@ -170,6 +170,9 @@ def simulate(algorithm: Algorithm, problem: Problem, data: FederatedDataset, *, 
         this many times the round's median distance (>= 1; None = no such bound; the
         Flower server's default is 100, see :func:`fedsparse.rounds.upload_problems`).
     callback : called as ``callback(record, state)`` after every round.
+    loggers : experiment trackers to log the run to (:mod:`fedsparse.loggers`): a name
+        ("tensorboard", "mlflow", "wandb"), a ``fedsparse.loggers.Logger``, or a list of
+        them. Every record, the hyper-parameters and the final model are logged.
 
     Returns
     -------
@@ -261,14 +264,39 @@ def simulate(algorithm: Algorithm, problem: Problem, data: FederatedDataset, *, 
                 "client_state": store.state, "records": history.records,
                 "initial": history.initial, "fingerprint": fingerprint})
 
+    tracking = _tracking(loggers, algorithm, history, device, callback)
     loop = RoundLoop(bound, data.weights, seed, clients_per_round, run_channel,
                      _client_executor(bound, problem, data, seed, client_batch), measure, store,
                      eval_every=eval_every, max_update_norm=max_update_norm,
                      max_update_ratio=max_update_ratio)
-    with single_threaded_blas():
-        state = loop.run(state, history, start, rounds, save=save,
-                         checkpoint_every=checkpoint_every, callback=callback,
-                         progress=progress)
+    try:
+        with single_threaded_blas():
+            state = loop.run(state, history, start, rounds, save=save,
+                             checkpoint_every=checkpoint_every, callback=tracking.callback,
+                             progress=progress)
+    except BaseException as exc:
+        tracking.close(getattr(exc, "history", history), exc)
+        raise
     history.model = bound.model(state)
     history.personal_models = bound.personalized(state, store.state)
+    tracking.close(history)
     return history
+
+
+def _tracking(loggers, algorithm, history, device, callback):
+    """The run's :class:`fedsparse.loggers.Tracking` (logs nothing without loggers); a
+    Tracking given as ``loggers`` (the experiment runner's, which names the run) is used
+    as it is."""
+    from .loggers import Tracking, resolve_loggers, track_run
+
+    if isinstance(loggers, Tracking):
+        tracking = loggers.add_callback(callback)
+    else:
+        params = {"algorithm": {"kind": algorithm.name, **algorithm.hyperparameters()},
+                  **{k: v for k, v in history.config.items() if k != "algorithm"},
+                  "device": str(device or "cpu")}
+        name = f"{algorithm.name}-seed{history.config['seed']}"
+        tracking = track_run(resolve_loggers(loggers), name, params, callback)
+    if history.initial and not history.records:
+        tracking.log_initial(history.initial)
+    return tracking

@@ -20,8 +20,10 @@ from pathlib import Path
 
 import tomli_w
 
+from .. import __version__
 from .._validation import ConfigError, fail
 from ..history import History
+from ..loggers import resolve_loggers, track_run
 from ..manifest import (
     BOOKKEEPING,
     MANIFEST,
@@ -57,6 +59,7 @@ MARKER = ".fedsparse-run"
 FAILED = "FAILED"
 #: Files of a run folder (:meth:`History.save`, checkpoints).
 RUN_FILES = ("history.jsonl", "history.csv", "model.npy", "checkpoint.pt")
+#: Folders the experiment trackers (``--log``) write in an output folder.
 #: Metrics that only some runs record (the rest are recorded by every run).
 _CONDITIONAL = {"accuracy", "test_objective", "test_accuracy", "rel_error",
                 "support_precision", "support_recall", "support_f1", "personal_objective",
@@ -77,25 +80,42 @@ def _data_key(run: dict) -> str:
 
 
 def execute_run(run: dict, out: Path | None, *, data_cache: dict, resume: bool = False,
-                progress: bool | None = None) -> tuple[History, str | None]:
-    """Build and simulate one resolved run; returns (history, divergence message or None)."""
+                progress: bool | None = None, loggers=None, callback=None
+                ) -> tuple[History, str | None]:
+    """Build and simulate one resolved run; returns (history, divergence message or None).
+
+    ``loggers`` (:mod:`fedsparse.loggers`) track it under its folder name with its
+    hyper-parameters; ``callback(record, state)`` is called after every round."""
     data = _data(run, data_cache)
     problem = build_problem(run["problem"])
     algorithm = build_algorithm(run["algorithm"])
     run_dir = None if out is None else out / run["slug"]
     checkpoint = None if run_dir is None else run_dir / "checkpoint.pt"
+    tracking = track_run(loggers, run["slug"], tracked_params(run), callback)
     try:
         history = simulate(algorithm, problem, data, rounds=run["rounds"], seed=run["seed"],
                            clients_per_round=run.get("clients_per_round"),
                            channel=build_channel(run.get("channel")), checkpoint=checkpoint,
                            checkpoint_every=run.get("checkpoint_every", 10), resume=resume,
-                           progress=progress)
+                           progress=progress, loggers=tracking)
         error = None
     except DivergenceError as exc:
         history, error = exc.history, str(exc)
+    except BaseException as exc:
+        tracking.close(None, exc)  # (simulate closes it, unless it failed before its rounds)
+        raise
     if run_dir is not None:
         history.save(run_dir)
     return history, error
+
+
+def tracked_params(run: dict) -> dict:
+    """What a tracker records of a resolved run: its label, panel, hyper-parameters
+    (summary.json's ``params``) and device."""
+    from .seeds import PARAM_KEYS
+
+    return {"label": run.get("label", ""), "panel": run.get("panel", ""),
+            **{k: run[k] for k in (*PARAM_KEYS, "device") if k in run}}
 
 
 def higher_is_better(metric: str) -> bool:
@@ -239,7 +259,8 @@ def format_comparison(c: dict) -> str:
 
 
 def run_experiment(config: dict, out: str | Path, *, resume: bool = False,
-                   progress: bool | None = None, log=print, seeds: int | None = None) -> dict:
+                   progress: bool | None = None, log=print, seeds: int | None = None,
+                   loggers=None) -> dict:
     """Run every run of ``config``, write its outputs under ``out``, return the summary.
 
     Writes ``out/<run>/history.{jsonl,csv}``, ``model.npy`` and ``checkpoint.pt`` per run,
@@ -250,11 +271,16 @@ def run_experiment(config: dict, out: str | Path, *, resume: bool = False,
     and each summary row gets a ``seeds`` entry (mean, std and n of final and best values).
     Every summary row names its run seed (``seed``) and data seed (``data_seed``; with
     seeds, those of replicate 0).
+
+    ``loggers`` (:func:`fedsparse.loggers.resolve_loggers`: tracker names or loggers)
+    track every run (each seed) in the experiment named after ``out``, the trackers'
+    files under ``out``.
     """
     if seeds is not None:
         check_seeds(seeds)
     out = Path(out)
     runs = resolve_runs(config)
+    trackers = resolve_loggers(loggers, out, experiment=out.absolute().name)
     data_cache: dict = {}
     check_runs_buildable(config, runs, data_cache)  # before hours of runs
     out.mkdir(parents=True, exist_ok=True)
@@ -275,10 +301,11 @@ def run_experiment(config: dict, out: str | Path, *, resume: bool = False,
     for run in runs:
         if seeds:
             history, error = run_seeds(run, seeds, lambda r: execute_run(
-                r, out, data_cache=data_cache, resume=resume, progress=progress), out)
+                r, out, data_cache=data_cache, resume=resume, progress=progress,
+                loggers=trackers), out)
         else:
             history, error = execute_run(run, out, data_cache=data_cache, resume=resume,
-                                         progress=progress)
+                                         progress=progress, loggers=trackers)
         panels.setdefault(run["panel"], {})[run["label"]] = history
         final = history.records[-1] if history.records else history.initial
         row = {"label": run["label"], "panel": run["panel"], "dir": run["slug"],
@@ -307,7 +334,8 @@ def run_experiment(config: dict, out: str | Path, *, resume: bool = False,
     summary = {"title": config.get("title", ""), "paper_claim": config.get("paper_claim", ""),
                "runs": summary_runs, "comparisons": _comparisons(config, panels, notes),
                "claims": verdicts(config.get("claims", []), panels),
-               "plots": plots, "seconds": time.perf_counter() - tic, "seeds": seeds or 1}
+               "plots": plots, "seconds": time.perf_counter() - tic, "seeds": seeds or 1,
+               "fedsparse_version": __version__}
     with open(out / "summary.json", "w") as fh:
         json.dump(strict_json(summary), fh, indent=2, default=_json_default, allow_nan=False)
     for c in summary["comparisons"]:

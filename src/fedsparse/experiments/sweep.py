@@ -31,6 +31,7 @@ from pathlib import Path
 import tomli_w
 
 from .._validation import ConfigError, check_int, fail
+from ..loggers import resolve_loggers
 from .config import METRICS, RUN_KEYS, build_algorithm, build_problem, resolve_runs, set_path
 from .runner import _data, execute_run, recordable_metrics
 from .seeds import best_direction, check_seeds, divergence, spread, strict_json, with_seed
@@ -43,7 +44,7 @@ _WORKER_DATA: dict = {}
 
 def run_sweep(config: dict, grid: dict[str, list], *, out: str | Path | None = None,
               metric: str = "objective", maximize: bool | None = None,
-              seeds: int | None = None, jobs: int = 1, log=print) -> dict:
+              seeds: int | None = None, jobs: int = 1, log=print, loggers=None) -> dict:
     """Run every run of ``config`` at every point of ``grid``; pick the best point per run.
 
     Parameters
@@ -61,6 +62,9 @@ def run_sweep(config: dict, grid: dict[str, list], *, out: str | Path | None = N
         ``cpu_count // jobs`` torch threads). Every point is a function of its config and
         seeds only, so the results are those of a serial sweep.
     log : called with each progress line and the pivot table.
+    loggers : experiment trackers (:func:`fedsparse.loggers.resolve_loggers`) that get
+        every run at every point (and seed) as a run named ``<run>/<field>=<value>``,
+        their files under ``out``.
 
     Returns
     -------
@@ -92,7 +96,10 @@ def run_sweep(config: dict, grid: dict[str, list], *, out: str | Path | None = N
     tasks = [(p, i, with_seed(run, k) if seeds else run)
              for p, runs in enumerate(point_runs) for i, run in enumerate(runs)
              for k in range(n_seeds)]
-    results = _execute([t[2] for t in tasks], metric, jobs, cache)
+    trackers = resolve_loggers(loggers, out, experiment=Path(out or "sweep").absolute().name)
+    for tracker in trackers:
+        tracker.prepare()
+    results = _execute([t[2] for t in tasks], metric, jobs, cache, trackers)
     by_cell: dict[tuple[int, int], list[dict]] = {}
     for (p, i, _), res in zip(tasks, results, strict=True):
         _check_recorded(res, metric, keys[i])
@@ -149,6 +156,7 @@ def _runs_at(config: dict, point: dict, cache: dict, metric: str) -> list[dict]:
         where = f"run {run['label']!r} at {_point_text(point)}"
         for name, value in point.items():
             set_path(run, name, value)
+        run["slug"] = f"{run['slug']}/{point_slug(point)}"  # the run's name in trackers
         try:
             data = _data(run, cache)
             problem = build_problem(run["problem"])
@@ -162,9 +170,9 @@ def _runs_at(config: dict, point: dict, cache: dict, metric: str) -> list[dict]:
     return runs
 
 
-def _execute(runs: list[dict], metric: str, jobs: int, cache: dict) -> list[dict]:
+def _execute(runs: list[dict], metric: str, jobs: int, cache: dict, loggers=()) -> list[dict]:
     if jobs == 1 or len(runs) == 1:
-        return [_evaluate(run, metric, cache) for run in runs]
+        return [_evaluate(run, metric, cache, loggers) for run in runs]
     jobs = min(jobs, len(runs))
     cache.clear()  # the workers build their own data; free the copies the checks built
     threads = max(1, (os.cpu_count() or 1) // jobs)
@@ -172,7 +180,7 @@ def _execute(runs: list[dict], metric: str, jobs: int, cache: dict) -> list[dict
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=jobs, mp_context=context, initializer=_init_worker,
                              initargs=(threads,)) as pool:
-        futures = [pool.submit(_evaluate, run, metric) for run in runs]
+        futures = [pool.submit(_evaluate, run, metric, None, loggers) for run in runs]
         return [f.result() for f in futures]
 
 
@@ -182,10 +190,10 @@ def _init_worker(threads: int) -> None:
     torch.set_num_threads(threads)
 
 
-def _evaluate(run: dict, metric: str, cache: dict | None = None) -> dict:
+def _evaluate(run: dict, metric: str, cache: dict | None = None, loggers=()) -> dict:
     """Simulate one run (no files) and keep what the sweep compares."""
     history, error = execute_run(run, None, data_cache=_WORKER_DATA if cache is None else cache,
-                                 progress=False)
+                                 progress=False, loggers=loggers)
     diverged = divergence(history, error, metric)
     return {"value": None if diverged is not None else history.final(metric),
             "diverged_round": diverged, "error": error, "seed": run.get("seed"),
@@ -222,6 +230,11 @@ def _best(cells: list[tuple[dict, dict]], metric: str, up: bool, with_seeds: boo
     if with_seeds:
         best.update(std=row[f"{metric}_std"], n=row["n_seeds"])
     return best
+
+
+def point_slug(point: dict) -> str:
+    """A grid point as a folder name: ``step_size=0.1,local_steps=5``."""
+    return ",".join(f"{k.rsplit('.', 1)[-1]}={v}" for k, v in point.items()).replace("/", "-")
 
 
 def _point_text(point: dict) -> str:

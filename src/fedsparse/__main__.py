@@ -1,0 +1,8 @@
+"""``python -m fedsparse``: the ``fedsparse`` command line."""
+
+import sys
+
+from .cli import main
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,511 @@
+"""Tuning beyond grids: Optuna searches a config's fields for each run (``fedsparse tune``).
+
+``run_tune(config, {"algorithm.step_size": parse_space("log(1e-4, 1e-1)")}, trials=20)``
+runs one Optuna study per run of the config (as a sweep picks one winner per run): each
+trial sets the fields to the sampler's values, runs the run (over ``seeds`` replicates,
+as :mod:`.seeds` defines them, comparing the mean) and reports the metric at the last
+round. The direction and the divergence rules are the sweep's
+(:mod:`fedsparse.experiments.sweep`): accuracy-like metrics are maximised, the rest
+minimised; a trial that diverged for any seed never wins. The output folder has the
+sweep's layout:
+
+* ``trials.csv``: one row per run and trial (value null/empty when it diverged);
+* ``best.json``: ``{run: {"params": {field: value}, "value", "trial"}}``;
+* ``tune.png``: the metric against the tried values, one line per run;
+* ``tuned.toml``: the config with each run's best values (``fedsparse run tuned.toml``);
+* ``tune.json``: the search itself (space, sampler and its seed, metric, direction).
+
+Diverging trials are pruned: a trial stops as soon as its model turns non-finite or its
+objective grows past :data:`DIVERGE_FACTOR` times its round-1 value (the objectives here
+are losses, bounded below, so such growth is divergence; it saves the rounds a
+diverging run would spend before overflowing). ``trials.csv`` marks it ``pruned`` with
+the round; the sampler is told it scored as the worst trial so far, so that it learns
+where the runs diverge.
+
+The first third of the trials (2 to 10) are spread over the space (a Latin hypercube,
+:func:`start_points`), then the sampler (Optuna's TPE by default, or a Gaussian
+process) proposes the rest. Trials run in batches of ``jobs``: the sampler proposes
+``jobs`` trials per run, they run in parallel processes, and their results are told in
+trial order. The proposals
+depend only on the sampler's seed and the results told before, so a tuning is
+repeatable for a given ``jobs`` (``jobs=1`` is Optuna's sequential search).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import multiprocessing
+import os
+import re
+import warnings
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import tomli_w
+
+from .._validation import ConfigError, check_int, fail
+from ..history import History
+from ..rounds import DivergenceError
+from .config import METRICS, RUN_KEYS, resolve_runs
+from .runner import execute_run
+from .seeds import best_direction, check_seeds, divergence, spread, strict_json, with_seed
+from .sweep import _check_recorded, _run_keys, _runs_at, point_slug, tuned_config
+
+#: A trial whose objective exceeds this multiple of its round-1 objective is pruned as
+#: diverging.
+DIVERGE_FACTOR = 1e3
+#: The samplers ``sampler=`` takes (Optuna's TPE, Gaussian-process and random search).
+SAMPLERS = ("tpe", "gp", "random")
+#: Data sets built by a worker process, reused by its later trials.
+_WORKER_DATA: dict = {}
+
+
+@dataclass(frozen=True)
+class Space:
+    """The values one field may take.
+
+    ``kind`` is "log" (floats, log-uniform in [low, high]), "uniform" (floats,
+    uniform), "int" (integers in [low, high]), "logint" (integers, log-uniform) or
+    "choice" (one of ``choices``).
+    """
+
+    kind: str
+    low: float | None = None
+    high: float | None = None
+    choices: tuple = ()
+
+    def suggest(self, trial, name: str):
+        """The value Optuna's ``trial`` proposes for the field ``name``."""
+        if self.kind in ("log", "uniform"):
+            return trial.suggest_float(name, self.low, self.high, log=self.kind == "log")
+        if self.kind in ("int", "logint"):
+            return trial.suggest_int(name, int(self.low), int(self.high),
+                                     log=self.kind == "logint")
+        return trial.suggest_categorical(name, list(self.choices))
+
+    def first(self):
+        """A value in the space (its low end or first choice), to check the config with."""
+        if self.kind == "choice":
+            return self.choices[0]
+        return int(self.low) if self.kind in ("int", "logint") else float(self.low)
+
+    def __str__(self) -> str:
+        if self.kind == "choice":
+            return f"choice({', '.join(map(repr, self.choices))})"
+        return f"{self.kind}({self.low!r}, {self.high!r})"
+
+
+_SPACE = re.compile(r"^\s*(log|uniform|int|logint|choice)\s*\((.*)\)\s*$", re.S)
+
+
+def parse_space(text: str, name: str = "param") -> Space:
+    """``log(1e-4, 1e-1)``, ``uniform(0, 1)``, ``int(1, 10)``, ``logint(1, 1000)``,
+    ``choice(a, b, ...)`` or a TOML list ``[a, b, ...]`` (a choice).
+
+    Raises
+    ------
+    ConfigError
+        naming ``name`` and the text, for any other form or an empty or reversed range.
+    """
+    from ..cli import _parse_value
+
+    forms = ("log(LOW, HIGH), uniform(LOW, HIGH), int(LOW, HIGH), logint(LOW, HIGH), "
+             "choice(A, B, ...) or [A, B, ...]")
+    if not isinstance(text, str):
+        raise fail(name, text, f"must be one of {forms}")
+    stripped = text.strip()
+    if stripped.startswith("["):
+        values = _parse_value(stripped)
+        if not isinstance(values, list) or not values:
+            raise fail(name, text, f"must be one of {forms}")
+        return Space("choice", choices=tuple(values))
+    match = _SPACE.match(stripped)
+    if not match:
+        raise fail(name, text, f"must be one of {forms}")
+    kind, inner = match.groups()
+    args = [_parse_value(a) for a in _split_args(inner)]
+    if kind == "choice":
+        if not args:
+            raise fail(name, text, "choice(...) needs at least one value")
+        if not all(isinstance(a, bool | int | float | str) for a in args):
+            raise fail(name, text, "choice values must be numbers, booleans or text")
+        return Space("choice", choices=tuple(args))
+    if len(args) != 2 or not all(isinstance(a, int | float) and not isinstance(a, bool)
+                                 and math.isfinite(a) for a in args):
+        raise fail(name, text, f"{kind}(LOW, HIGH) takes two finite numbers")
+    low, high = args
+    if not low < high:
+        raise fail(name, text, "needs LOW < HIGH")
+    if kind in ("log", "logint") and low <= 0:
+        raise fail(name, text, f"{kind}(...) needs LOW > 0")
+    if kind in ("int", "logint") and not (float(low).is_integer() and float(high).is_integer()):
+        raise fail(name, text, f"{kind}(...) takes integer bounds")
+    return Space(kind, float(low), float(high))
+
+
+def _split_args(inner: str) -> list[str]:
+    """Comma-separated arguments, commas inside quotes or brackets kept."""
+    out, depth, quote, cur = [], 0, None, ""
+    for ch in inner:
+        if quote:
+            quote = None if ch == quote else quote
+        elif ch in "\"'":
+            quote = ch
+        elif ch in "[{(":
+            depth += 1
+        elif ch in "]})":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            out.append(cur)
+            cur = ""
+            continue
+        cur += ch
+    if cur.strip():
+        out.append(cur)
+    return [a.strip() for a in out]
+
+
+def require_optuna(option: str = "tune") -> None:
+    import importlib.util
+
+    if importlib.util.find_spec("optuna") is None:
+        raise ConfigError(f"{option} needs Optuna, which is not installed: "
+                          "pip install 'fedsparse[tune]'")
+
+
+def run_tune(config: dict, space: dict[str, Space | str], *, trials: int,
+             out: str | Path | None = None, metric: str = "objective",
+             maximize: bool | None = None, seeds: int | None = None, jobs: int = 1,
+             sampler: str = "tpe", sampler_seed: int = 0, log=print, loggers=None) -> dict:
+    """Search ``space`` for each run of ``config`` with Optuna; pick each run's best trial.
+
+    Parameters
+    ----------
+    config : an experiment config (:mod:`fedsparse.experiments.config`).
+    space : {dotted run field (e.g. "algorithm.step_size"): :class:`Space` or its text
+        (:func:`parse_space`)}.
+    trials : trials per run.
+    out : folder for ``trials.csv``, ``best.json``, ``tune.png``, ``tuned.toml`` and
+        ``tune.json``.
+    metric : record field compared at the last round.
+    maximize : True / False; None = by the metric's name (as in a sweep).
+    seeds : run each trial over this many seeds and compare the mean.
+    jobs : trials run in batches of this many, in parallel processes.
+    sampler : "tpe" (default), "gp" or "random".
+    sampler_seed : the sampler's seed (run i's study uses ``sampler_seed + i``).
+    log : called with each trial's line and the final table.
+    loggers : experiment trackers (:func:`fedsparse.loggers.resolve_loggers`) that get
+        every trial as a run named ``<run>/trial-<k>``.
+
+    Returns
+    -------
+    dict
+        ``rows`` (one per run and trial: run, trial, fields, metric value, state,
+        diverged, diverged_round; with seeds also ``<metric>_std``, ``n_seeds``),
+        ``best`` ({run: {"params", "value", "trial"}}), ``metric``, ``maximize``,
+        ``files``.
+
+    Raises
+    ------
+    ConfigError
+        for a missing Optuna, an empty space, a field that cannot be set, a metric the
+        runs do not record, or an unknown sampler.
+    """
+    require_optuna()
+    import optuna
+
+    space = _check_space(space)
+    trials = check_int("trials", trials, minimum=1)
+    jobs = check_int("jobs", jobs, minimum=1)
+    sampler_seed = check_int("sampler_seed", sampler_seed, minimum=0)
+    n_seeds = 1 if seeds is None else check_seeds(seeds)
+    if not isinstance(metric, str) or metric not in METRICS:
+        raise fail("metric", metric, "must be a record field: " + ", ".join(METRICS))
+    if sampler not in SAMPLERS:
+        raise fail("sampler", sampler, "must be one of " + ", ".join(SAMPLERS))
+    up = best_direction(metric, maximize)
+    keys = _run_keys(resolve_runs(config))
+    cache: dict = {}
+    _runs_at(config, {n: s.first() for n, s in space.items()}, cache, metric)  # checks
+    from ..loggers import resolve_loggers
+
+    trackers = resolve_loggers(loggers, out, experiment=Path(out or "tune").absolute().name)
+    for tracker in trackers:
+        tracker.prepare()
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    studies = [optuna.create_study(direction="maximize" if up else "minimize",
+                                   sampler=_sampler(sampler, sampler_seed + i, trials),
+                                   study_name=key) for i, key in enumerate(keys)]
+    if sampler != "random":
+        for i, study in enumerate(studies):
+            for point in start_points(space, min(_startup(trials), trials), sampler_seed + i):
+                study.enqueue_trial(point)
+    rows: list[dict] = []
+    done = 0
+    while done < trials:
+        batch = min(jobs, trials - done)
+        asked = []  # (run index, trial, point, seeded runs)
+        for i in range(len(keys)):
+            for _ in range(batch):
+                trial = studies[i].ask()
+                point = {name: s.suggest(trial, name) for name, s in space.items()}
+                runs = _runs_at(config, point, cache, metric)
+                run = runs[i]
+                run["slug"] = f"{run['slug'].rsplit('/', 1)[0]}/trial-{trial.number}"
+                asked.append((i, trial, point, [with_seed(run, k) if seeds else run
+                                                for k in range(n_seeds)]))
+        tasks = [r for *_, replicates in asked for r in replicates]
+        results = _execute(tasks, metric, jobs, cache, trackers)
+        at = 0
+        for i, trial, point, replicates in asked:
+            res = results[at:at + len(replicates)]
+            at += len(replicates)
+            for r in res:
+                _check_recorded(r, metric, keys[i])
+            row = _tell(studies[i], trial, keys[i], point, metric, res, seeds is not None,
+                        up)
+            rows.append(row)
+            log(_trial_line(row, point, metric))
+        done += batch
+    rows.sort(key=lambda r: (keys.index(r["run"]), r["trial"]))
+    best = {key: _best(rows, key, metric, up, seeds is not None) for key in keys}
+    table = best_table(best, metric, up, trials)
+    log(table)
+    files = []
+    if out is not None:
+        info = {"metric": metric, "maximize": up, "trials": trials, "jobs": jobs,
+                "seeds": n_seeds, "sampler": sampler, "sampler_seed": sampler_seed,
+                "space": {n: str(s) for n, s in space.items()},
+                "diverge_factor": DIVERGE_FACTOR, "optuna_version": optuna.__version__,
+                "fedsparse_version": _version()}
+        files = _write(Path(out), config, rows, best, keys, space, metric, up, info)
+    return {"rows": rows, "best": best, "metric": metric, "maximize": up, "files": files,
+            "table": table}
+
+
+def _version() -> str:
+    from .. import __version__
+
+    return __version__
+
+
+def _check_space(space) -> dict[str, Space]:
+    if not isinstance(space, dict) or not space:
+        raise fail("param", space, "give at least one FIELD=SPACE, e.g. "
+                   "algorithm.step_size=log(1e-4, 1e-1)")
+    settable = sorted(RUN_KEYS - {"label", "panel"})
+    checked = {}
+    for name, s in space.items():
+        if not isinstance(name, str) or name.split(".")[0] not in settable:
+            raise fail("param field", name, "must be a run field such as "
+                       "algorithm.step_size; it starts with one of " + ", ".join(settable))
+        checked[name] = s if isinstance(s, Space) else parse_space(s, f"param {name}")
+    return checked
+
+
+def _sampler(kind: str, seed: int, trials: int):
+    import optuna
+
+    startup = _startup(trials)
+    if kind == "random":
+        return optuna.samplers.RandomSampler(seed=seed)
+    if kind == "gp":
+        # a run is a deterministic function of its config and seeds: no noise to model
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            return optuna.samplers.GPSampler(seed=seed, n_startup_trials=startup,
+                                             deterministic_objective=True)
+    return optuna.samplers.TPESampler(seed=seed, n_startup_trials=startup)
+
+
+def _startup(trials: int) -> int:
+    """Start-up trials before a sampler models the results: Optuna's default of 10 would
+    leave a small budget all start-up; a third of it (2 to 10) is."""
+    return max(2, min(10, trials // 3))
+
+
+def start_points(space: dict[str, Space], n: int, seed: int) -> list[dict]:
+    """``n`` start-up points spread over the space: a Latin hypercube (each field's
+    range cut into n equal slices, on the log scale for log spaces, one point at the
+    middle of each slice, the slices paired across fields by a permutation drawn from
+    ``seed``). Spread points find the region worth modelling more surely than n random
+    draws, which may all fall where the runs diverge."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    points: list[dict] = [{} for _ in range(n)]
+    for name, s in space.items():
+        order = rng.permutation(n)
+        for k in range(n):
+            q = (order[k] + 0.5) / n
+            if s.kind == "choice":
+                value = s.choices[int(q * len(s.choices))]
+            elif s.kind in ("log", "logint"):
+                value = math.exp(math.log(s.low) + q * (math.log(s.high) - math.log(s.low)))
+            else:
+                value = s.low + q * (s.high - s.low)
+            if s.kind in ("int", "logint"):
+                value = int(round(value))
+            points[k][name] = value
+    return points
+
+
+class DivergenceGuard:
+    """A ``callback(record, state)`` that stops a run whose objective grows past
+    :data:`DIVERGE_FACTOR` times its round-1 value, by raising
+    :class:`fedsparse.DivergenceError` (so it is recorded as any divergence is)."""
+
+    def __init__(self, factor: float = DIVERGE_FACTOR) -> None:
+        self.factor = factor
+        self.records: list[dict] = []
+        self.reference: float | None = None
+
+    def __call__(self, record: dict, state) -> None:
+        value = record.get("objective")
+        if isinstance(value, int | float) and math.isfinite(value):
+            if self.reference is None and value > 0:
+                self.reference = float(value)
+            elif self.reference is not None and value > self.factor * self.reference:
+                raise DivergenceError(
+                    f"round {record['round']}: the objective {value:.4g} grew past "
+                    f"{self.factor:g} times its round-1 value {self.reference:.4g}: pruned "
+                    "as diverging", History(records=list(self.records),
+                                            model=state["model"].detach().clone()),
+                    record["round"])
+        self.records.append(record)
+
+
+def _evaluate(run: dict, metric: str, cache: dict | None = None, loggers=()) -> dict:
+    """Run one trial's replicate (no files), stopping it if it diverges."""
+    guard = DivergenceGuard()
+    history, error = execute_run(run, None, data_cache=_WORKER_DATA if cache is None else cache,
+                                 progress=False, loggers=loggers, callback=guard)
+    diverged = divergence(history, error, metric)
+    return {"value": None if diverged is not None else history.final(metric),
+            "diverged_round": diverged, "error": error, "seed": run.get("seed"),
+            "recorded": history.recorded()}
+
+
+def _execute(runs: list[dict], metric: str, jobs: int, cache: dict, loggers) -> list[dict]:
+    if jobs == 1 or len(runs) == 1:
+        return [_evaluate(run, metric, cache, loggers) for run in runs]
+    threads = max(1, (os.cpu_count() or 1) // jobs)
+    context = multiprocessing.get_context("spawn")  # as the sweep: no forked torch pools
+    from .sweep import _init_worker
+
+    with ProcessPoolExecutor(max_workers=min(jobs, len(runs)), mp_context=context,
+                             initializer=_init_worker, initargs=(threads,)) as pool:
+        futures = [pool.submit(_evaluate, run, metric, None, loggers) for run in runs]
+        return [f.result() for f in futures]
+
+
+def _tell(study, trial, key: str, point: dict, metric: str, results: list[dict],
+          with_seeds: bool, up: bool) -> dict:
+    """Record a trial's row and tell the study its score (:func:`_score`)."""
+    import optuna
+
+    gone = [r["diverged_round"] for r in results if r["diverged_round"] is not None]
+    s = spread(r["value"] for r in results)
+    row = {"run": key, "trial": trial.number, **point, metric: None if gone else s["mean"]}
+    if with_seeds:
+        row[f"{metric}_std"] = None if gone else s["std"]
+        row["n_seeds"] = len(results)
+    row["state"] = "pruned" if gone else "complete"
+    row["diverged"] = bool(gone)
+    row["diverged_round"] = min(gone) if gone else None
+    if not gone:
+        study.tell(trial, _score(s["mean"], up))
+        return row
+    # A diverged trial stopped early. The sampler is told it scored as the worst trial so
+    # far, so that it learns where the runs diverge (Optuna's samplers would otherwise
+    # ignore it); before any trial completed it is told as pruned.
+    told = [t.value for t in study.get_trials(deepcopy=False,
+                                              states=(optuna.trial.TrialState.COMPLETE,))]
+    if told:
+        study.tell(trial, min(told) if up else max(told))
+    else:
+        study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+    return row
+
+
+def _score(value: float, up: bool) -> float:
+    """What the sampler is told: the log of a positive minimised metric (losses span
+    decades, and a model of the log is smoother), else the value itself. Monotone, so
+    the best trial is the same."""
+    return math.log(value) if not up and value > 0 else value
+
+
+def _best(rows: list[dict], key: str, metric: str, up: bool, with_seeds: bool) -> dict:
+    ok = [r for r in rows if r["run"] == key and r[metric] is not None]
+    if not ok:
+        return {"params": None, "value": None, "diverged": True}
+    pick = max if up else min  # the first of equal values: the earlier trial
+    row = pick(ok, key=lambda r: r[metric])
+    fields = [k for k in row if k not in ("run", "trial", metric, f"{metric}_std", "n_seeds",
+                                          "state", "diverged", "diverged_round")]
+    best = {"params": {k: row[k] for k in fields}, "value": row[metric], "trial": row["trial"]}
+    if with_seeds:
+        best.update(std=row[f"{metric}_std"], n=row["n_seeds"])
+    return best
+
+
+def _trial_line(row: dict, point: dict, metric: str) -> str:
+    value = f"pruned: diverged at round {row['diverged_round']}" if row["diverged"] \
+        else f"{row[metric]:.6g}"
+    return f"{row['run']} trial {row['trial']} {point_slug(point)} -> {metric} = {value}"
+
+
+def best_table(best: dict, metric: str, up: bool, trials: int) -> str:
+    """Each run's best trial as text."""
+    lines = [f"best {metric} at the last round over {trials} trials per run "
+             f"({'higher' if up else 'lower'} is better)"]
+    width = max(map(len, best), default=0)
+    for key, b in best.items():
+        if b["params"] is None:
+            lines.append(f"{key.ljust(width)}  every trial diverged")
+            continue
+        what = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v!r}"
+                         for k, v in b["params"].items())
+        lines.append(f"{key.ljust(width)}  {b['value']:.6g}  (trial {b['trial']}: {what})")
+    return "\n".join(lines)
+
+
+def _write(out: Path, config: dict, rows, best, keys, space, metric, up, info) -> list[str]:
+    from ..report.plots import plot_sweep
+
+    out.mkdir(parents=True, exist_ok=True)
+    fieldnames = list(dict.fromkeys(k for r in rows for k in r))
+    with open(out / "trials.csv", "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=fieldnames)
+        writer.writeheader()
+        writer.writerows({k: "" if r.get(k) is None else r.get(k) for k in fieldnames}
+                         for r in rows)
+    with open(out / "best.json", "w") as fh:
+        json.dump(strict_json(best), fh, indent=2, allow_nan=False)
+    with open(out / "tune.json", "w") as fh:
+        json.dump(strict_json(info), fh, indent=2, allow_nan=False)
+    files = ["trials.csv", "best.json", "tune.json"]
+    field = next((n for n, s in space.items() if s.kind != "choice"), next(iter(space)))
+    table = {key: [{"x": r[field], "value": r[metric], "std": r.get(f"{metric}_std"),
+                    "diverged": r["diverged"]} for r in rows if r["run"] == key]
+             for key in keys}
+    title = (f"{config.get('short_title') or config.get('title') or 'tune'}: {metric} at "
+             f"the last round, {info['trials']} trials per run ({info['sampler']} sampler, "
+             f"{'higher' if up else 'lower'} is better, star = best)")
+    if plot_sweep(table, field=field, metric=metric, path=out / "tune.png", maximize=up,
+                  title=title):
+        files.append("tune.png")
+    tuned = tuned_config(config, best, keys, metric, up)
+    note = (f"Tuned by fedsparse tune over {', '.join(f'{n} = {s}' for n, s in space.items())}"
+            f" ({info['trials']} trials per run, {info['sampler']} sampler, seed "
+            f"{info['sampler_seed']}; {metric} at the last round, "
+            f"{'maximised' if up else 'minimised'}).")
+    tuned["description"] = f"{config.get('description', '')} {note}".strip()
+    with open(out / "tuned.toml", "wb") as fh:
+        tomli_w.dump(tuned, fh)
+    files.append("tuned.toml")
+    return files
+
