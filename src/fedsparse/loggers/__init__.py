@@ -32,7 +32,8 @@ KINDS: dict[str, type[Logger]] = {"tensorboard": TensorBoardLogger, "mlflow": ML
 TRACKER_DIRS = ("tensorboard", "mlflow", "wandb")
 
 __all__ = ["KINDS", "TRACKER_DIRS", "Logger", "MLflowLogger", "TensorBoardLogger", "Tracking",
-           "WandbLogger", "check_installed", "flatten", "make_logger", "resolve_loggers", "split_record"]
+           "WandbLogger", "check_installed", "flatten", "make_logger", "resolve_loggers",
+           "split_record"]
 
 
 def check_installed(kind: str, option: str = "loggers") -> None:
