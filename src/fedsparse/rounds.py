@@ -54,7 +54,8 @@ NONFINITE = "non-finite values (NaN or inf)"
 SERVER_FIELDS = frozenset({
     "round", "bytes_up", "bytes_down", "bytes_up_total", "bytes_down_total", "bytes_total",
     "clients_sampled", "delivered", "rejected", "delivered_clients", "seconds", "elapsed",
-    "nnz", "density", "evaluations_dropped", *MODEL_FIELDS,
+    "nnz", "density", "evaluations_dropped", "eval_clients", *MODEL_FIELDS,
+    *(f"{m}_se" for m in ("objective", "accuracy", "test_objective", "test_accuracy")),
     *(f"personal_{m}" for m in ("objective", "accuracy", "test_objective", "test_accuracy"))})
 #: At most this many diagnostics per client reply, each name at most this long: what a
 #: remote client sends is bounded before it is looked at.

@@ -14,15 +14,17 @@ import torch
 from . import _resources
 from ._threads import single_threaded_blas
 from ._validation import check_bool, check_float, check_int, check_seed, fail
-from .algorithms.base import Algorithm, ClientContext
+from .algorithms.base import Algorithm, ClientContext, DataSpec
 from .channels import PerfectChannel, checked_channel
 from .checkpoints import CHECKPOINT_FORMAT, resume_checkpoint, save_checkpoint
 from .comm import payload_bytes
 from .data.federated import FederatedDataset
+from .data.lazy import LazyFederatedDataset
 from .history import History
 from .metrics import evaluate, evaluate_personal
 from .problems.base import Problem
 from .rounds import ClientStore, DivergenceError, Replies, RoundLoop, sample_clients
+from .sampled_eval import make_evaluator
 
 __all__ = ["DivergenceError", "sample_clients", "simulate"]
 
@@ -40,7 +42,8 @@ def _client_executor(algorithm: Algorithm, problem: Problem, data: FederatedData
     def execute(t: int, clients: torch.Tensor, payload: torch.Tensor, config: dict,
                 state_rows: dict | None) -> Replies:
         S = int(clients.shape[0])
-        whole = S == data.num_clients and client_batch is None
+        whole = S == data.num_clients and client_batch is None \
+            and not isinstance(data, LazyFederatedDataset)  # lazy: read on select
         bounds = [(0, S)] if client_batch is None else \
             [(a, min(a + client_batch, S)) for a in range(0, S, client_batch)]
         uploads, states, infos = [], [], []
@@ -142,7 +145,7 @@ def simulate(algorithm: Algorithm, problem: Problem, data: FederatedDataset, *, 
              resume: bool = False, progress: bool | None = None,
              client_batch: int | None = None, eval_every: int = 1,
              max_update_norm: float | None = None, max_update_ratio: float | None = None,
-             callback=None, loggers=None) -> History:
+             callback=None, loggers=None, eval_clients: int | None = None) -> History:
     """Run ``algorithm`` for ``rounds`` rounds on ``data`` and record every round.
 
     Parameters
@@ -173,6 +176,11 @@ def simulate(algorithm: Algorithm, problem: Problem, data: FederatedDataset, *, 
     loggers : experiment trackers to log the run to (:mod:`fedsparse.loggers`): a name
         ("tensorboard", "mlflow", "wandb"), a ``fedsparse.loggers.Logger``, or a list of
         them. Every record, the hyper-parameters and the final model are logged.
+    eval_clients : evaluate on a seeded sample of this many clients (the same every
+        round) instead of all N: the record's metrics are then *estimates*, with their
+        standard errors (``objective_se``, ...) and ``eval_clients``; see
+        :mod:`fedsparse.sampled_eval`. None (default) evaluates every client (a lazy
+        data set, :mod:`fedsparse.data.lazy`, a chunk of clients at a time).
 
     Returns
     -------
@@ -212,6 +220,11 @@ def simulate(algorithm: Algorithm, problem: Problem, data: FederatedDataset, *, 
             raise fail("checkpoint", str(checkpoint), "must be a file path (it is a "
                        "directory, or lies under a file)")
     check_int("client_batch", client_batch, minimum=1, allow_none=True)
+    if check_int("eval_clients", eval_clients, minimum=1, allow_none=True) is not None \
+            and eval_clients > data.num_clients:
+        raise fail("eval_clients", eval_clients,
+                   f"must be at most the number of clients {data.num_clients}")
+    lazy = isinstance(data, LazyFederatedDataset)
     if dtype is not None and dtype != data.dtype:
         data = data.to(dtype)
     if not getattr(problem, "pooled_ok", False) and hasattr(data, "padded"):
@@ -219,8 +232,14 @@ def simulate(algorithm: Algorithm, problem: Problem, data: FederatedDataset, *, 
     if device is not None and torch.device(device) != torch.device("cpu"):
         data = data.to_device(torch.device(device))
     channel = channel or PerfectChannel()
-    problem.check_data(data)
-    bound = algorithm.bind(problem, data)
+    if lazy:  # a few clients checked, the statistics read a chunk of clients at a time
+        problem.check_data(data.probe())
+        bound = algorithm.bind(problem, DataSpec(data.num_clients, data.feature_shape,
+                                                 data.dtype, data.weights, data.device),
+                               data.statistics(algorithm, problem))
+    else:
+        problem.check_data(data)
+        bound = algorithm.bind(problem, data)
     if data.ground_truth is not None and data.ground_truth.numel() != problem.param_dim(data.dim):
         raise fail("ground_truth length", data.ground_truth.numel(),
                    f"must equal the model size {problem.param_dim(data.dim)}")
@@ -233,7 +252,11 @@ def simulate(algorithm: Algorithm, problem: Problem, data: FederatedDataset, *, 
     fingerprint = _fingerprint(algorithm, problem, data, seed, clients_per_round, channel)
     history = History(config={**fingerprint, "rounds": rounds})
 
+    sampled = make_evaluator(problem, data, seed, eval_clients)
+
     def measure(model, state, store) -> dict:
+        if sampled is not None:
+            return sampled(model, bound.personalized(state, store.state))
         out = evaluate(problem, data, model)
         personal = bound.personalized(state, store.state)  # (N, P) or None
         if personal is not None:
