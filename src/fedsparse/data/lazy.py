@@ -51,6 +51,8 @@ class ClientSource:
     pooled : True if the eager data set stores the features pooled (see
         :func:`~fedsparse.data.from_arrays`, ``layout="auto"``).
     describe : a short description of the source for error messages.
+    missing : ``missing(i) -> Exception`` for a client id outside 0..N-1 (default a
+        :class:`~fedsparse.ConfigError`).
     """
 
     read: Callable[[int], tuple]
@@ -59,6 +61,7 @@ class ClientSource:
     base_dtype: torch.dtype
     pooled: bool
     describe: str = "generated"
+    missing: Callable[[int], Exception] | None = None
 
     @property
     def num_clients(self) -> int:
@@ -149,7 +152,7 @@ class LazySplit:
 def materialise(source: ClientSource, clients, dtype: torch.dtype, pad: bool, flatten: bool,
                 device: torch.device) -> tuple[ClientSplit, ClientSplit | None]:
     """Train and test splits of ``clients``, read once from ``source``."""
-    ids = _client_index(clients, source.num_clients, torch.device("cpu")).tolist()
+    ids = _ids(source, clients)
     parts = [source.read(i) for i in ids]
     train = _stack([p[0] for p in parts], [p[1] for p in parts], source.n_max(0), source,
                    dtype, pad, flatten)
@@ -161,6 +164,18 @@ def materialise(source: ClientSource, clients, dtype: torch.dtype, pad: bool, fl
         train = train.to_device(device)
         test = None if test is None else test.to_device(device)
     return train, test
+
+
+def _ids(source: ClientSource, clients) -> list[int]:
+    """Client ids as ints, each checked against the source's N."""
+    N = source.num_clients
+    if source.missing is not None and not isinstance(clients, slice):
+        flat = torch.as_tensor(clients).reshape(-1)
+        if not flat.is_floating_point() and flat.dtype != torch.bool:
+            bad = flat[(flat < 0) | (flat >= N)]
+            if bad.numel():
+                raise source.missing(int(bad[0]))
+    return _client_index(clients, N, torch.device("cpu")).tolist()
 
 
 @dataclass(frozen=True, repr=False)
@@ -178,13 +193,16 @@ class LazyFederatedDataset(FederatedDataset):
 
     @classmethod
     def from_source(cls, source: ClientSource, *, dtype: torch.dtype, name: str,
-                    ground_truth: torch.Tensor | None = None) -> LazyFederatedDataset:
-        """A lazy data set over ``source``; weights ``n_i / sum n_j`` (the default of
-        :func:`~fedsparse.data.from_arrays`)."""
+                    ground_truth: torch.Tensor | None = None,
+                    weights: torch.Tensor | None = None) -> LazyFederatedDataset:
+        """A lazy data set over ``source``; ``weights`` (N,) default ``n_i / sum n_j``
+        (the default of :func:`~fedsparse.data.from_arrays`)."""
         train = LazySplit(source, 0, dtype)
         test = None if source.counts[1] is None else LazySplit(source, 1, dtype)
-        w = source.counts[0].to(torch.float64)
-        return cls(train=train, weights=w / w.sum(), test=test, ground_truth=ground_truth,
+        if weights is None:
+            weights = source.counts[0].to(torch.float64)
+            weights = weights / weights.sum()
+        return cls(train=train, weights=weights, test=test, ground_truth=ground_truth,
                    name=name)
 
     @property
@@ -237,7 +255,7 @@ class LazyFederatedDataset(FederatedDataset):
         clients : (S,) client ids.
         weights : (S,) their weights (default: their p_i renormalised to sum to 1).
         """
-        ids = _client_index(clients, self.num_clients, torch.device("cpu"))
+        ids = torch.tensor(_ids(self.source, clients), dtype=torch.int64)
         train, test = materialise(self.source, ids, self.dtype, self.train.pad,
                                   self.train.flatten, self.device)
         if weights is None:

@@ -1,0 +1,137 @@
+"""The on-disk federated format: round trip, same history, and every damage named."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+import fedsparse as fs
+import fedsparse.data.ondisk as ondisk
+from fedsparse.data import DataFormatError
+from fedsparse.data.ondisk import open_federated, read_client, write_federated
+
+
+@pytest.fixture(scope="module")
+def eager():
+    return fs.data.fedprox_synthetic(num_clients=30, dim=6, num_classes=3, seed=4)
+
+
+@pytest.fixture()
+def written(eager, tmp_path):
+    return write_federated(eager, tmp_path / "fed")
+
+
+def _records(h):
+    return [{k: v for k, v in r.items() if k not in ("seconds", "elapsed")} for r in h.records]
+
+
+def test_round_trip_gives_the_same_clients_and_history(eager, written):
+    disk = open_federated(written)
+    assert repr(disk) == repr(eager) and disk.layout == eager.layout
+    assert torch.equal(disk.weights, eager.weights)
+    ids = torch.tensor([29, 3, 4])
+    assert torch.equal(disk.train.select(ids).dense_X(), eager.train.select(ids).dense_X())
+    assert torch.equal(disk.test.select(ids).y, eager.test.select(ids).y)
+    algo = fs.algorithms.fed_avg(step_size=0.02, local_steps=2, batch_size=5)
+    a = fs.simulate(algo, fs.problems.softmax(), eager, rounds=2, seed=2, clients_per_round=7)
+    b = fs.simulate(algo, fs.problems.softmax(), disk, rounds=2, seed=2, clients_per_round=7)
+    assert _records(a) == _records(b) and torch.equal(a.model, b.model)
+
+
+def test_a_lazy_data_set_is_written_in_chunks(tmp_path):
+    lazy = fs.data.shifted_gaussian(num_clients=40, samples_per_client=5, dim=12, sparsity=2,
+                                    seed=3, lazy=True)
+    path = write_federated(lazy, tmp_path / "sg", chunk_bytes=200)  # a few clients a chunk
+    disk = open_federated(path)
+    assert torch.equal(disk.ground_truth, lazy.ground_truth)
+    assert torch.equal(disk.train.select(torch.arange(40)).X,
+                       lazy.train.select(torch.arange(40)).X)
+
+
+def test_a_client_that_does_not_exist(written):
+    with pytest.raises(DataFormatError, match=r"fed.*client 30 does not exist"):
+        read_client(written, 30)
+    disk = open_federated(written)
+    with pytest.raises(DataFormatError, match="client 31 does not exist"):
+        disk.train.select(torch.tensor([2, 31]))
+
+
+def test_a_truncated_file(written):
+    f = written / "train.X.npy"
+    f.write_bytes(f.read_bytes()[:-9])
+    with pytest.raises(DataFormatError, match=r"train\.X\.npy.*truncated"):
+        open_federated(written)
+
+
+def test_a_corrupted_client_is_named_when_read(written):
+    disk_before = open_federated(written)
+    off = np.load(written / "train.offsets.npy")
+    X = np.load(written / "train.X.npy", mmap_mode="r+")
+    X[off[7]] += 1.0  # one value of client 7, same size
+    X.flush()
+    del X
+    disk = open_federated(written)  # sizes agree: opening is cheap and passes
+    disk.train.select(torch.tensor([6, 8]))  # other clients still read
+    for d in (disk, disk_before):
+        with pytest.raises(DataFormatError, match=r"train\.X\.npy.*client 7.*corrupted"):
+            d.train.select(torch.tensor([7]))
+
+
+def test_index_and_contents_disagree(written):
+    off = np.load(written / "train.offsets.npy")
+    off[5] += 1  # client 4 gains a row that belongs to client 5
+    np.save(written / "train.offsets.npy", off)
+    index = json.loads((written / "index.json").read_text())
+    entry = index["files"]["train.offsets.npy"]
+    with pytest.raises(DataFormatError, match=r"train\.offsets\.npy.*SHA-256"):
+        open_federated(written)
+    entry["sha256"] = ondisk._sha256(written / "train.offsets.npy")  # a consistent lie
+    (written / "index.json").write_text(json.dumps(index))
+    disk = open_federated(written)
+    with pytest.raises(DataFormatError, match="client 4"):
+        disk.train.select(torch.tensor([4]))
+    index["num_clients"] = 31
+    (written / "index.json").write_text(json.dumps(index))
+    with pytest.raises(DataFormatError, match=r"train\.offsets\.npy.*31 clients"):
+        open_federated(written)
+
+
+def test_a_missing_or_broken_index(written, tmp_path):
+    (written / "index.json").write_text("{not json")
+    with pytest.raises(DataFormatError, match=r"index\.json.*not valid JSON"):
+        open_federated(written)
+    (written / "index.json").unlink()
+    with pytest.raises(DataFormatError, match=r"index\.json: missing"):
+        open_federated(written)
+    with pytest.raises(DataFormatError, match="not a directory"):
+        open_federated(tmp_path / "nothing")
+
+
+def test_an_interrupted_write_leaves_nothing_that_reads_as_valid(eager, tmp_path, monkeypatch):
+    calls = []
+
+    def dies(*args, **kwargs):
+        calls.append(1)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(ondisk, "_sha256", dies)  # dies after the arrays are written
+    with pytest.raises(KeyboardInterrupt):
+        write_federated(eager, tmp_path / "fed")
+    assert calls and not (tmp_path / "fed").exists()
+    assert list(tmp_path.iterdir()) == []  # the partial directory is removed too
+    monkeypatch.undo()
+    path = write_federated(eager, tmp_path / "fed")
+    # an interrupted overwrite keeps the old, complete data set
+    monkeypatch.setattr(ondisk, "_sha256", dies)
+    with pytest.raises(KeyboardInterrupt):
+        write_federated(eager, path, overwrite=True)
+    monkeypatch.undo()
+    assert open_federated(path).num_clients == 30
+
+
+def test_write_refuses_what_it_cannot_store(eager, written):
+    with pytest.raises(fs.ConfigError, match="already exists"):
+        write_federated(eager, written)
+    with pytest.raises(fs.ConfigError, match="dtype"):
+        write_federated(eager.to(torch.bfloat16), written.parent / "bf16")
