@@ -135,3 +135,21 @@ def test_write_refuses_what_it_cannot_store(eager, written):
         write_federated(eager, written)
     with pytest.raises(fs.ConfigError, match="dtype"):
         write_federated(eager.to(torch.bfloat16), written.parent / "bf16")
+
+
+def test_cli_writes_a_split_and_a_generated_data_set(tmp_path, capsys):
+    from fedsparse.cli import main
+
+    assert main(["data", "write", "digits", "--partition", "dirichlet", "--clients", "8",
+                 "--seed", "1", "--out", str(tmp_path / "digits")]) == 0
+    assert "wrote FederatedDataset(" in capsys.readouterr().out
+    disk = open_federated(tmp_path / "digits")
+    eager = fs.data.federated_real("digits", partition="dirichlet", num_clients=8, seed=1,
+                                   test_fraction=0.2)
+    assert repr(disk) == repr(eager)
+    assert torch.equal(disk.train.select(torch.arange(8)).dense_X(), eager.train.dense_X())
+    assert main(["data", "write", "fedprox_synthetic", "--clients", "50", "--seed", "2",
+                 "--out", str(tmp_path / "gen")]) == 0
+    lazy = fs.data.fedprox_synthetic(num_clients=50, seed=2, lazy=True)
+    assert torch.equal(open_federated(tmp_path / "gen").train.select([49]).y,
+                       lazy.train.select([49]).y)

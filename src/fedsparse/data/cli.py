@@ -4,6 +4,11 @@
 --labels-per-client 2 --seed 0 --plot out.png`` prints every client's size and label
 histogram (:func:`~fedsparse.data.partition.describe_partition`) and optionally saves
 the client x label heat map (:func:`~fedsparse.data.partition.plot_partition`).
+
+``fedsparse data write digits --partition dirichlet --clients 50 --out DIR`` writes the
+split in the on-disk format (:mod:`fedsparse.data.ondisk`) that training reads a client
+at a time; ``fedsparse data write fedprox_synthetic --clients 1000000 --out DIR`` writes a
+generated data set (drawn lazily, a chunk of clients at a time).
 """
 
 from __future__ import annotations
@@ -14,7 +19,10 @@ import numpy as np
 
 from .real import DATASETS, PARTITIONS
 
-__all__ = ["add_data_parser", "cmd_describe"]
+__all__ = ["add_data_parser", "cmd_describe", "cmd_write"]
+
+#: Generated data sets ``data write`` can write (drawn per client, lazily).
+GENERATED = ("fedht_simulation", "fedprox_synthetic", "shifted_gaussian")
 
 
 def _partition_kwargs(args) -> dict:
@@ -70,15 +78,30 @@ def cmd_describe(args) -> int:
     return 0
 
 
-def add_data_parser(subparsers) -> argparse.ArgumentParser:
-    """Add ``data`` (with its ``describe`` sub-command) to the ``fedsparse`` parser."""
-    data = subparsers.add_parser("data", help="inspect real data sets and federated splits")
-    sub = data.add_subparsers(dest="data_command", required=True)
-    names = ", ".join(f"{k}{' (needs --path)' if v[0] else ''}" for k, v in DATASETS.items())
-    d = sub.add_parser("describe", help="per-client sizes and label histograms of a split",
-                       description=f"Data sets: {names}.")
-    d.add_argument("dataset", choices=sorted(DATASETS), metavar="DATASET",
-                   help="a named data set: " + ", ".join(sorted(DATASETS)))
+def cmd_write(args) -> int:
+    """Build the data set (a real one split among clients, or a generated one) and
+    write it with :func:`~fedsparse.data.ondisk.write_federated`; returns the exit status."""
+    from . import GENERATORS
+    from .ondisk import write_federated
+
+    if args.dataset in GENERATED:
+        kw = {} if args.test_fraction is None else {"test_fraction": args.test_fraction}
+        data = GENERATORS[args.dataset](num_clients=args.clients, seed=args.seed, lazy=True,
+                                        **kw)
+    else:
+        from .real import federated_real
+
+        data = federated_real(args.dataset, partition=args.partition, num_clients=args.clients,
+                              path=args.path, seed=args.seed, max_examples=args.max_examples,
+                              test_fraction=0.2 if args.test_fraction is None
+                              else args.test_fraction, **_partition_kwargs(args))
+    out = write_federated(data, args.out, overwrite=args.overwrite)
+    print(f"wrote {data!r} to {out}")
+    return 0
+
+
+def _split_options(d) -> None:
+    """The data set and partition options ``describe`` and ``write`` share."""
     d.add_argument("--path", help="file or directory for data sets read from disk")
     d.add_argument("--partition", choices=PARTITIONS, default="iid")
     d.add_argument("--clients", type=int, default=20, help="number of clients (default 20)")
@@ -95,6 +118,31 @@ def add_data_parser(subparsers) -> argparse.ArgumentParser:
     d.add_argument("--by-labels", action="store_true",
                    help="clusters: use the labels as clusters (Tong et al. 2022 on MNIST)")
     d.add_argument("--max-examples", type=int, help="subsample first (seeded)")
+
+
+def add_data_parser(subparsers) -> argparse.ArgumentParser:
+    """Add ``data`` (with its ``describe`` sub-command) to the ``fedsparse`` parser."""
+    data = subparsers.add_parser("data", help="inspect real data sets and federated splits")
+    sub = data.add_subparsers(dest="data_command", required=True)
+    names = ", ".join(f"{k}{' (needs --path)' if v[0] else ''}" for k, v in DATASETS.items())
+    d = sub.add_parser("describe", help="per-client sizes and label histograms of a split",
+                       description=f"Data sets: {names}.")
+    d.add_argument("dataset", choices=sorted(DATASETS), metavar="DATASET",
+                   help="a named data set: " + ", ".join(sorted(DATASETS)))
+    _split_options(d)
     d.add_argument("--plot", metavar="PNG", help="save the client x label heat map here")
     d.set_defaults(func=cmd_describe)
+    w = sub.add_parser("write", help="write a split (or a generated data set) in the on-disk "
+                       "format that training reads a client at a time",
+                       description=f"Data sets: {names}; generated: {', '.join(GENERATED)}.")
+    w.add_argument("dataset", choices=sorted(DATASETS) + list(GENERATED), metavar="DATASET",
+                   help="a named data set or a generator: "
+                   + ", ".join(sorted(DATASETS) + list(GENERATED)))
+    w.add_argument("--out", required=True, help="directory to create")
+    w.add_argument("--overwrite", action="store_true", help="replace an existing data set")
+    w.add_argument("--test-fraction", type=float, default=None,
+                   help="per-client held-out share (default 0.2 for real data, the "
+                   "generator's own default otherwise)")
+    _split_options(w)
+    w.set_defaults(func=cmd_write)
     return data
