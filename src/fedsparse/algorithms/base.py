@@ -105,7 +105,10 @@ class ClientContext:
         (S, b) their weights, 1/b each (0 on padding where a client has fewer than ``b``
         examples; the rest share the weight equally)."""
         counts = self.data.counts.cpu()
-        n_max = self.data.X.shape[1]
+        # Keys up to the longest sampled client only: a key is a function of its
+        # position, and positions past every count are never picked, so the draw is the
+        # one over the padded n_max (at a cost that follows the sampled clients).
+        n_max = int(counts.max())
         keys = rng.uniform(self.seed, rng.BATCH, self.round, self.clients.cpu()[:, None], step,
                            torch.arange(n_max)[None, :])
         valid = torch.arange(n_max)[None, :] < counts[:, None]
