@@ -34,7 +34,7 @@ import torch
 from . import rng
 from .data.federated import FederatedDataset
 from .data.lazy import LazyFederatedDataset, client_subset
-from .metrics import client_means, evaluate, evaluate_personal
+from .metrics import _chunked, client_means, evaluate, evaluate_personal
 from .problems.base import Problem
 
 __all__ = ["SE_FIELDS", "eval_sample", "make_evaluator"]
@@ -73,24 +73,37 @@ def ratio_se(values: torch.Tensor | None, q: torch.Tensor, estimate: float | Non
 
 def _sampled(problem: Problem, sub: FederatedDataset, model: torch.Tensor, N: int,
              personal: torch.Tensor | None) -> dict:
-    out = evaluate(problem, sub, model)
-    with torch.no_grad():
-        loss, acc = client_means(problem, sub.train, model)
+    chunked = _chunked(problem, sub)
+    # The chunked path of evaluate() is exactly q @ client_means: computed once here for
+    # the estimate and its spread. The stacked path (linear problems) is cheap.
+    out = evaluate(problem, _model_only(sub) if chunked else sub, model)
     q = sub.weights.to(torch.float64).cpu()
-    out["objective_se"] = ratio_se(loss, q, out["objective"], N)
-    out["accuracy_se"] = ratio_se(acc, q, out["accuracy"], N)
+    splits = [("", sub.train, q)]
     out["test_objective_se"] = out["test_accuracy_se"] = None
     if sub.test is not None:
         tq = sub.test.counts.to(torch.float64).cpu()
-        tq = tq / tq.sum()
+        splits.append(("test_", sub.test, tq / tq.sum()))
+    for prefix, split, weights in splits:
         with torch.no_grad():
-            tloss, tacc = client_means(problem, sub.test, model)
-        out["test_objective_se"] = ratio_se(tloss, tq, out["test_objective"], N)
-        out["test_accuracy_se"] = ratio_se(tacc, tq, out["test_accuracy"], N)
+            loss, acc = client_means(problem, split, model)
+        loss, acc = loss.cpu(), (None if acc is None else acc.cpu())
+        if chunked:
+            out[f"{prefix}objective"] = float(weights @ loss)
+            out[f"{prefix}accuracy"] = None if acc is None else float(weights @ acc)
+        for name, values in (("objective", loss), ("accuracy", acc)):
+            out[f"{prefix}{name}_se"] = ratio_se(values, weights, out[f"{prefix}{name}"], N)
     out["eval_clients"] = sub.num_clients
     if personal is not None:
         out.update(evaluate_personal(problem, sub, personal))
     return out
+
+
+def _model_only(sub: FederatedDataset) -> FederatedDataset:
+    """One client of ``sub``, no test split: for the fields of :func:`evaluate` that
+    depend on the model alone (relative error, support scores, density)."""
+    one = torch.zeros(1, dtype=torch.int64, device=sub.train.counts.device)
+    return FederatedDataset(train=sub.train.select(one), weights=sub.weights[:1],
+                            ground_truth=sub.ground_truth, name=sub.name)
 
 
 def _combine(parts: list[tuple[dict, float, float]]) -> dict:

@@ -46,21 +46,31 @@ def _client_executor(algorithm: Algorithm, problem: Problem, data: FederatedData
             and not isinstance(data, LazyFederatedDataset)  # lazy: read on select
         bounds = [(0, S)] if client_batch is None else \
             [(a, min(a + client_batch, S)) for a in range(0, S, client_batch)]
+        # Lazy data: chunks of clients of similar sizes, so that a chunk's padding (and
+        # its mini-batch keys) follow its own clients, not the largest sampled one.
+        order = None
+        if len(bounds) > 1 and isinstance(data, LazyFederatedDataset):
+            order = torch.argsort(data.train.counts[clients.cpu()], stable=True)
         uploads, states, infos = [], [], []
         for a, b in bounds:
-            chunk = clients[a:b]
+            pick = slice(a, b) if order is None else order[a:b]
+            chunk = clients[pick]
             split = data.train if whole else data.train.select(chunk)
-            rows = None if state_rows is None else {k: v[a:b] for k, v in state_rows.items()}
-            sent = payload if payload.ndim == 1 else payload[a:b]
+            rows = None if state_rows is None else \
+                {k: v[pick.to(v.device) if order is not None else pick]
+                 for k, v in state_rows.items()}
+            sent = payload if payload.ndim == 1 else \
+                payload[pick.to(payload.device) if order is not None else pick]
             ctx = ClientContext(problem, split, chunk, t, seed, state=rows, config=config)
             up, new_rows, info = algorithm.client_update(sent, ctx)
             uploads.append(up)
             states.append(new_rows)
             infos.append((b - a, info))
-        uploads = torch.cat(uploads)
+        uploads = _unsort(torch.cat(uploads), order)
         new_state = None
         if states[0] is not None:
-            new_state = {k: torch.cat([st[k] for st in states]) for k in states[0]}
+            new_state = {k: _unsort(torch.cat([st[k] for st in states]), order)
+                         for k in states[0]}
         info: dict = {}
         for n, chunk_info in infos:
             for k, v in chunk_info.items():
@@ -70,6 +80,15 @@ def _client_executor(algorithm: Algorithm, problem: Problem, data: FederatedData
                        info=info, client_state=new_state)
 
     return execute
+
+
+def _unsort(rows: torch.Tensor, order: torch.Tensor | None) -> torch.Tensor:
+    """Rows computed in the client order ``order`` back in the sampled order."""
+    if order is None:
+        return rows
+    out = torch.empty_like(rows)
+    out[order.to(rows.device)] = rows
+    return out
 
 
 def _check_arguments(algorithm, problem, data, channel, dtype, device, eval_every,

@@ -134,3 +134,15 @@ def test_lazy_data_set_costs_its_counts_only():
     assert split.num_clients == 2 and split.feature_shape == (60,)
     with pytest.raises(ConfigError, match="labels"):
         data.labels()
+
+
+def test_lazy_chunks_group_clients_by_size_with_the_same_result():
+    lazy = GENERATORS["fedprox"](lazy=True)
+    problem = fs.problems.neural(mlp(8, (5,), 3))
+    algo = fs.algorithms.fed_avg(step_size=0.05, local_steps=2, batch_size=8)
+    a = fs.simulate(algo, problem, lazy, rounds=2, seed=1, clients_per_round=12)
+    b = fs.simulate(algo, problem, lazy, rounds=2, seed=1, clients_per_round=12,
+                    client_batch=5)
+    assert torch.allclose(a.model, b.model, rtol=1e-5, atol=1e-6)
+    assert [r["delivered_clients"] for r in a.records] == \
+        [r["delivered_clients"] for r in b.records]
