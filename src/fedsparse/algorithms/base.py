@@ -104,18 +104,37 @@ class ClientContext:
         """The draw behind :meth:`batch`: ``index`` (S, b) example positions and ``w``
         (S, b) their weights, 1/b each (0 on padding where a client has fewer than ``b``
         examples; the rest share the weight equally)."""
-        counts = self.data.counts.cpu()
-        # Keys up to the longest sampled client only: a key is a function of its
-        # position, and positions past every count are never picked, so the draw is the
-        # one over the padded n_max (at a cost that follows the sampled clients).
-        n_max = int(counts.max())
-        keys = rng.uniform(self.seed, rng.BATCH, self.round, self.clients.cpu()[:, None], step,
-                           torch.arange(n_max)[None, :])
-        valid = torch.arange(n_max)[None, :] < counts[:, None]
-        index, picked = rng.choose_without_replacement(keys, valid, batch_size)
+        counts, clients = self.data.counts.cpu(), self.clients.cpu()
+        S, n_max = counts.shape[0], int(counts.max())
+        if 2 * int(counts.sum()) >= S * n_max:  # little padding: one draw over (S, n_max)
+            index, picked = self._draw(clients, counts, n_max, step, batch_size)
+        else:
+            # Uneven sizes (log-normal, power law): clients in groups of sizes within a
+            # factor 2, each drawn over its own longest client, so the keys cost about
+            # 2 sum(n_i), not S max(n_i). The draw is the same: a key is a function of
+            # (client, position), and positions past a client's count are never picked.
+            index = torch.empty(S, batch_size, dtype=torch.int64)
+            picked = torch.empty(S, batch_size, dtype=torch.bool)
+            group = torch.floor(torch.log2(counts.clamp(min=1).to(torch.float64)))
+            for g in torch.unique(group):
+                rows = torch.nonzero(group == g).flatten()
+                # at least b positions (a group of clients with fewer than b examples
+                # takes all of theirs and pads), at most the longest sampled client
+                width = max(int(counts[rows].max()), batch_size)
+                index[rows], picked[rows] = self._draw(clients[rows], counts[rows], width,
+                                                       step, batch_size)
         w = picked.to(self.data.X.dtype)
         device = self.data.y.device
         return index.to(device), (w / w.sum(-1, keepdim=True)).to(device)
+
+    def _draw(self, clients: torch.Tensor, counts: torch.Tensor, width: int, step: int,
+              batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """:func:`~fedsparse.rng.choose_without_replacement` over the keys of positions
+        ``0 .. width - 1`` of ``clients`` (those past a client's count are invalid)."""
+        keys = rng.uniform(self.seed, rng.BATCH, self.round, clients[:, None], step,
+                           torch.arange(width)[None, :])
+        valid = torch.arange(width)[None, :] < counts[:, None]
+        return rng.choose_without_replacement(keys, valid, batch_size)
 
     def random(self, *counters) -> torch.Tensor:
         """Uniforms for algorithm-specific draws, keyed by (seed, round, client, counters)."""
