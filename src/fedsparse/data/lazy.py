@@ -11,9 +11,11 @@ clients, not the data set.
 
 The materialised clients are exactly what the eager data set of the same arguments
 holds: the same values, the same layout (padded or pooled, chosen by the eager rule of
-:func:`~fedsparse.data.from_arrays`), padded to the same ``n_max`` (the whole data set's
-longest client, which the mini-batch draws are keyed on), so
-:func:`fedsparse.simulate` gives the same history on both.
+:func:`~fedsparse.data.from_arrays`), padded features padded to the same ``n_max`` (the
+whole data set's longest client), so :func:`fedsparse.simulate` gives the same history
+on both. Pooled clients' targets are padded only to the selected clients' longest (the
+eager data set pads them to ``n_max``): mini-batch draws are the same, full-batch sums
+of pooled data may differ in the last bits.
 """
 
 from __future__ import annotations
@@ -85,8 +87,9 @@ def auto_pooled(feature_shape: tuple[int, ...], train_counts: torch.Tensor,
 
 def _stack(xs: list, ys: list, n_max: int, source: ClientSource, dtype: torch.dtype,
            pad: bool, flatten: bool) -> ClientSplit:
-    """Client arrays as a :class:`ClientSplit` in the eager data set's layout, padded to
-    the whole data set's ``n_max``.
+    """Client arrays as a :class:`ClientSplit` in the eager data set's layout: padded
+    features to the whole data set's ``n_max`` (what the eager data set's full-batch
+    sums run over), pooled ones with targets padded to these clients' longest.
 
     The arrays are stacked in NumPy first and converted by one torch cast (to
     ``base_dtype``, then ``dtype``: the values the eager data set holds, which converted
@@ -100,6 +103,11 @@ def _stack(xs: list, ys: list, n_max: int, source: ClientSource, dtype: torch.dt
         return torch.from_numpy(a).to(base).to(dtype)
 
     if source.pooled and not pad:
+        # Pooled features have no padding, and the padded targets need none past these
+        # clients' longest: the mini-batch draws do not depend on the width (the keys
+        # are functions of positions), and S x n_max targets of a heavy-tailed data set
+        # would cost more than the examples themselves.
+        n_max = int(counts.max())
         pool = cast(np.concatenate([np.asarray(x) for x in xs], axis=0))
         starts = torch.cumsum(counts, 0) - counts
         X = PooledRows(pool, starts, counts, n_max=n_max)
