@@ -27,8 +27,9 @@ from .registry import register_experiment
 FULL, QUICK = (1_000_000, 5), (10_000, 2)
 PARTICIPATION = 0.01
 EVAL_CLIENTS = 1000
-#: Clients trained at once: bounds the memory of one chunk of materialised clients.
-CLIENT_BATCH = 1000
+#: Clients trained at once: bounds the memory of one chunk of materialised clients
+#: (chunks of similar log-normal sizes: see fedsparse.simulate with lazy data).
+CLIENT_BATCH = 256
 
 
 @register_experiment("scale-million",
