@@ -86,12 +86,25 @@ def resolve_experiment(name_or_path: str | None) -> tuple[str, dict | None, obje
                       f"{_suggest(name, [*tomls, *pythons])} `fedsparse list` shows them all.")
 
 
-def _apply_overrides(config: dict, assignments, rounds) -> dict:
-    """``config`` with ``--set`` (``FIELD=VALUE`` or ``LABEL:FIELD=VALUE``) and
-    ``--rounds`` applied to every run (a copy)."""
+def _apply_overrides(config: dict, assignments, rounds, device: str | None = None) -> dict:
+    """``config`` with ``--set`` (``FIELD=VALUE`` or ``LABEL:FIELD=VALUE``), ``--rounds``
+    and ``--device`` applied to every run (a copy); ``--device`` wins over the device
+    the config or a ``--set`` names."""
     from .experiments.config import apply_overrides
 
-    return apply_overrides(config, assignments or (), rounds)
+    extra = [("device", device)] if device is not None else []
+    return apply_overrides(config, [*(assignments or ()), *extra], rounds)
+
+
+def _check_device(args) -> str | None:
+    """``--device`` as given, checked on this machine before anything runs (a GPU that is
+    not there is a ConfigError naming --device: exit status 2)."""
+    spec = getattr(args, "device", None)
+    if spec is None:
+        return None
+    from .devices import check_device_spec
+
+    return check_device_spec("--device", spec)
 
 
 #: Options of ``run`` a Python experiment cannot take: it is not a list of config runs.
@@ -223,6 +236,7 @@ def cmd_run(args) -> int:
     from .experiments.config import resolve_runs, select_runs
     from .experiments.runner import output_patterns, prepare_output, run_experiment
 
+    device = _check_device(args)
     name, config, python_exp = resolve_experiment(args.experiment)
     out = Path(args.out or Path("runs") / name).expanduser()
     _check_log(args)
@@ -259,7 +273,7 @@ def cmd_run(args) -> int:
             if left_out:
                 print(f"note: {left_out} of the config's {len(claims)} claims compare runs "
                       "that --only leaves out: they are not tested here")
-        config = _apply_overrides(config, args.set, args.rounds)
+        config = _apply_overrides(config, args.set, args.rounds, device)
         if args.band:
             if not args.seeds:
                 raise ConfigError(f"--band {args.band} draws the spread over seeds: give "
@@ -377,10 +391,11 @@ def cmd_sweep(args) -> int:
         raise ConfigError("sweep needs at least one --grid FIELD=[V1, V2, ...], e.g. "
                           "--grid 'algorithm.step_size=[0.01, 0.1, 1]'")
     _check_log(args)
+    device = _check_device(args)
     name, config, _ = resolve_experiment(args.experiment)
     if config is None:
         raise ConfigError(f"experiment {name!r} is a Python experiment; sweeps need a TOML config")
-    config = _apply_overrides(config, args.set, args.rounds)
+    config = _apply_overrides(config, args.set, args.rounds, device)
     grid = dict(args.grid)
     out = Path(args.out or Path("runs") / f"{name}-sweep").expanduser()
     created = prepare_output(out, force=args.force, resumable=False,  # never replaced silently
@@ -461,12 +476,13 @@ def cmd_tune(args) -> int:
                           "'algorithm.step_size=log(1e-4, 1e-1)'")
     require_optuna("fedsparse tune")
     _check_log(args)
+    device = _check_device(args)
     space = {key: parse_space(text, f"--param {key}") for key, text in args.param}
     name, config, _ = resolve_experiment(args.experiment)
     if config is None:
         raise ConfigError(f"experiment {name!r} is a Python experiment; tuning needs a TOML "
                           "config")
-    config = _apply_overrides(config, args.set, args.rounds)
+    config = _apply_overrides(config, args.set, args.rounds, device)
     out = Path(args.out or Path("runs") / f"{name}-tune").expanduser()
     created = prepare_output(out, force=args.force, resumable=False)
     result = _guarded(out, created, args, lambda: run_tune(
@@ -499,6 +515,13 @@ def _add_log_option(parser) -> None:
                         "mlflow or wandb (offline unless WANDB_MODE says otherwise); "
                         "repeatable; its files go to --out (needs pip install "
                         "'fedsparse[TRACKER]')")
+
+
+def _add_device_option(parser) -> None:
+    parser.add_argument("--device", metavar="DEVICE",
+                        help="where every run computes: cpu (the default: the numbers the "
+                        "results pages pin are CPU results), cuda, cuda:N, or auto (a GPU "
+                        "where there is one); overrides the config's device")
 
 
 def _check_log(args) -> None:
@@ -564,6 +587,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                      help="with --seeds: shade ± one std (default) or the 95%% confidence "
                      "interval of the mean (Student's t)")
     _add_log_option(run)
+    _add_device_option(run)
     run.set_defaults(func=cmd_run)
 
     lst = sub.add_parser("list", help="list the named experiments: paper, runtime, needs")
@@ -598,6 +622,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                        help="replace an earlier sweep or run in --out (only the files "
                        "fedsparse wrote there, unless changed since; your own files stay)")
     _add_log_option(sweep)
+    _add_device_option(sweep)
     sweep.set_defaults(func=cmd_sweep)
 
     tune = sub.add_parser("tune", allow_abbrev=False,
@@ -637,6 +662,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     tune.add_argument("--force", action="store_true",
                       help="replace the results of an earlier run in --out")
     _add_log_option(tune)
+    _add_device_option(tune)
     tune.set_defaults(func=cmd_tune)
 
     report = sub.add_parser("report", allow_abbrev=False,
