@@ -305,9 +305,10 @@ def cmd_list(args) -> int:
         what = r.title + (" (default)" if r.name == DEFAULT_EXPERIMENT else "")
         if r.hidden and r.name in bases:
             what += f" [the runs of {bases[r.name]}]"
-        table.append((r.paper, r.name, kind, r.runtime, needs, what))
-    widths = [max(len(t[i]) for t in table) for i in range(1, 5)]
-    heads = ("NAME", "TYPE", "RUNTIME", "NEEDS")
+        gpu = (f"wanted ({r.gpu_runtime})" if r.gpu_runtime else "wanted") if r.gpu else "-"
+        table.append((r.paper, r.name, kind, r.runtime, gpu, needs, what))
+    widths = [max(len(t[i]) for t in table) for i in range(1, 6)]
+    heads = ("NAME", "TYPE", "RUNTIME", "GPU", "NEEDS")
     widths = [max(w, len(h)) for w, h in zip(widths, heads, strict=True)]
     paper = None
     for row in table:
@@ -316,14 +317,17 @@ def cmd_list(args) -> int:
             print(("\n" if paper != table[0][0] else "") + PAPERS.get(paper, paper or "other"))
             print("  " + "  ".join(h.ljust(w) for h, w in zip(heads, widths, strict=True))
                   + "  WHAT")
-        print("  " + "  ".join(c.ljust(w) for c, w in zip(row[1:5], widths, strict=True))
-              + "  " + row[5])
+        print("  " + "  ".join(c.ljust(w) for c, w in zip(row[1:6], widths, strict=True))
+              + "  " + row[6])
     needs = {n.short: n for r in rows for n in r.needs}
     print("\nTOML experiments take --set, --rounds, --only, --seeds, --resume and work with "
           "`fedsparse sweep`;\nPython experiments add steps a config cannot express; they "
           "take --rounds, --seeds, --resume and\n--quick (the same steps at a reduced scale, "
           "to check that everything runs: its numbers do not\nreproduce the paper's).\n"
-          "RUNTIME: the full run, roughly, on one CPU core.")
+          "RUNTIME: the full run, roughly, on one CPU core.\n"
+          "GPU: \"wanted\" marks the long neural runs, which are worth --device cuda (the "
+          "default device is\nthe CPU); their GPU run times: not measured yet unless given "
+          "in brackets (fedsparse show NAME).")
     if needs:
         print("NEEDS:")
         w = max(map(len, needs))
@@ -356,8 +360,18 @@ def cmd_show(args) -> int:
         raise ConfigError(f"experiment {name!r} is not a named experiment.{_suggest(name, known)}"
                           " `fedsparse list` shows them all.")
     header, text = shown_config(name)
-    sys.stdout.write(header + _seed_comment(name) + text)
+    first, _, rest = header.partition("\n")  # the device line after the header's first
+    head = f"{first}\n{_device_comment(name)}{rest}" if header else _device_comment(name)
+    sys.stdout.write(head + _seed_comment(name) + text)
     return 0
+
+
+def _device_comment(name: str) -> str:
+    """A comment line saying whether ``name`` wants a GPU, with its measured run times."""
+    from .experiments.registry import INFO
+
+    info = INFO.get(name)
+    return "" if info is None else f"# Device: {info.device_note()}.\n"
 
 
 def _seed_comment(name: str) -> str:
