@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import torch
 
+from .._linalg import lstsq_gelsd
 from .._validation import ConfigError, check_choice, check_int, fail
 from ..problems.base import Problem
-from .._linalg import lstsq_gelsd
 from ..problems.dictionary import DictionaryProblem
 from ..problems.restricted import mask_to_index
 from ..sparsity import top_indices

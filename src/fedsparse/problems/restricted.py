@@ -258,7 +258,8 @@ def solve_restricted(problem, index: torch.Tensor, valid: torch.Tensor, X: torch
     Z = Z * valid.unsqueeze(1).to(Z.dtype)
     metric = problem.restricted_metric(index, valid)
     S, k = index.shape
-    c0 = torch.zeros(S, k, dtype=X.dtype, device=Z.device) if init is None else init.to(X.dtype) * valid
+    c0 = torch.zeros(S, k, dtype=X.dtype, device=Z.device) if init is None \
+        else init.to(X.dtype) * valid
     kind = _kind(problem)
     if method == "exact" and kind == "least_squares" and not problem.l2():
         coef = _lstsq_exact(Z, y, w, valid)
