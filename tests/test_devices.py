@@ -223,3 +223,28 @@ def test_checkpoints_are_read_onto_the_cpu_and_placed_like_the_run(monkeypatch, 
                           checkpoint=ckpt, resume=True, device="cpu")
     assert locations == ["cpu"]
     assert resumed.model.device.type == "cpu" and len(resumed.records) == 3
+
+
+def test_a_python_experiment_gets_the_device_and_its_summary_records_it(monkeypatch,
+                                                                        tmp_path):
+    from fedsparse.experiments import registry
+
+    registry.python_experiments()  # the real ones first, so the fake one is not replaced
+    seen = []
+
+    def fake(out, *, quick=False, device=None):
+        seen.append(device)
+        (out / "summary.json").write_text(json.dumps({"title": "fake"}))
+        return {}
+
+    monkeypatch.setitem(registry._PYTHON, "fake-device-exp",
+                        registry.PythonExperiment("fake-device-exp", fake, "a fake", ""))
+    assert main(["run", "fake-device-exp", "--out", str(tmp_path / "a"), "--device",
+                 "auto"]) == 0
+    assert main(["run", "fake-device-exp", "--out", str(tmp_path / "b")]) == 0
+    assert seen == ["auto", None]
+    auto = device_info(resolve_device("auto"))
+    summary = json.loads((tmp_path / "a" / "summary.json").read_text())
+    assert (summary["device"], summary["gpu"]) == (auto["device"], auto["gpu"])
+    summary = json.loads((tmp_path / "b" / "summary.json").read_text())
+    assert (summary["device"], summary["gpu"], summary["title"]) == ("cpu", None, "fake")

@@ -218,17 +218,21 @@ def _record_tracker_files(out: Path, *, since: float) -> None:
         record_files(out, written)
 
 
-def _stamp_version(out: Path) -> None:
-    """Record the fedsparse version in a Python experiment's summary.json (the TOML
-    runner writes it itself)."""
+def _stamp_version(out: Path, device: str | None = None) -> None:
+    """Record the fedsparse version, and the device the run was asked to use (``device``,
+    None = the default, the CPU) with its GPU, in a Python experiment's summary.json
+    where the experiment did not record them itself (the TOML runner writes all three)."""
     from . import __version__
+    from .devices import DEFAULT_DEVICE, device_info, resolve_device
 
     path = out / "summary.json"
     if not path.is_file():
         return
     summary = json.loads(path.read_text())
-    if isinstance(summary, dict) and "fedsparse_version" not in summary:
-        summary["fedsparse_version"] = __version__
+    if isinstance(summary, dict) and not {"fedsparse_version", "device", "gpu"} <= set(summary):
+        summary.setdefault("fedsparse_version", __version__)
+        if "device" not in summary:
+            summary.update(device_info(resolve_device(device or DEFAULT_DEVICE)))
         path.write_text(json.dumps(summary, indent=2))
 
 
@@ -251,7 +255,7 @@ def cmd_run(args) -> int:
 
         def run_python():
             result = python_exp.fn(out, **kwargs)
-            _stamp_version(out)
+            _stamp_version(out, device)
             return result
 
         summary = _guarded(out, created, args, run_python)
