@@ -248,3 +248,28 @@ def test_a_python_experiment_gets_the_device_and_its_summary_records_it(monkeypa
     assert (summary["device"], summary["gpu"]) == (auto["device"], auto["gpu"])
     summary = json.loads((tmp_path / "b" / "summary.json").read_text())
     assert (summary["device"], summary["gpu"], summary["title"]) == ("cpu", None, "fake")
+
+
+# ------------------------------------------------------------ device-correct code
+
+
+@pytest.mark.parametrize("encoding", ["dense", "sparse", "bitmap", "auto"])
+def test_payload_sizes_lie_on_the_payload_device(encoding):
+    """Counted where the payload is (a CPU count of a GPU payload stopped every SAFARI and
+    FedMac round on a GPU); torch's meta device stands in for a GPU here: mixing it with
+    a CPU tensor fails as a GPU does."""
+    from fedsparse.comm import payload_bytes
+
+    assert payload_bytes(torch.zeros(3, 5, device="meta"), encoding).device.type == "meta"
+    cpu = payload_bytes(torch.tensor([[0.0, 1.0, 0.0, 2.0]]), encoding)
+    assert cpu.device.type == "cpu" and cpu.dtype == torch.int64
+
+
+def test_a_dictionary_is_copied_once_per_device():
+    from fedsparse.sparsity.dictionaries import Dictionary
+
+    D = Dictionary(torch.eye(4, dtype=torch.float64))
+    assert D.matrix_on(torch.device("cpu")) is D.matrix
+    meta = D.matrix_on(torch.device("meta"))
+    assert meta.device.type == "meta" and D.matrix_on(torch.device("meta")) is meta
+    assert D.norms_on(torch.device("meta")).shape == (4,)
