@@ -280,3 +280,12 @@ def test_a_sweep_over_devices_checks_every_value_before_running(tiny, tmp_path, 
                  str(tmp_path / "s")]) == 2
     assert "at device='tpu': device='tpu' is invalid" in capsys.readouterr().err
     assert not (tmp_path / "s").exists()
+
+
+def test_simulate_takes_auto_and_names_a_bad_device():
+    data = fs.data.shifted_gaussian(num_clients=3, samples_per_client=5, dim=6, sparsity=2)
+    algo, problem = fs.algorithms.fed_avg(step_size=0.1), fs.problems.least_squares()
+    history = fs.simulate(algo, problem, data, rounds=1, device="auto")
+    assert history.model.device.type == resolve_device("auto").type
+    with pytest.raises(ConfigError, match="device='tpu' is invalid: must be one of"):
+        fs.simulate(algo, problem, data, rounds=1, device="tpu")
