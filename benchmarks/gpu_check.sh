@@ -6,7 +6,9 @@
 # from the repository root. Everything goes under "$OUT" if set, else ./gpu-check-out:
 # one log per step, the run folders, and SUMMARY.txt (each step's status and time).
 # Fashion-MNIST is read where fedsparse looks for it: $FEDSPARSE_DATA/fashion-mnist, or
-# /usr/share/datasets/fashion-mnist.
+# /usr/share/datasets/fashion-mnist. A GPU machine without a network needs the four IDX
+# files (30 MB) brought along, e.g. copied to gpu-data/fashion-mnist/ in the working
+# tree and FEDSPARSE_DATA=$PWD/gpu-data.
 #
 # Steps, most important first; each has its own time limit and the whole script stops
 # starting new steps after BUDGET seconds (default 480):
