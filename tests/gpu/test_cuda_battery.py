@@ -90,6 +90,7 @@ def make_problem(kind: str):
 
 
 def make_algorithm(kind: str, problem_kind: str, compensated: bool):
+    kind, _, pruner = kind.partition(":")  # "safari:fedspa": SAFARI with another pruner
     if kind in PERSONAL:
         algo = REGISTRY[kind](**PERSONAL[kind])
     else:
@@ -105,6 +106,8 @@ def make_algorithm(kind: str, problem_kind: str, compensated: bool):
                   and accepted[k].default not in (1,)}
         if "compensation" in accepted:
             kwargs["compensation"] = False  # the battery adds it where a case asks
+        if pruner:
+            kwargs.update(pruner=pruner, synflow_iterations=2)
         algo = REGISTRY[kind](**kwargs)
     return fs.algorithms.similarity_compensation(algo) if compensated else algo
 
@@ -125,11 +128,15 @@ def make_channel(kind: str):
 #: compensation.
 CASES = [(a, p, "perfect", False) for a in sorted(REGISTRY) for p in PROBLEMS] + \
     [(a, "softmax" if a in PERSONAL else "least_squares", c, comp) for a in sorted(REGISTRY)
-     for c in CHANNELS for comp in (False, True) if (c, comp) != ("perfect", False)]
+     for c in CHANNELS for comp in (False, True) if (c, comp) != ("perfect", False)] + \
+    [(f"safari:{pruner}", p, c, comp) for pruner in ("synflow", "fedspa")  # SAFARI's pruners
+     for p, c, comp in (("mlp", "perfect", False), ("cnn", "perfect", False),
+                        ("resnet20_batch", "perfect", False), ("mlp", "bernoulli", True))]
 #: What the (CPU, CPU) pair runs in the default suite: a few seconds.
 SMOKE = [("fed_iter_ht", "least_squares", "bernoulli", True), ("fedmac", "softmax",
                                                                "safari", False),
-         ("safari", "mlp", "perfect", False), ("fed_grad_mp", "dictionary", "scheduled", False)]
+         ("safari:fedspa", "mlp", "bernoulli", True),
+         ("fed_grad_mp", "dictionary", "scheduled", False)]
 
 
 def _id(case) -> str:
@@ -249,7 +256,7 @@ def test_the_comparison_notices_a_different_run():
 
 
 def test_the_battery_covers_every_algorithm_problem_and_channel():
-    assert {c[0] for c in CASES} == set(REGISTRY)
+    assert {c[0].partition(":")[0] for c in CASES} == set(REGISTRY)
     assert {c[1] for c in CASES} == set(PROBLEMS)
     assert {c[2] for c in CASES} == set(CHANNELS)
     assert {c[3] for c in CASES} == {False, True}
