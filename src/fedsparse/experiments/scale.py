@@ -56,7 +56,7 @@ def scale_million(out, *, quick: bool = False, rounds: int | None = None,
     runs = {}
     for seed in range(seeds):
         fed = data.fedprox_synthetic(0.5, 0.5, num_clients=N, seed=seed, lazy=True)
-        algo = algorithms.fed_avg(step_size=0.05, local_steps=10, batch_size=20)
+        algo = algorithms.fed_avg(step_size=0.05, local_steps=5, batch_size=20)
         history = simulate(algo, problems.neural(mlp(60, (20,), 10)), fed, rounds=rounds,
                            seed=seed, clients_per_round=S, client_batch=CLIENT_BATCH,
                            eval_clients=min(EVAL_CLIENTS, N), device=dev,
