@@ -283,17 +283,31 @@ class LazyFederatedDataset(FederatedDataset):
         return FederatedDataset(train=train, weights=weights, test=test,
                                 ground_truth=self.ground_truth, name=self.name)
 
-    def chunks(self, budget: int = CHUNK_BYTES) -> list[torch.Tensor]:
-        """Consecutive client ranges whose padded features take at most ``budget`` bytes
-        (at least one client each): how every client is read, a chunk at a time."""
+    def chunks(self, budget: int | None = None) -> list[torch.Tensor]:
+        """Consecutive client ranges whose features take at most ``budget`` bytes as
+        materialised (at least one client each): how every client is read, a chunk at a
+        time. Padded clients take ``n_max`` rows each, pooled ones their own. Default
+        budget :data:`CHUNK_BYTES`."""
+        budget = CHUNK_BYTES if budget is None else budget
         row = math.prod(self.feature_shape) * torch.finfo(self.dtype).bits // 8
-        per_client = row * sum(self.source.n_max(p) for p in (0, 1)
-                               if self.source.counts[p] is not None)
-        size = max(1, budget // max(per_client, 1))
+        parts = [p for p in (0, 1) if self.source.counts[p] is not None]
         N = self.num_clients
-        return [torch.arange(a, min(a + size, N)) for a in range(0, N, size)]
+        if self.layout == "padded":
+            per_client = row * sum(self.source.n_max(p) for p in parts)
+            size = max(1, budget // max(per_client, 1))
+            return [torch.arange(a, min(a + size, N)) for a in range(0, N, size)]
+        rows = sum(self.source.counts[p].to(torch.int64) for p in parts)
+        ends = torch.cumsum(rows * row, 0)
+        out, a = [], 0
+        while a < N:
+            base = int(ends[a - 1]) if a else 0
+            b = int(torch.searchsorted(ends, base + budget, right=True))
+            b = min(max(b, a + 1), N)
+            out.append(torch.arange(a, b))
+            a = b
+        return out
 
-    def statistics(self, algorithm, problem, budget: int = CHUNK_BYTES
+    def statistics(self, algorithm, problem, budget: int | None = None
                    ) -> dict[str, torch.Tensor]:
         """``algorithm.statistics`` of every client, read a chunk at a time; nothing is
         read when the algorithm needs none (it returns {} on a single client)."""
