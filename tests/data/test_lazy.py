@@ -151,3 +151,29 @@ def test_lazy_chunks_group_clients_by_size_with_the_same_result():
     assert torch.allclose(a.model, b.model, rtol=1e-5, atol=1e-6)
     assert [r["delivered_clients"] for r in a.records] == \
         [r["delivered_clients"] for r in b.records]
+
+
+def test_personal_metrics_of_lazy_data_in_chunks_and_sampled(monkeypatch):
+    import fedsparse.data.lazy as lazy_module
+
+    eager = GENERATORS["fedprox"](per_client_seed=True)
+    lazy = GENERATORS["fedprox"](lazy=True)
+    problem = fs.problems.softmax()
+
+    def algo():
+        return fs.algorithms.fedmac(lam=0.5, step_size=0.05, personal_step_size=0.05,
+                                    local_steps=2, batch_size=4)
+
+    a = fs.simulate(algo(), problem, eager, rounds=1, seed=1, clients_per_round=10)
+    monkeypatch.setattr(lazy_module, "CHUNK_BYTES", 20_000)  # a few clients a chunk
+    assert 1 < len(lazy.chunks()) < 100
+    b = fs.simulate(algo(), problem, lazy, rounds=1, seed=1, clients_per_round=10)
+    assert torch.equal(a.personal_models, b.personal_models)
+    for key in ("personal_objective", "personal_accuracy", "personal_test_objective",
+                "personal_test_accuracy"):
+        # float32 sums over other groupings of clients: equal to round-off
+        assert b.records[-1][key] == pytest.approx(a.records[-1][key], rel=1e-6)
+    c = fs.simulate(algo(), problem, lazy, rounds=1, seed=1, clients_per_round=10,
+                    eval_clients=30)
+    assert c.records[-1]["personal_accuracy"] != a.records[-1]["personal_accuracy"]
+    assert 0 <= c.records[-1]["personal_accuracy"] <= 1
