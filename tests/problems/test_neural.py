@@ -269,6 +269,33 @@ def test_init_params_is_seeded_and_leaves_the_global_rng_alone():
     assert torch.equal(other.init_params(seed=5, dtype=torch.float32), a)
 
 
+def test_init_params_takes_the_seed_first_and_refuses_a_stray_feature_dim():
+    # init_params(1) once put the 1 into an ignored feature_dim and returned the seed-0 model.
+    problem = fs.problems.neural(models.mlp(6, (5,), 3))
+    one = problem.init_params(seed=1)
+    assert torch.equal(problem.init_params(1), one)
+    assert not torch.equal(problem.init_params(1), problem.init_params(0))
+    assert torch.equal(problem.init_params(1, F64), one.to(F64))
+    # The generic interface's feature_dim is checked against what the network reads.
+    assert torch.equal(problem.init_params(seed=1, feature_dim=6), one)
+    with pytest.raises(ConfigError, match=r"feature_dim.*7.*init_params\(seed\)"):
+        problem.init_params(feature_dim=7)
+    conv = fs.problems.neural(TINY["cnn"][0]())
+    conv.init_params(seed=0, feature_dim=64)  # 1 x 8 x 8 images
+    with pytest.raises(ConfigError, match="feature_dim"):
+        conv.init_params(feature_dim=1)
+    with pytest.raises(ConfigError, match="dtype"):
+        problem.init_params(1, 2)
+    # Once the data is seen, only its number of features is accepted.
+    data = fs.data.from_arrays([torch.randn(4, 6)], [torch.tensor([0.0, 1, 2, 0])])
+    problem.check_data(data)
+    with pytest.raises(ConfigError, match=r"feature shape is \(6,\)"):
+        problem.init_params(feature_dim=5)
+    # The simulator's generic call gives the data's feature count and the run's seed.
+    algo = fs.algorithms.fed_avg(step_size=0.1, local_steps=1, batch_size=2).bind(problem, data)
+    assert torch.equal(algo.init(problem, seed=1)["model"], problem.init_params(1, data.dtype))
+
+
 def test_init_params_is_the_same_in_another_process():
     x = fs.problems.neural(models.mlp(60, (20,), 10)).init_params(seed=11, dtype=F64)
     code = ("import fedsparse as fs, fedsparse.models as m, torch;"

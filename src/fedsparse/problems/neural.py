@@ -167,8 +167,8 @@ class NeuralProblem(Problem):
         """The :class:`~fedsparse.models.ParamLayout` of the flat vector."""
         return self._layout
 
-    def init_params(self, feature_dim: int | None = None, seed: int = 0,
-                    dtype: torch.dtype | None = None) -> torch.Tensor:
+    def init_params(self, seed: int = 0, dtype: torch.dtype | None = None, *,
+                    feature_dim: int | None = None) -> torch.Tensor:
         """The module's own initialisation, seeded: (P,) flat vector.
 
         Every submodule's ``reset_parameters`` runs (children before parents, so a model's
@@ -178,8 +178,22 @@ class NeuralProblem(Problem):
         vector in any process; the values are drawn in the module's dtype and then cast to
         ``dtype``, so float32 and float64 runs start from the same model. Parameters owned by
         no module with ``reset_parameters`` keep the values of the module passed in.
+
+        Parameters
+        ----------
+        seed : the seed, first so that ``init_params(1)`` is the seed-1 model.
+        dtype : the vector's dtype (None: the problem's ``dtype``, else the module's).
+        feature_dim : keyword only, and not needed: a network's size does not depend on
+            it. Given (as the generic ``Problem`` interface does), it must be the number of
+            features the network reads (the product of its input shape); any other value
+            is refused, since it is most likely a misplaced argument.
         """
         seed = check_int("seed", seed, minimum=0)
+        if dtype is not None and (not isinstance(dtype, torch.dtype)
+                                  or not dtype.is_floating_point):
+            raise fail("dtype", dtype, "must be a floating torch dtype or None")
+        if feature_dim is not None:
+            self._check_feature_dim(check_int("feature_dim", feature_dim, minimum=1))
         dtype = dtype or self._dtype or next(self._template.parameters()).dtype
         fresh = copy.deepcopy(self._template)
         with torch.random.fork_rng(devices=[]):
@@ -191,6 +205,37 @@ class NeuralProblem(Problem):
         trained = dict(fresh.named_parameters())
         with torch.no_grad():
             return torch.cat([trained[n].reshape(-1) for n in self._names]).to(dtype)
+
+    def _check_feature_dim(self, feature_dim: int) -> None:
+        """Refuse a ``feature_dim`` the network cannot read: the product of the feature
+        shape once :meth:`check_data` has seen the data, else a flat (feature_dim,) input
+        or square images with the first convolution's channels that the module accepts."""
+        if self.feature_shape is not None:
+            ok = math.prod(self.feature_shape) == feature_dim
+        else:
+            shapes = [(feature_dim,)]
+            convs = [m for m in self._template.modules()
+                     if isinstance(m, nn.modules.conv._ConvNd)]
+            if convs and feature_dim % convs[0].in_channels == 0:
+                c = convs[0].in_channels
+                side = math.isqrt(feature_dim // c)
+                if side * side * c == feature_dim:
+                    shapes.append((c, side, side))
+            ok = False
+            for shape in shapes:
+                try:
+                    self._probe(shape)
+                    ok = True
+                    break
+                except ConfigError:
+                    continue
+        if not ok:
+            known = "" if self.feature_shape is None else \
+                f" (its feature shape is {self.feature_shape})"
+            raise fail("feature_dim", feature_dim,
+                       f"is not the number of features {self.module_name} reads{known}; a "
+                       "neural problem does not need it: call init_params(seed) or "
+                       "init_params(seed=..., dtype=...)")
 
     def check_data(self, data) -> None:
         """Check the feature shape (one forward pass) and the labels of ``data``.
