@@ -49,16 +49,16 @@ import torch
 from torch import nn
 from torch.func import functional_call, grad, replace_all_batch_norm_modules_, vmap
 
+from .._memory import client_chunk, eval_chunk
 from .._validation import ConfigError, check_choice, check_int, fail
 from ..models.layout import ParamLayout
 from .base import Problem, check_dense_features, check_labels
 
-# Activation memory allowed for one vectorised call (a chunk of clients): large enough that
-# chunking never limits speed on the models here (the MLP at 1,000 clients x 20 examples is
-# one chunk), small enough that a CIFAR-sized cohort of ResNets does not exhaust a laptop.
-_CHUNK_BYTES = 256 << 20
 # Saved activations plus their gradients plus the forward's temporaries, per activation.
 _GRAD_MEMORY_FACTOR = 3
+# Per client of a vectorised gradient: its weights (a copy when sliced from the stack),
+# their gradient, and its row of the (s, P) result.
+_PARAM_COPIES = 3
 
 
 def _short(error: Exception) -> str:
@@ -97,8 +97,9 @@ class NeuralProblem(Problem):
         other networks the measured rule of ``_auto_path``), ``"mlp"``, ``"vmap"`` or
         ``"loop"``: how clients are evaluated. Results do not depend on it beyond
         rounding.
-    chunk_clients : clients per vectorised call; None sizes chunks from the model's
-        activation memory (256 MiB per call).
+    chunk_clients : clients per vectorised call; None sizes chunks from the memory of the
+        device (:func:`fedsparse._memory.memory_budget`) and each client's estimated need
+        (:meth:`client_bytes`), once per device, dtype and batch shape.
 
     Attributes
     ----------
@@ -148,6 +149,7 @@ class NeuralProblem(Problem):
         self.feature_shape: tuple[int, ...] | None = None
         self._copies: dict[tuple, nn.Module] = {}
         self._activation: dict[tuple, int] = {}
+        self._chunks: dict[tuple, int] = {}
 
     @property
     def module(self) -> nn.Module:
@@ -294,9 +296,22 @@ class NeuralProblem(Problem):
         X = X.to(device=params.device, dtype=params.dtype)
         y = y.to(params.device).long()
         module = self._module(params.device, params.dtype)
+        tensors = self._layout.unflatten(params)
+        n = X.shape[0]
+        # Per-example layers: a chunk larger than the device's budget is evaluated in
+        # parts (same numbers). Batch statistics depend on the chunk, so it stays whole.
+        step = n if self._batch_stats or n == 0 else eval_chunk(
+            self.client_bytes(1, tuple(X.shape[1:]), X.element_size(), grad=False)
+            - X.element_size() * self._layout.size, X.device, examples=n)
+        losses, hits = [], []
         with torch.no_grad():
-            logits = functional_call(module, self._layout.unflatten(params), (X,))
-            return _cross_entropy(logits, y), logits.argmax(-1) == y
+            for a in range(0, max(n, 1), step):
+                logits = functional_call(module, tensors, (X[a:a + step],))
+                losses.append(_cross_entropy(logits, y[a:a + step]))
+                hits.append(logits.argmax(-1) == y[a:a + step])
+        if len(losses) == 1:
+            return losses[0], hits[0]
+        return torch.cat(losses), torch.cat(hits)
 
     def lipschitz(self, X, w, iterations: int = 50):
         raise ConfigError(f"{self!r} has no Lipschitz bound: give a numeric step_size")
@@ -350,12 +365,42 @@ class NeuralProblem(Problem):
             self._activation[shape] = max(1, total[0] // 2)
         return self._activation[shape]
 
+    def client_bytes(self, batch: int, feature_shape: tuple[int, ...],
+                     itemsize: int = 4, *, grad: bool = True) -> int:
+        """Estimated peak bytes of one client in a vectorised call.
+
+        Parameters
+        ----------
+        batch : the client's examples in the call.
+        feature_shape : the shape of one example.
+        itemsize : bytes per element (4 for float32, 8 for float64).
+        grad : a gradient call (saved activations, their gradients and the parameter
+            copies), or a forward-only one.
+
+        Returns
+        -------
+        ``P x itemsize x 3`` (weights, gradient, result row) plus ``batch x`` (input plus
+        activation elements of one example) ``x itemsize x 3`` (saved activations, their
+        gradients, temporaries); a forward pass counts the activations once and one copy
+        of the parameters.
+        """
+        shape = tuple(int(s) for s in feature_shape)
+        activations = self._activation_elements(shape) + math.prod(shape)
+        factor = _GRAD_MEMORY_FACTOR if grad else 1
+        copies = _PARAM_COPIES if grad else 1
+        return itemsize * (copies * self._layout.size + factor * int(batch) * activations)
+
     def _chunk(self, X: torch.Tensor) -> int:
+        """Clients per vectorised call for client data ``X`` (S, b, ...): the fixed
+        ``chunk_clients``, else as many as the device's budget holds (computed once per
+        device, dtype and shape: no device query on later calls)."""
         if self.chunk_clients is not None:
             return self.chunk_clients
-        per_client = (X.shape[1] * self._activation_elements(tuple(X.shape[2:]))
-                      * X.element_size() * _GRAD_MEMORY_FACTOR)
-        return max(1, _CHUNK_BYTES // max(1, per_client))
+        key = (X.device, X.dtype, tuple(X.shape[1:]))
+        if key not in self._chunks:
+            need = self.client_bytes(X.shape[1], tuple(X.shape[2:]), X.element_size())
+            self._chunks[key] = client_chunk(need, X.device)
+        return self._chunks[key]
 
     def _use_vmap(self, X: torch.Tensor) -> bool:
         if self.path != "auto":
@@ -387,11 +432,13 @@ class NeuralProblem(Problem):
             return (_weighted_ce if kind == "loss" else _weighted_correct)(logits, y, w)
         # Batch statistics must not see zero-weight rows: such clients run alone on their
         # real rows; every other client is vectorised.
-        solo = (w <= 0).any(-1) if self._batch_stats else torch.zeros(S, dtype=torch.bool,
-                                                                       device=device)
+        # Without batch statistics every client is regular: no data-dependent index (whose
+        # size would need a device-to-host synchronisation on a GPU).
+        solo = (w <= 0).any(-1) if self._batch_stats else None
         pieces = [] if differentiable else None
         out = None if differentiable else torch.empty(shape, device=device, dtype=dtype)
-        regular = torch.nonzero(~solo).reshape(-1)
+        regular = torch.arange(S, device=device) if solo is None else \
+            torch.nonzero(~solo).reshape(-1)
         use_vmap = self._use_vmap(X)
         step = self._chunk(X)
         order = []
@@ -414,7 +461,7 @@ class NeuralProblem(Problem):
                     out = res
                 else:
                     out[rows] = res
-            for i in torch.nonzero(solo).reshape(-1).tolist():
+            for i in ([] if solo is None else torch.nonzero(solo).reshape(-1).tolist()):
                 real = w[i] > 0
                 p = params if params.ndim == 1 else params[i]
                 res = self._single(module, kind, p, X[i][real], y[i][real], w[i][real])
