@@ -75,6 +75,40 @@ def test_grad_matches_autograd_on_per_client_modules(kind, path):
     assert torch.allclose(problem.grad(params, X, y, w), grad, atol=1e-10)
 
 
+@pytest.mark.parametrize("kind", ["cnn", "bn", "gn"])
+def test_stacked_path_matches_autograd_on_per_client_modules(kind):
+    # The clients as one network with grouped convolutions, also with uneven clients
+    # (batch norm then runs those alone) and one shared model.
+    build, shape = TINY[kind]
+    problem = fs.problems.neural(build(), path="stacked")
+    X, y, w = _batch(shape, S=4, uneven=True)
+    params = _params(problem, 4)
+    loss, grad = _reference(build, params, X, y, w)
+    assert torch.allclose(problem.loss(params, X, y, w), loss, atol=1e-12)
+    assert torch.allclose(problem.grad(params, X, y, w), grad, atol=1e-10)
+    shared = problem.grad(params[0], X, y, w)
+    assert torch.allclose(shared, problem.grad(params[0].expand(4, -1), X, y, w), atol=1e-12)
+    auto = fs.problems.neural(build())
+    assert auto._method(X) == "stacked"  # the CPU's choice for sequential conv nets
+    correct = problem.accuracy(params, X, y, w)
+    assert torch.equal(correct, fs.problems.neural(build(), path="loop").accuracy(
+        params, X, y, w))
+
+
+def test_stacked_path_runs_vgg_and_refuses_what_it_cannot_stack():
+    build = lambda: models.vgg_small(3, 2, 32)  # noqa: E731
+    problem = fs.problems.neural(build(), path="stacked")
+    X, y, w = _batch((2, 32, 32), S=2, b=2)
+    params = _params(problem, 2)
+    loss, grad = _reference(build, params, X, y, w)
+    assert torch.allclose(problem.grad(params, X, y, w), grad, atol=1e-10)
+    for net in (models.mlp(4, (3,), 2), models.resnet20(3, 1),
+                nn.Sequential(nn.Conv2d(1, 2, 3, padding_mode="circular", padding=1),
+                              nn.Flatten(), nn.Linear(2 * 4 * 4, 2))):
+        with pytest.raises(ConfigError, match="path='stacked'"):
+            fs.problems.neural(net, path="stacked")
+
+
 @pytest.mark.parametrize("shortcut,norm", [("conv", "batch"), ("pad", "group")])
 def test_resnet20_grad_matches_autograd(shortcut, norm):
     def build():

@@ -52,6 +52,7 @@ from torch.func import functional_call, grad, replace_all_batch_norm_modules_, v
 from .._memory import client_chunk, eval_chunk
 from .._validation import ConfigError, check_choice, check_int, fail
 from ..models.layout import ParamLayout
+from ._stacked import stackable, stacked_grad, stacked_logits
 from .base import Problem, check_dense_features, check_labels
 
 # Saved activations plus their gradients plus the forward's temporaries, per activation.
@@ -93,10 +94,12 @@ class NeuralProblem(Problem):
     dtype : default dtype of :meth:`init_params` when its ``dtype`` is None (None: the
         module's own parameter dtype). ``loss``/``grad`` always compute in the dtype of
         ``params``.
-    path : ``"auto"`` (a plain ReLU MLP takes the closed-form batched backward ``"mlp"``;
-        other networks the measured rule of ``_auto_path``), ``"mlp"``, ``"vmap"`` or
-        ``"loop"``: how clients are evaluated. Results do not depend on it beyond
-        rounding.
+    path : how clients are evaluated; results do not depend on it beyond rounding.
+        ``"auto"``: a plain ReLU MLP takes the closed-form batched backward ``"mlp"``; on
+        the CPU a sequential convolutional network runs ``"stacked"`` (the clients as one
+        network with grouped layers, :mod:`fedsparse.problems._stacked`); other networks
+        follow the measured rule of ``_auto_path``. Or one of ``"mlp"``, ``"stacked"``,
+        ``"vmap"`` (:func:`torch.func.vmap`) and ``"loop"`` (one client at a time).
     chunk_clients : clients per vectorised call; None sizes chunks from the memory of the
         device (:func:`fedsparse._memory.memory_budget`) and each client's estimated need
         (:meth:`client_bytes`), once per device, dtype and batch shape.
@@ -122,7 +125,7 @@ class NeuralProblem(Problem):
         if dtype is not None and (not isinstance(dtype, torch.dtype)
                                   or not dtype.is_floating_point):
             raise fail("dtype", dtype, "must be a floating torch dtype or None")
-        self.path = check_choice("path", path, ("auto", "vmap", "loop", "mlp"))
+        self.path = check_choice("path", path, ("auto", "vmap", "loop", "mlp", "stacked"))
         self.chunk_clients = check_int("chunk_clients", chunk_clients, minimum=1,
                                        allow_none=True)
         template = copy.deepcopy(module)
@@ -141,6 +144,11 @@ class NeuralProblem(Problem):
                                 for m in template.modules())
         self._has_conv = any(isinstance(m, nn.modules.conv._ConvNd) for m in template.modules())
         self._mlp = _mlp_layers(template, self._layout) if path in ("auto", "mlp") else None
+        self._stacked = stackable(template) if path in ("auto", "stacked") else None
+        if path == "stacked" and self._stacked is None:
+            raise fail("path", path, "needs an nn.Sequential convolutional network of Conv2d, "
+                       "norm, pooling, activation, Flatten and Linear layers (as fs.models.cnn "
+                       "and fs.models.vgg_small build)")
         if path == "mlp" and self._mlp is None:
             raise fail("path", path, "needs a plain ReLU MLP (nn.Sequential of Linear layers "
                        "with ReLU between them, as fs.models.mlp builds)")
@@ -402,10 +410,15 @@ class NeuralProblem(Problem):
             self._chunks[key] = client_chunk(need, X.device)
         return self._chunks[key]
 
-    def _use_vmap(self, X: torch.Tensor) -> bool:
+    def _method(self, X: torch.Tensor) -> str:
+        """``"stacked"``, ``"vmap"`` or ``"loop"`` for client data ``X`` (S, b, ...)."""
+        if self.path == "mlp":
+            return "loop"  # the closed form covers gradients only
         if self.path != "auto":
-            return self.path == "vmap"
-        return _auto_path(X, self._has_conv) == "vmap"
+            return self.path
+        if self._stacked is not None and X.device.type == "cpu":
+            return "stacked"
+        return _auto_path(X, self._has_conv)
 
     def _run(self, kind: str, params, X, y, w) -> torch.Tensor:
         params = self._check_params(params)
@@ -439,7 +452,9 @@ class NeuralProblem(Problem):
         out = None if differentiable else torch.empty(shape, device=device, dtype=dtype)
         regular = torch.arange(S, device=device) if solo is None else \
             torch.nonzero(~solo).reshape(-1)
-        use_vmap = self._use_vmap(X)
+        method = self._method(X)
+        run = {"stacked": self._stacked_run, "vmap": self._vmapped,
+               "loop": self._looped}[method]
         step = self._chunk(X)
         order = []
         ctx = nullcontext() if differentiable else torch.no_grad()
@@ -453,7 +468,7 @@ class NeuralProblem(Problem):
                 if kind == "grad" and self._mlp is not None:
                     res = _mlp_grad(self._mlp, p, X[rows], y[rows], w[rows])
                 else:
-                    res = self._vmapped(*args) if use_vmap else self._looped(*args)
+                    res = run(*args)
                 if differentiable:
                     pieces.append(res)
                     order.append(torch.arange(S, device=device)[rows])
@@ -496,6 +511,15 @@ class NeuralProblem(Problem):
         res = [self._single(module, kind, p if p.ndim == 1 else p[i], X[i], y[i], w[i])
                for i in range(X.shape[0])]
         return torch.stack(res)
+
+    def _stacked_run(self, module, kind, p, X, y, w) -> torch.Tensor:
+        """Clients as one network with grouped layers (:mod:`._stacked`): (s,) or (s, P)."""
+        if kind == "grad":
+            return stacked_grad(self._stacked, self._layout, _weighted_ce, p, X, y, w)
+        if p.ndim == 1:
+            p = p.expand(X.shape[0], -1)
+        logits = stacked_logits(self._stacked, self._layout.unflatten(p), X)
+        return (_weighted_ce if kind == "loss" else _weighted_correct)(logits, y, w)
 
     def _vmapped(self, module, kind, p, X, y, w) -> torch.Tensor:
         """Clients vectorised with torch.func: (s,) or (s, P)."""
