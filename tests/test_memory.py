@@ -104,3 +104,27 @@ def test_simulate_sizes_client_batch_from_the_budget(monkeypatch):
         assert [r["objective"] for r in h.records] == \
             [r["objective"] for r in reference.records]
         assert torch.equal(h.model, reference.model)
+
+
+def test_keep_freed_memory_nests_and_restores(monkeypatch):
+    calls = []
+
+    class Libc:
+        def mallopt(self, what, value):
+            calls.append((what, value))
+
+        def malloc_trim(self, pad):
+            calls.append(("trim", pad))
+
+    monkeypatch.setattr(memory, "_glibc", lambda: Libc())
+    with memory.keep_freed_memory():
+        with memory.keep_freed_memory():  # nested: acts once
+            assert torch.ones(3).sum() == 3
+        assert len(calls) == 2
+    assert calls[:2] == [(-3, memory._KEEP_BELOW), (-1, 2 * memory._KEEP_BELOW)]
+    assert calls[2:] == [(-1, memory._DEFAULT_TRIM), (-3, memory._DEFAULT_MMAP), ("trim", 0)]
+    assert memory._keeping[0] == 0
+    monkeypatch.undo()
+    with memory.keep_freed_memory():  # the real allocator (or nothing off glibc)
+        x = torch.zeros(1 << 22)
+        del x

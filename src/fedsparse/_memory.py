@@ -25,6 +25,8 @@ callers still read it once per run or per shape, not per step.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import torch
 
 from . import _resources
@@ -148,3 +150,55 @@ def eval_chunk(example_bytes: int, device: str | torch.device | None = None, *,
     examples : the number of examples there are (the chunk is at most that).
     """
     return items_per_chunk(example_bytes, memory_budget(device), at_most=examples)
+
+
+# glibc's mallopt parameters (malloc.h) and their documented defaults.
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+_DEFAULT_TRIM, _DEFAULT_MMAP = 128 << 10, 128 << 10
+# While a run keeps its freed buffers: blocks up to this size come from the heap.
+_KEEP_BELOW = 1 << 30
+_keeping = [0]  # depth of nested keep_freed_memory() contexts
+
+
+def _glibc():
+    try:
+        import ctypes
+        import ctypes.util
+
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc.mallopt  # noqa: B018 - glibc only: other C libraries have no mallopt
+        libc.malloc_trim  # noqa: B018
+        return libc
+    except (OSError, AttributeError, TypeError):
+        return None
+
+
+@contextmanager
+def keep_freed_memory():
+    """Context in which the C allocator keeps freed blocks for reuse (glibc only).
+
+    A round allocates fresh (S, P) buffers at every local step (gradients, updates, the
+    batched products' results) and frees them at the end of the step. By default glibc
+    serves blocks of more than 128 KiB to 32 MiB with ``mmap`` and returns them to the
+    system on ``free``, so every step pays the page faults of touching fresh memory again:
+    on a 100-client MLP round that is half the round's time (measured on the CPU by
+    ``benchmarks/bench_models.py``). Inside this context blocks below 1 GiB come from the
+    heap and freed memory is kept, so a step reuses the previous step's pages. On exit
+    glibc's thresholds are set back to their documented defaults (128 KiB; its dynamic
+    adjustment of the mmap threshold stays off afterwards) and the kept memory is returned
+    to the system (``malloc_trim``). Nested contexts act once; elsewhere than glibc
+    (macOS, Windows, musl) nothing changes. Results never depend on it.
+    """
+    libc = _glibc() if _keeping[0] == 0 else None
+    if libc is not None:
+        libc.mallopt(_M_MMAP_THRESHOLD, _KEEP_BELOW)
+        libc.mallopt(_M_TRIM_THRESHOLD, _KEEP_BELOW * 2)
+    _keeping[0] += 1
+    try:
+        yield
+    finally:
+        _keeping[0] -= 1
+        if libc is not None:
+            libc.mallopt(_M_TRIM_THRESHOLD, _DEFAULT_TRIM)
+            libc.mallopt(_M_MMAP_THRESHOLD, _DEFAULT_MMAP)
+            libc.malloc_trim(0)

@@ -291,7 +291,7 @@ def simulate(algorithm: Algorithm, problem: Problem, data: FederatedDataset, *, 
                      eval_every=eval_every, max_update_norm=max_update_norm,
                      max_update_ratio=max_update_ratio)
     try:
-        with single_threaded_blas():
+        with single_threaded_blas(), _memory.keep_freed_memory():
             state = loop.run(state, history, start, rounds, save=save,
                              checkpoint_every=checkpoint_every, callback=tracking.callback,
                              progress=progress)
