@@ -83,7 +83,7 @@ def fedsparse_round(module_fn, data, batch, optimizer="sgd", client_batch=None):
     algo = algo.bind(problem, data)
     state = algo.init(problem, seed=0)
     N = data.num_clients
-    clients = torch.arange(N, device=data.weights.device)
+    clients = torch.arange(N)
     payload = algo.broadcast(state, clients)
     cohort = Cohort(0, clients, data.weights, torch.ones(N, dtype=torch.bool))
     chunks = [clients] if client_batch is None else list(torch.split(clients, client_batch))
