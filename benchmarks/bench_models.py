@@ -76,8 +76,8 @@ def make_data(clients, per_client, feature_shape, device, classes=10, seed=0):
     return data if device.type == "cpu" else data.to_device(device)
 
 
-def fedsparse_round(module_fn, data, batch, optimizer="sgd", client_batch=None):
-    problem = fs.problems.neural(module_fn())
+def fedsparse_round(module_fn, data, batch, optimizer="sgd", client_batch=None, path="auto"):
+    problem = fs.problems.neural(module_fn(), path=path)
     algo = fs.algorithms.fed_avg(step_size=LR if optimizer == "sgd" else 1e-3,
                                  local_steps=STEPS, batch_size=batch, optimizer=optimizer)
     algo = algo.bind(problem, data)
@@ -244,6 +244,13 @@ def run_cuda(device, repeats, quick, bf16):
     c = compare("small CNN", cnn, 100, (1, 28, 28), 20, device, repeats, bf16=bf16)
     target(out, "small CNN, 100 clients: >= 10x the per-client loop",
            f"{c['speedup']:.1f}x", c["speedup"] >= 10)
+    # Not a target: whether the CPU's stacked path (grouped channels-last convolutions)
+    # also beats vmap on the GPU, where "auto" keeps vmap until this says otherwise.
+    data = make_data(100, 50, (1, 28, 28), device)
+    t = time_side_by_side({p: fedsparse_round(cnn, data, 20, path=p)
+                           for p in ("vmap", "stacked")}, device, repeats)
+    print(f"  small CNN, 100 clients, fedsparse paths: vmap {t['vmap'] * 1e3:.1f} ms, "
+          f"stacked {t['stacked'] * 1e3:.1f} ms (no target)", flush=True)
     for norm in ("batch", "group"):
         r = compare(f"ResNet-20 ({norm} norm)",
                     lambda norm=norm: fs.models.resnet20(10, 3, norm=norm), 20, (3, 32, 32),
