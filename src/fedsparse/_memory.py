@@ -155,8 +155,11 @@ def eval_chunk(example_bytes: int, device: str | torch.device | None = None, *,
 # glibc's mallopt parameters (malloc.h) and their documented defaults.
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
 _DEFAULT_TRIM, _DEFAULT_MMAP = 128 << 10, 128 << 10
-# While a run keeps its freed buffers: blocks up to this size come from the heap.
-_KEEP_BELOW = 1 << 30
+# While a run keeps its freed buffers: blocks up to this size come from the heap (a glibc
+# that refuses so high a threshold gets its own largest, 32 MiB on 64-bit systems), and
+# up to _KEEP_FREE bytes of freed heap stay with the process (mallopt takes a C int).
+_KEEP_BELOW, _KEEP_BELOW_FALLBACK = 1 << 30, 32 << 20
+_KEEP_FREE = (1 << 31) - 1
 _keeping = [0]  # depth of nested keep_freed_memory() contexts
 
 
@@ -191,8 +194,9 @@ def keep_freed_memory():
     """
     libc = _glibc() if _keeping[0] == 0 else None
     if libc is not None:
-        libc.mallopt(_M_MMAP_THRESHOLD, _KEEP_BELOW)
-        libc.mallopt(_M_TRIM_THRESHOLD, _KEEP_BELOW * 2)
+        if not libc.mallopt(_M_MMAP_THRESHOLD, _KEEP_BELOW):
+            libc.mallopt(_M_MMAP_THRESHOLD, _KEEP_BELOW_FALLBACK)
+        libc.mallopt(_M_TRIM_THRESHOLD, _KEEP_FREE)
     _keeping[0] += 1
     try:
         yield
