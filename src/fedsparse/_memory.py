@@ -181,16 +181,16 @@ def keep_freed_memory():
     """Context in which the C allocator keeps freed blocks for reuse (glibc only).
 
     A round allocates fresh (S, P) buffers at every local step (gradients, updates, the
-    batched products' results) and frees them at the end of the step. By default glibc
-    serves blocks of more than 128 KiB to 32 MiB with ``mmap`` and returns them to the
-    system on ``free``, so every step pays the page faults of touching fresh memory again:
-    a FedAvg round of the 100-client MLP of ``benchmarks/bench_models.py`` took 1.3-2x as
-    long without this context as with it (2 CPU cores, 1 or 2 threads). Inside it, blocks
-    below 1 GiB come from the heap and freed memory is kept, so a step reuses the previous
-    step's pages. On exit
-    glibc's thresholds are set back to their documented defaults (128 KiB; its dynamic
-    adjustment of the mmap threshold stays off afterwards) and the kept memory is returned
-    to the system (``malloc_trim``). Nested contexts act once; elsewhere than glibc
+    batched products' results) and frees them at the end of the step. glibc serves large
+    blocks (above 128 KiB, a threshold it raises by itself up to 32 MiB) with ``mmap`` and
+    returns them to the system on ``free``, so every step pays the page faults of touching
+    fresh memory again: a FedAvg round of the 100-client MLP of
+    ``benchmarks/bench_models.py`` took 1.3-2x as long without this context as with it (2
+    CPU cores, 1 or 2 threads). Inside it, blocks below 1 GiB come from the heap and freed
+    memory is kept, so a step reuses the previous step's pages. On exit glibc's thresholds
+    are set back to their documented defaults (128 KiB; its own raising of the mmap
+    threshold stays off afterwards) and the kept memory is returned to the system
+    (``malloc_trim``). Nested contexts act once; elsewhere than glibc
     (macOS, Windows, musl) nothing changes. Results never depend on it.
     """
     libc = _glibc() if _keeping[0] == 0 else None
