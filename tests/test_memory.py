@@ -123,7 +123,7 @@ def test_keep_freed_memory_nests_and_restores(monkeypatch):
             assert torch.ones(3).sum() == 3
         assert len(calls) == 2
     assert calls[:2] == [(-3, memory._KEEP_BELOW), (-1, memory._KEEP_FREE)]
-    assert calls[2:] == [(-1, memory._DEFAULT_TRIM), (-3, memory._DEFAULT_MMAP), ("trim", 0)]
+    assert calls[2:] == [(-1, 64 << 20), (-3, 32 << 20), ("trim", 0)]
     assert memory._keeping[0] == 0
     monkeypatch.undo()
     with memory.keep_freed_memory():  # the real allocator (or nothing off glibc)

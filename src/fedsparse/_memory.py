@@ -152,9 +152,13 @@ def eval_chunk(example_bytes: int, device: str | torch.device | None = None, *,
     return items_per_chunk(example_bytes, memory_budget(device), at_most=examples)
 
 
-# glibc's mallopt parameters (malloc.h) and their documented defaults.
+# glibc's mallopt parameters (malloc.h), and the thresholds set on leaving: those glibc's
+# own dynamic adjustment reaches once programs free large blocks (an mmap threshold of at
+# most 32 MiB on 64-bit systems, and a trim threshold twice that). mallopt cannot switch
+# the dynamic adjustment back on, and its 128 KiB starting point would make later code pay
+# the very page faults this context avoids.
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
-_DEFAULT_TRIM, _DEFAULT_MMAP = 128 << 10, 128 << 10
+_AFTER_TRIM, _AFTER_MMAP = 64 << 20, 32 << 20
 # While a run keeps its freed buffers: blocks up to this size come from the heap (a glibc
 # that refuses so high a threshold gets its own largest, 32 MiB on 64-bit systems), and
 # up to _KEEP_FREE bytes of freed heap stay with the process (mallopt takes a C int).
@@ -187,10 +191,10 @@ def keep_freed_memory():
     fresh memory again: a FedAvg round of the 100-client MLP of
     ``benchmarks/bench_models.py`` took 1.3-2x as long without this context as with it (2
     CPU cores, 1 or 2 threads). Inside it, blocks below 1 GiB come from the heap and freed
-    memory is kept, so a step reuses the previous step's pages. On exit glibc's thresholds
-    are set back to their documented defaults (128 KiB; its own raising of the mmap
-    threshold stays off afterwards) and the kept memory is returned to the system
-    (``malloc_trim``). Nested contexts act once; elsewhere than glibc
+    memory is kept, so a step reuses the previous step's pages. On exit the thresholds are
+    set to those glibc's own adjustment reaches (mmap above 32 MiB, trim above 64 MiB) and
+    the kept memory is returned to the system (``malloc_trim``). Nested contexts act
+    once; elsewhere than glibc
     (macOS, Windows, musl) nothing changes. Results never depend on it.
     """
     libc = _glibc() if _keeping[0] == 0 else None
@@ -204,6 +208,6 @@ def keep_freed_memory():
     finally:
         _keeping[0] -= 1
         if libc is not None:
-            libc.mallopt(_M_TRIM_THRESHOLD, _DEFAULT_TRIM)
-            libc.mallopt(_M_MMAP_THRESHOLD, _DEFAULT_MMAP)
+            libc.mallopt(_M_TRIM_THRESHOLD, _AFTER_TRIM)
+            libc.mallopt(_M_MMAP_THRESHOLD, _AFTER_MMAP)
             libc.malloc_trim(0)
