@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from . import _resources
+from . import _memory, _resources
 from ._threads import single_threaded_blas
 from ._validation import check_bool, check_float, check_int, check_seed, fail
 from .algorithms.base import Algorithm, ClientContext, DataSpec
@@ -90,6 +90,24 @@ def _unsort(rows: torch.Tensor, order: torch.Tensor | None) -> torch.Tensor:
     out = torch.empty_like(rows)
     out[order.to(rows.device)] = rows
     return out
+
+
+#: Vectors of P entries one client holds during its local training: its model, its
+#: upload, a gradient, up to two optimizer moments (Adam), a mask and temporaries.
+CLIENT_VECTORS = 8
+
+
+def _auto_client_batch(problem: Problem, data: FederatedDataset, clients: int) -> int | None:
+    """Clients per chunk when ``client_batch`` is None: as many as half the device's memory
+    budget holds (:func:`fedsparse._memory.client_chunk`; the other half is left to the
+    problem's own chunks of activations), each client counting :data:`CLIENT_VECTORS`
+    model-sized vectors plus its padded training rows. None when every client fits."""
+    itemsize = torch.finfo(data.dtype).bits // 8
+    rows = int(data.train.counts.max()) if data.num_clients else 0
+    per_client = itemsize * (CLIENT_VECTORS * problem.param_dim(data.dim) + rows * data.dim)
+    device = getattr(data.train.X, "device", torch.device("cpu"))
+    chunk = _memory.client_chunk(per_client, device, clients=max(1, clients), share=0.5)
+    return None if chunk >= clients else chunk
 
 
 def _check_arguments(algorithm, problem, data, channel, dtype, device, eval_every,
@@ -179,7 +197,8 @@ def simulate(algorithm: Algorithm, problem: Problem, data: FederatedDataset, *, 
         same history as an uninterrupted run.
     progress : progress bar; default: shown on a terminal only.
     client_batch : process at most this many clients at once (bounds memory; the
-        result is the same).
+        result is the same). None: as many as the device's memory holds
+        (:func:`fedsparse._memory.memory_budget`; all of them unless models are large).
     eval_every : evaluate the global model every k rounds and at the last round; the
         records of other rounds hold no metrics of the model.
     max_update_norm : reject (as undelivered) uploads whose l2 distance to the broadcast
@@ -259,6 +278,8 @@ def simulate(algorithm: Algorithm, problem: Problem, data: FederatedDataset, *, 
     if data.ground_truth is not None and data.ground_truth.numel() != problem.param_dim(data.dim):
         raise fail("ground_truth length", data.ground_truth.numel(),
                    f"must equal the model size {problem.param_dim(data.dim)}")
+    if client_batch is None:  # sized from the device's memory; None: all clients at once
+        client_batch = _auto_client_batch(problem, data, clients_per_round or data.num_clients)
     _check_resources(bound, data, rounds, clients_per_round, client_batch,
                      problem.param_dim(data.dim))
     run_channel = checked_channel(channel, data.num_clients)
@@ -309,7 +330,7 @@ def simulate(algorithm: Algorithm, problem: Problem, data: FederatedDataset, *, 
                      eval_every=eval_every, max_update_norm=max_update_norm,
                      max_update_ratio=max_update_ratio)
     try:
-        with single_threaded_blas():
+        with single_threaded_blas(), _memory.keep_freed_memory():
             state = loop.run(state, history, start, rounds, save=save,
                              checkpoint_every=checkpoint_every, callback=tracking.callback,
                              progress=progress)

@@ -75,6 +75,40 @@ def test_grad_matches_autograd_on_per_client_modules(kind, path):
     assert torch.allclose(problem.grad(params, X, y, w), grad, atol=1e-10)
 
 
+@pytest.mark.parametrize("kind", ["cnn", "bn", "gn"])
+def test_stacked_path_matches_autograd_on_per_client_modules(kind):
+    # The clients as one network with grouped convolutions, also with uneven clients
+    # (batch norm then runs those alone) and one shared model.
+    build, shape = TINY[kind]
+    problem = fs.problems.neural(build(), path="stacked")
+    X, y, w = _batch(shape, S=4, uneven=True)
+    params = _params(problem, 4)
+    loss, grad = _reference(build, params, X, y, w)
+    assert torch.allclose(problem.loss(params, X, y, w), loss, atol=1e-12)
+    assert torch.allclose(problem.grad(params, X, y, w), grad, atol=1e-10)
+    shared = problem.grad(params[0], X, y, w)
+    assert torch.allclose(shared, problem.grad(params[0].expand(4, -1), X, y, w), atol=1e-12)
+    auto = fs.problems.neural(build())
+    assert auto._method(X) == "stacked"  # the CPU's choice for sequential conv nets
+    correct = problem.accuracy(params, X, y, w)
+    assert torch.equal(correct, fs.problems.neural(build(), path="loop").accuracy(
+        params, X, y, w))
+
+
+def test_stacked_path_runs_vgg_and_refuses_what_it_cannot_stack():
+    build = lambda: models.vgg_small(3, 2, 32)  # noqa: E731
+    problem = fs.problems.neural(build(), path="stacked")
+    X, y, w = _batch((2, 32, 32), S=2, b=2)
+    params = _params(problem, 2)
+    loss, grad = _reference(build, params, X, y, w)
+    assert torch.allclose(problem.grad(params, X, y, w), grad, atol=1e-10)
+    for net in (models.mlp(4, (3,), 2), models.resnet20(3, 1),
+                nn.Sequential(nn.Conv2d(1, 2, 3, padding_mode="circular", padding=1),
+                              nn.Flatten(), nn.Linear(2 * 4 * 4, 2))):
+        with pytest.raises(ConfigError, match="path='stacked'"):
+            fs.problems.neural(net, path="stacked")
+
+
 @pytest.mark.parametrize("shortcut,norm", [("conv", "batch"), ("pad", "group")])
 def test_resnet20_grad_matches_autograd(shortcut, norm):
     def build():
@@ -267,6 +301,33 @@ def test_init_params_is_seeded_and_leaves_the_global_rng_alone():
     # Two problems built from differently initialised modules agree for the same seed.
     other = fs.problems.neural(models.resnet20(10, 1))
     assert torch.equal(other.init_params(seed=5, dtype=torch.float32), a)
+
+
+def test_init_params_takes_the_seed_first_and_refuses_a_stray_feature_dim():
+    # init_params(1) once put the 1 into an ignored feature_dim and returned the seed-0 model.
+    problem = fs.problems.neural(models.mlp(6, (5,), 3))
+    one = problem.init_params(seed=1)
+    assert torch.equal(problem.init_params(1), one)
+    assert not torch.equal(problem.init_params(1), problem.init_params(0))
+    assert torch.equal(problem.init_params(1, F64), one.to(F64))
+    # The generic interface's feature_dim is checked against what the network reads.
+    assert torch.equal(problem.init_params(seed=1, feature_dim=6), one)
+    with pytest.raises(ConfigError, match=r"feature_dim.*7.*init_params\(seed\)"):
+        problem.init_params(feature_dim=7)
+    conv = fs.problems.neural(TINY["cnn"][0]())
+    conv.init_params(seed=0, feature_dim=64)  # 1 x 8 x 8 images
+    with pytest.raises(ConfigError, match="feature_dim"):
+        conv.init_params(feature_dim=1)
+    with pytest.raises(ConfigError, match="dtype"):
+        problem.init_params(1, 2)
+    # Once the data is seen, only its number of features is accepted.
+    data = fs.data.from_arrays([torch.randn(4, 6)], [torch.tensor([0.0, 1, 2, 0])])
+    problem.check_data(data)
+    with pytest.raises(ConfigError, match=r"feature shape is \(6,\)"):
+        problem.init_params(feature_dim=5)
+    # The simulator's generic call gives the data's feature count and the run's seed.
+    algo = fs.algorithms.fed_avg(step_size=0.1, local_steps=1, batch_size=2).bind(problem, data)
+    assert torch.equal(algo.init(problem, seed=1)["model"], problem.init_params(1, data.dtype))
 
 
 def test_init_params_is_the_same_in_another_process():

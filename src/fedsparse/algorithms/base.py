@@ -336,7 +336,7 @@ class Algorithm:
     def init(self, problem: Problem, seed: int = 0) -> ServerState:
         """Initial server state: the problem's initial model (0 for linear models)."""
         spec = self._require_bound()
-        model = problem.init_params(spec.dim, seed, spec.dtype)
+        model = problem.init_params(feature_dim=spec.dim, seed=seed, dtype=spec.dtype)
         return {"model": model.to(spec.device)}
 
     def init_clients(self, problem: Problem, clients: torch.Tensor, seed: int = 0

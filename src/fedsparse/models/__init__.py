@@ -4,7 +4,7 @@
 >>> import fedsparse as fs
 >>> net = fs.models.mlp(784, (100,), 10)            # FedMac's DNN, 79,510 parameters
 >>> problem = fs.problems.neural(net)
->>> x0 = problem.init_params(784, seed=0, dtype=torch.float32)   # (79510,)
+>>> x0 = problem.init_params(seed=0, dtype=torch.float32)   # (79510,)
 """
 
 from .layout import PRUNABLE_TYPES, ParamLayout
