@@ -105,8 +105,7 @@ def _auto_client_batch(problem: Problem, data: FederatedDataset, clients: int) -
     itemsize = torch.finfo(data.dtype).bits // 8
     rows = int(data.train.counts.max()) if data.num_clients else 0
     per_client = itemsize * (CLIENT_VECTORS * problem.param_dim(data.dim) + rows * data.dim)
-    device = getattr(data.train.X, "device", torch.device("cpu"))
-    chunk = _memory.client_chunk(per_client, device, clients=max(1, clients), share=0.5)
+    chunk = _memory.client_chunk(per_client, data.device, clients=max(1, clients), share=0.5)
     return None if chunk >= clients else chunk
 
 
