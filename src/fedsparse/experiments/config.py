@@ -58,7 +58,7 @@ from .claims import check_claim_labels, check_claims, claim_labels
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 RUN_KEYS = {"label", "panel", "rounds", "seed", "clients_per_round", "dtype", "channel", "data",
-            "problem", "algorithm", "checkpoint_every", "flower"}
+            "problem", "algorithm", "checkpoint_every", "flower", "device"}
 #: Keys of a run that hold a table (``--set algorithm=3`` would replace one by a scalar).
 TABLE_KEYS = ("data", "problem", "algorithm", "channel", "flower")
 #: Top-level keys of an experiment config. ``short_title`` and ``fstar_rounds`` are read

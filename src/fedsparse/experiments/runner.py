@@ -97,7 +97,7 @@ def execute_run(run: dict, out: Path | None, *, data_cache: dict, resume: bool =
                            clients_per_round=run.get("clients_per_round"),
                            channel=build_channel(run.get("channel")), checkpoint=checkpoint,
                            checkpoint_every=run.get("checkpoint_every", 10), resume=resume,
-                           progress=progress, loggers=tracking)
+                           progress=progress, loggers=tracking, device=run.get("device"))
         error = None
     except DivergenceError as exc:
         history, error = exc.history, str(exc)
