@@ -247,10 +247,12 @@ def run_config(config: dict, out: str | Path, *, seeds: int = 1, first_seed: int
                     f"{time.perf_counter() - tic:.0f} s" + (f" -- {error}" if error else ""))
 
 
-def load_results(config: dict, out: str | Path) -> dict[tuple[str, str], RunResult]:
+def load_results(config: dict, out: str | Path, *, save_mean: bool = True
+                 ) -> dict[tuple[str, str], RunResult]:
     """The runs of ``config`` that :func:`run_config` saved in ``out``, over every
     replicate found there (``out/<run>/seed-<s>/``); the mean over them is saved to
-    ``out/<run>/``.
+    ``out/<run>/`` (unless not ``save_mean``). A run folder without replicates that
+    holds a history itself (the TOML runner without ``--seeds``) is read as one seed.
 
     Returns
     -------
@@ -261,12 +263,16 @@ def load_results(config: dict, out: str | Path) -> dict[tuple[str, str], RunResu
     for run in resolve_runs(config):
         folders = sorted((out / run["slug"]).glob("seed-*"),
                          key=lambda p: int(p.name.removeprefix("seed-")))
+        single = not folders and (out / run["slug"] / "history.jsonl").exists()
+        if single:
+            folders = [out / run["slug"]]
         histories, rounds, errors = [], [], []
         for folder in folders:
             if not (folder / "history.jsonl").exists():
                 continue
             h = History.load(folder)
-            h.config = {"seed": int(folder.name.removeprefix("seed-"))}
+            h.config = {"seed": run["seed"] if single
+                        else int(folder.name.removeprefix("seed-"))}
             error = (folder / "DIVERGED").read_text().strip() \
                 if (folder / "DIVERGED").exists() else None
             histories.append(h)
@@ -276,7 +282,8 @@ def load_results(config: dict, out: str | Path) -> dict[tuple[str, str], RunResu
         if not histories:
             continue
         mean = mean_history(histories, rounds)
-        mean.save(out / run["slug"])
+        if save_mean:
+            mean.save(out / run["slug"])
         results[(run["panel"], run["label"])] = RunResult(
             run["label"], run["panel"], run["slug"], mean, seed_stats(mean), errors)
     return results
@@ -435,6 +442,29 @@ def table1(name: str, out: str | Path, *, quick: bool = False, rounds: int | Non
     _write_summary(out, summary)
     log(text)
     return summary
+
+
+def runner_table(name: str, config: dict, out: str | Path) -> str | None:
+    """The GM/PM table of a Table 1 row run as the TOML experiment ``name`` (e.g.
+    ``fedsparse run fedmac-table1-fmnist-runs --rounds 100 --seeds 3``), from the
+    histories the runner saved in ``out``; None for any other experiment.
+
+    The runner evaluates every round, so "best" is the maximum over all rounds.
+    """
+    paper_key = {cfg: key for cfg, key, *_ in TABLE1.values()}.get(name)
+    if paper_key is None:
+        return None
+    results = load_results(config, out, save_mean=False)
+    if not results:
+        return None
+    seeds = max(len(r.mean.seeds) for r in results.values())
+    T = resolve_runs(config)[0]["rounds"]
+    return format_table(table_rows(results, PAPER_TABLE1[paper_key]),
+                        f"Liu et al. 2023, Table 1, {DATA_NAMES[paper_key]}: best mean test "
+                        f"accuracy over rounds (%), T = {T}, {seeds} seed(s)"
+                        f"{', mean ± std' if seeds > 1 else ''}; FedAvg and FedProx average "
+                        "by client size here (the Python experiment averages 1/S, as the "
+                        "paper)")
 
 
 def plot_accuracy(results: dict[tuple[str, str], RunResult], path: Path, *,

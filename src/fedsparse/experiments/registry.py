@@ -304,6 +304,12 @@ def list_experiments() -> list[tuple[str, str]]:
     return sorted((r.name, r.title) for r in experiment_rows())
 
 
+#: What a Python experiment adds after the config it runs, by paper (``show``).
+_AFTER = {"fedmac": "then prints the paper's table of each model's best mean test accuracy "
+                    "over rounds (GM/PM), mean ± std over the seeds, beside Liu et al. "
+                    "2023's numbers"}
+
+
 def shown_config(name: str) -> tuple[str, str]:
     """(header comment, TOML text) of a named experiment's parameters, for ``show``.
 
@@ -323,10 +329,14 @@ def shown_config(name: str) -> tuple[str, str]:
     info = INFO.get(name)
     header = f"# {name}: a Python experiment. {name_papers(exp.description)}.\n"
     if info is not None and info.config in tomls:
-        header += (f"# It runs the config below ({info.config}), then a long centralised "
-                   "run for f*.\n# To change its runs: fedsparse run "
-                   f"{info.config} --set ... (without f*), or fedsparse sweep "
-                   f"{info.config} --grid ...\n")
+        # only Tong et al. 2022's Figure 6 has an f* (a centralised reference run)
+        then, without = (("then a long centralised run for f*", " (without f*)")
+                         if info.paper == "fedht" else (_AFTER.get(info.paper, "then "
+                                                                   "its own analysis"), ""))
+        header += (f"# It runs the config below ({info.config}), {then}.\n"
+                   f"# Its options: --quick, --rounds N, --seeds N, --resume, --device.\n"
+                   f"# To change its runs: fedsparse run {info.config} --set ...{without}, "
+                   f"or fedsparse sweep {info.config} --grid ...\n")
         return header, name_papers(tomls[info.config].read_text())
     if name == "fig6-libsvm":
         import tomli_w
