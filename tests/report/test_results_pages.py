@@ -61,3 +61,11 @@ def test_a_changed_number_changes_the_page():
     assert RP.render(page, RUNS) == page
     with pytest.raises(ConfigError, match="no committed run"):
         RP.render("<!-- begin generated: nowhere runs -->\n<!-- end generated -->", RUNS)
+
+
+def test_rows_off_allows_float_drift_not_a_change():
+    page = "| p | run | 68.02 ± 2.66 | 59.71 ± 2.36 |\n| p | other | 1.00 ± 0.10 | 2.00 |\n"
+    assert RP.rows_off(["| p | run | 68.02 ± 2.65 | 59.70 ± 2.36 |"], page) == []
+    off = RP.rows_off(["| p | run | 68.22 ± 2.66 | 59.71 ± 2.36 |",
+                       "| p | missing | 1.00 ± 0.10 | 2.00 |"], page)
+    assert len(off) == 2 and "off by more" in off[0] and "not quoted" in off[1]

@@ -176,6 +176,53 @@ def generate(*, check: bool = False, results: Path = RESULTS) -> list[str]:
     return differ
 
 
+#: How far a re-run's number may lie from the quoted one, in points of %: ten times the
+#: largest difference measured between two machines for the same run (0.01 points, float
+#: sums in another order), far below any difference a page reads as a finding.
+TOLERANCE = 0.1
+_NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
+
+
+def _cells(row: str) -> list[str]:
+    return [c.strip() for c in row.strip().strip("|").split("|")]
+
+
+def rows_off(rows: list[str], text: str, *, key_cells: int = 2,
+             tolerance: float = TOLERANCE) -> list[str]:
+    """The table rows of ``rows`` that ``text`` does not quote within ``tolerance``.
+
+    A row is found in ``text`` by its first ``key_cells`` cells (e.g. panel and run); its
+    other cells must hold the same numbers, each within ``tolerance`` (points of %).
+
+    Returns
+    -------
+    One message per row that is missing or off, naming the row and the page's row.
+    """
+    quoted = {}
+    for line in text.splitlines():
+        if line.startswith("|"):
+            cells = _cells(line)
+            quoted.setdefault(tuple(cells[:key_cells]), cells[key_cells:])
+    off = []
+    for row in rows:
+        cells = _cells(row)
+        key, values = tuple(cells[:key_cells]), cells[key_cells:]
+        page = quoted.get(key)
+        if page is None:
+            off.append(f"not quoted: {row}")
+            continue
+        ours = [_NUMBER.findall(c) for c in values]
+        theirs = [_NUMBER.findall(c) for c in page[:len(values)]]
+        same = len(ours) == len(theirs) and all(
+            len(a) == len(b) and all(abs(float(x) - float(y)) <= tolerance + 1e-9
+                                     for x, y in zip(a, b, strict=True))
+            for a, b in zip(ours, theirs, strict=True))
+        if not same:
+            off.append(f"off by more than {tolerance}: run gives {row}; quoted "
+                       f"| {' | '.join(key + tuple(page))} |")
+    return off
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m fedsparse.report.results_pages",
                                      allow_abbrev=False, description=__doc__.split("\n")[0])
