@@ -130,15 +130,61 @@ def _cell(stat: dict) -> str:
 
 
 def _fedmac_block(s: dict, part: str) -> str:
-    if part != "table":
-        raise ConfigError(f"{s['experiment']}: no generated block {part!r} (only 'table')")
-    lines = ["| method | model | best over rounds (%) | per seed (best) | last round (%) | "
-             "Liu et al. 2023 (%) |", "|---|---|---|---|---|---|"]
+    from ..experiments.fedmac import _fmt
+
+    if part == "gaps" and "gaps" in s:
+        lines = [f"| model | here ({s['rounds']} rounds, {s['seeds']} seed"
+                 f"{'s' if s['seeds'] != 1 else ''}) | Liu et al. 2023 (MNIST, 800 rounds) |",
+                 "|---|---|---|"]
+        lines += [f"| {g['method']} {g['model']} | {_fmt(g['gap'])} | {g['paper_gap']:.2f} |"
+                  for g in s["gaps"]]
+        return "\n".join(lines)
+    if part == "runs" and s["experiment"] in FIGURE_HEADERS:
+        return _figure_block(s)
+    if part != "table" or "table" not in s:
+        raise ConfigError(f"{s['experiment']}: no generated block {part!r}")
+    lines = ["| method | model | best over rounds (%) | last round (%) | "
+             "Liu et al. 2023 (%) | best, per seed (%) |", "|---|---|---|---|---|---|"]
     for r in s["table"]:
         seeds = ", ".join("-" if v is None else f"{v:.2f}" for v in r["seeds"])
         paper = "-" if r["paper"] is None else f"{r['paper']:.2f}"
-        lines.append(f"| {r['method']} | {r['model']} | {_cell(r['best'])} | {seeds} | "
-                     f"{_cell(r['last'])} | {paper} |")
+        lines.append(f"| {r['method']} | {r['model']} | {_cell(r['best'])} | "
+                     f"{_cell(r['last'])} | {paper} | {seeds} |")
+    return "\n".join(lines)
+
+
+#: The FedMac figures' tables: header and the row fields (accuracies in %, then others).
+FIGURE_HEADERS = {
+    "fedmac-fig2": ("| run | GM best (%) | GM last (%) | PM best (%) | PM last (%) | first "
+                    "round the PM is at 95% of its best |",
+                    ("gm_best", "gm_last", "pm_best", "pm_last"),
+                    (("pm_rounds_to_95pct_of_best", None),)),
+    "fedmac-fig4": ("| method | PM best (%) | PM last (%) | GM best (%) | PM non-zero fraction "
+                    "at the last round | first round at the 50% floor | recorded cost / dense "
+                    "| paper's formula at the PMs' s / dense |",
+                    ("pm_best", "pm_last", "gm_best"),
+                    (("pm_density_last", 3), ("pm_floor_round", None),
+                     ("recorded_cost_ratio", 3), ("formula_cost_ratio", 3))),
+    "fedmac-fig6": ("| gamma_w | GM best (%) | GM last (%) | PM best (%) | PM last (%) | GM "
+                    "non-zero fraction, last round | PM non-zero fraction, last round | first "
+                    "round the GM is at the 50% floor |",
+                    ("gm_best", "gm_last", "pm_best", "pm_last"),
+                    (("gm_density_last", 3), ("pm_density_last", 3), ("gm_floor_round", None))),
+}
+
+
+def _figure_block(s: dict) -> str:
+    """A FedMac figure's table (one row per run; one seed, so a cell is that seed's)."""
+    from ..experiments.fedmac import _fmt
+
+    header, percents, others = FIGURE_HEADERS[s["experiment"]]
+    lines = [header, "|" + "---|" * header.count(" | ") + "---|"]
+    for r in s["runs"]:
+        label = f"{r['panel']}: {r['label']}" if r.get("panel") else r["label"]
+        cells = [_fmt(r.get(k)) for k in percents]
+        cells += [str(r.get(k)) if digits is None else _fmt(r.get(k), digits)
+                  for k, digits in others]
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
