@@ -2,8 +2,10 @@
 
 A TOML experiment lives in ``experiments/configs/<name>.toml`` (see
 :mod:`fedsparse.experiments.config` for its schema). A Python experiment is a function
-``fn(out: Path, *, quick: bool = False) -> dict`` decorated with
-:func:`register_experiment`; it writes its own files into ``out``.
+``fn(out: Path, *, quick=False, rounds=None, seeds=None, resume=False, device=None) ->
+dict`` decorated with :func:`register_experiment` (None / False: the experiment's own
+default); it writes its own files into ``out``, continues them from their checkpoints
+with ``resume`` and records ``device``, ``gpu`` and ``wall_clock_s`` in its summary.json.
 
 :data:`INFO` says, for ``fedsparse list``, which paper and figure each experiment
 reproduces, roughly how long it takes and what it needs beyond fedsparse; a TOML config
@@ -38,7 +40,8 @@ _PYTHON: dict[str, PythonExperiment] = {}
 
 
 def register_experiment(name: str, *, description: str, paper: str = ""):
-    """Decorator registering ``fn(out, *, quick=False) -> dict`` as a named experiment."""
+    """Decorator registering ``fn(out, *, quick=False, rounds=None, seeds=None,
+    resume=False, device=None) -> dict`` as a named experiment."""
 
     def decorate(fn):
         _PYTHON[name] = PythonExperiment(name, fn, description, paper)
