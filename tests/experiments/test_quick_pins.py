@@ -3,9 +3,9 @@ give the numbers they gave when pinned, within
 :data:`fedsparse.report.results_pages.TOLERANCE` points.
 
 The tolerance is five times the largest difference measured between two machines for
-the same run (0.02 points, FedSpa + FedProx: float sums in another order); one test image is worth 0.6
-(SAFARI) and 0.1-0.5 (FedMac) points here, so any change of what the code computes
-moves a pin by more. The paper-scale and CPU-scale numbers of the results pages are
+the same run (0.02 points, FedSpa + FedProx: float sums in another order); one test
+image is worth 0.6 (SAFARI) and 0.1-0.5 (FedMac) points here, so any change of what the
+code computes moves a pin by more. The paper-scale and CPU-scale numbers of the results pages are
 pinned the same way by the slow tests (test_safari_pins.py, test_fedmac_experiments.py)
 against the committed runs they quote.
 
