@@ -61,3 +61,16 @@ def test_fedmac_table1_rows_are_800_rounds_3_seeds(name):
     config_name, _, seeds, *_ = M.TABLE1[name]
     assert seeds == 3
     assert {r["rounds"] for r in resolve_runs(M._config(config_name))} == {800}
+
+
+def test_pad_puts_zero_pixels_around_images():
+    from fedsparse._validation import ConfigError
+    from fedsparse.data.real import federated_real
+
+    data = federated_real("digits", partition="iid", num_clients=4, flatten=False, pad=2,
+                          test_fraction=0.0)
+    x = data.train.X[0]  # client 0's images
+    assert tuple(x.shape[-2:]) == (12, 12)  # 8 x 8 digits, 2 zero pixels on every side
+    assert float(x[..., :2, :].abs().sum()) == 0.0 and float(x[..., -2:].abs().sum()) == 0.0
+    with pytest.raises(ConfigError, match="pad"):
+        federated_real("digits", partition="iid", num_clients=4, pad=2)
