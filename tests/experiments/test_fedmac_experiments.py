@@ -20,7 +20,7 @@ from fedsparse.experiments.config import resolve_runs
 from fedsparse.experiments.registry import python_experiments
 from fedsparse.experiments.seeds import mean_history, seed_stats
 from fedsparse.history import History
-from fedsparse.report.results_pages import rows_off
+from fedsparse.report.results_pages import TOLERANCE, rows_off
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "results" / "fedmac.md"
 EXPERIMENTS = ("fedmac-table1-fmnist", "fedmac-table1-mnist5k", "fedmac-table1-synthetic",
@@ -198,10 +198,10 @@ PAGE_FIGURES = {"fedmac-fig4": 100, "fedmac-fig6": 100, "fedmac-fig2": 60,
                 "fedmac-fig3": 100}
 
 
-def _quoted(*rows: str, key_cells: int = 1) -> None:
+def _quoted(*rows: str, key_cells: int = 1, tolerance: float = TOLERANCE) -> None:
     """Each row is quoted on the page (found by its first ``key_cells`` cells), its
-    numbers within :data:`fedsparse.report.results_pages.TOLERANCE` points."""
-    off = rows_off(list(rows), PAGE.read_text(), key_cells=key_cells)
+    numbers within ``tolerance`` points."""
+    off = rows_off(list(rows), PAGE.read_text(), key_cells=key_cells, tolerance=tolerance)
     assert not off, "fedmac.md does not quote what the runs give:\n" + "\n".join(off)
 
 
@@ -249,4 +249,7 @@ def test_page_quotes_figures(name, tmp_path):
         _quoted(*(f"| {g['method']} {g['model']} | {M._fmt(g['gap'])} | {g['paper_gap']:.2f} |"
                   for g in summary["gaps"]))
     else:
-        _quoted(*(figure_cells(name, r) for r in summary["runs"]))
+        # Figure 4's sparse runs drift up to 0.09 points between machines (last-round
+        # accuracy; rule Z's thresholds meet float sums in another order): 3x that
+        _quoted(*(figure_cells(name, r) for r in summary["runs"]),
+                tolerance=0.3 if name == "fedmac-fig4" else TOLERANCE)
