@@ -9,6 +9,7 @@ import glob
 import importlib.util
 import json
 import struct
+import time
 from pathlib import Path
 
 import numpy as np
@@ -379,8 +380,19 @@ def test_wandb_offline_run_holds_records_config_and_model(tmp_path, monkeypatch)
     assert logger.mode == "offline"
     history = fs.simulate(algo, problem, data, rounds=3, seed=0, loggers=logger)
     (run_dir,) = (tmp_path / "wandb").glob("offline-run-*")
-    records = _wandb_records(run_dir)
-    kinds = [r.WhichOneof("record_type") for r in records]
+    # W&B's service process may still be writing the run file when finish() returns
+    # (seen on a loaded machine with wandb 0.31): wait for its exit record.
+    from google.protobuf.message import DecodeError
+
+    for _ in range(100):
+        try:
+            records = _wandb_records(run_dir)
+        except DecodeError:  # a record cut off mid-write
+            records = []
+        kinds = [r.WhichOneof("record_type") for r in records]
+        if "exit" in kinds:
+            break
+        time.sleep(0.1)
     (run,) = [r.run for r in records if r.WhichOneof("record_type") == "run"]
     assert run.display_name == "fed_iter_ht-seed0" and run.project == "fedsparse-test"
     config = _wandb_items(run.config.update)

@@ -26,6 +26,28 @@ def solve_or_lstsq(A: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     x = x.squeeze(-1)
     failed = info != 0
     if failed.any():
-        x[failed] = torch.linalg.lstsq(A[failed], b[failed].unsqueeze(-1),
-                                       driver="gelsd").solution.squeeze(-1)
+        x[failed] = lstsq_gelsd(A[failed], b[failed].unsqueeze(-1)).squeeze(-1)
     return x
+
+
+def lstsq_gelsd(A: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
+    """The minimum-norm least-squares solutions of ``A X = B`` (LAPACK ``gelsd``, SVD
+    based), batched, on the device of ``A``.
+
+    torch offers ``gelsd`` on the CPU only (its CUDA ``lstsq`` is ``gels``, which needs
+    full-rank tall systems), so a GPU's systems are solved on the CPU and the solution is
+    moved back: the same numbers as a run on the CPU. The systems that reach here are
+    small (restricted supports, singular fallbacks), so the copy costs little.
+
+    Parameters
+    ----------
+    A : (..., m, n) matrices.
+    B : (..., m, r) right-hand sides.
+
+    Returns
+    -------
+    (..., n, r) solutions.
+    """
+    if A.device.type == "cpu":
+        return torch.linalg.lstsq(A, B, driver="gelsd").solution
+    return torch.linalg.lstsq(A.cpu(), B.cpu(), driver="gelsd").solution.to(A.device)

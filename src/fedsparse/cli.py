@@ -86,12 +86,25 @@ def resolve_experiment(name_or_path: str | None) -> tuple[str, dict | None, obje
                       f"{_suggest(name, [*tomls, *pythons])} `fedsparse list` shows them all.")
 
 
-def _apply_overrides(config: dict, assignments, rounds) -> dict:
-    """``config`` with ``--set`` (``FIELD=VALUE`` or ``LABEL:FIELD=VALUE``) and
-    ``--rounds`` applied to every run (a copy)."""
+def _apply_overrides(config: dict, assignments, rounds, device: str | None = None) -> dict:
+    """``config`` with ``--set`` (``FIELD=VALUE`` or ``LABEL:FIELD=VALUE``), ``--rounds``
+    and ``--device`` applied to every run (a copy); ``--device`` wins over the device
+    the config or a ``--set`` names."""
     from .experiments.config import apply_overrides
 
-    return apply_overrides(config, assignments or (), rounds)
+    extra = [("device", device)] if device is not None else []
+    return apply_overrides(config, [*(assignments or ()), *extra], rounds)
+
+
+def _check_device(args) -> str | None:
+    """``--device`` as given, checked on this machine before anything runs (a GPU that is
+    not there is a ConfigError naming --device: exit status 2)."""
+    spec = getattr(args, "device", None)
+    if spec is None:
+        return None
+    from .devices import check_device_spec
+
+    return check_device_spec("--device", spec)
 
 
 #: Options of ``run`` a Python experiment cannot take: it is not a list of config runs.
@@ -205,17 +218,21 @@ def _record_tracker_files(out: Path, *, since: float) -> None:
         record_files(out, written)
 
 
-def _stamp_version(out: Path) -> None:
-    """Record the fedsparse version in a Python experiment's summary.json (the TOML
-    runner writes it itself)."""
+def _stamp_version(out: Path, device: str | None = None) -> None:
+    """Record the fedsparse version, and the device the run was asked to use (``device``,
+    None = the default, the CPU) with its GPU, in a Python experiment's summary.json
+    where the experiment did not record them itself (the TOML runner writes all three)."""
     from . import __version__
+    from .devices import DEFAULT_DEVICE, device_info, resolve_device
 
     path = out / "summary.json"
     if not path.is_file():
         return
     summary = json.loads(path.read_text())
-    if isinstance(summary, dict) and "fedsparse_version" not in summary:
-        summary["fedsparse_version"] = __version__
+    if isinstance(summary, dict) and not {"fedsparse_version", "device", "gpu"} <= set(summary):
+        summary.setdefault("fedsparse_version", __version__)
+        if "device" not in summary:
+            summary.update(device_info(resolve_device(device or DEFAULT_DEVICE)))
         path.write_text(json.dumps(summary, indent=2))
 
 
@@ -223,6 +240,7 @@ def cmd_run(args) -> int:
     from .experiments.config import resolve_runs, select_runs
     from .experiments.runner import output_patterns, prepare_output, run_experiment
 
+    device = _check_device(args)
     name, config, python_exp = resolve_experiment(args.experiment)
     out = Path(args.out or Path("runs") / name).expanduser()
     _check_log(args)
@@ -237,7 +255,7 @@ def cmd_run(args) -> int:
 
         def run_python():
             result = python_exp.fn(out, **kwargs)
-            _stamp_version(out)
+            _stamp_version(out, device)
             return result
 
         summary = _guarded(out, created, args, run_python)
@@ -259,7 +277,7 @@ def cmd_run(args) -> int:
             if left_out:
                 print(f"note: {left_out} of the config's {len(claims)} claims compare runs "
                       "that --only leaves out: they are not tested here")
-        config = _apply_overrides(config, args.set, args.rounds)
+        config = _apply_overrides(config, args.set, args.rounds, device)
         if args.band:
             if not args.seeds:
                 raise ConfigError(f"--band {args.band} draws the spread over seeds: give "
@@ -297,9 +315,10 @@ def cmd_list(args) -> int:
         what = r.title + (" (default)" if r.name == DEFAULT_EXPERIMENT else "")
         if r.hidden and r.name in bases:
             what += f" [the runs of {bases[r.name]}]"
-        table.append((r.paper, r.name, kind, r.runtime, needs, what))
-    widths = [max(len(t[i]) for t in table) for i in range(1, 5)]
-    heads = ("NAME", "TYPE", "RUNTIME", "NEEDS")
+        gpu = (f"wanted ({r.gpu_runtime})" if r.gpu_runtime else "wanted") if r.gpu else "-"
+        table.append((r.paper, r.name, kind, r.runtime, gpu, needs, what))
+    widths = [max(len(t[i]) for t in table) for i in range(1, 6)]
+    heads = ("NAME", "TYPE", "RUNTIME", "GPU", "NEEDS")
     widths = [max(w, len(h)) for w, h in zip(widths, heads, strict=True)]
     paper = None
     for row in table:
@@ -308,14 +327,18 @@ def cmd_list(args) -> int:
             print(("\n" if paper != table[0][0] else "") + PAPERS.get(paper, paper or "other"))
             print("  " + "  ".join(h.ljust(w) for h, w in zip(heads, widths, strict=True))
                   + "  WHAT")
-        print("  " + "  ".join(c.ljust(w) for c, w in zip(row[1:5], widths, strict=True))
-              + "  " + row[5])
+        print("  " + "  ".join(c.ljust(w) for c, w in zip(row[1:6], widths, strict=True))
+              + "  " + row[6])
     needs = {n.short: n for r in rows for n in r.needs}
-    print("\nTOML experiments take --set, --rounds, --only, --seeds, --resume and work with "
-          "`fedsparse sweep`;\nPython experiments add steps a config cannot express; they "
-          "take --rounds, --seeds, --resume and\n--quick (the same steps at a reduced scale, "
+    print("\nTOML experiments take --set, --rounds, --only, --seeds, --resume, --device and "
+          "work with `fedsparse sweep`;\nPython experiments add steps a config cannot "
+          "express; they take --rounds, --seeds, --resume and\n--quick (the same steps at a "
+          "reduced scale, "
           "to check that everything runs: its numbers do not\nreproduce the paper's).\n"
-          "RUNTIME: the full run, roughly, on one CPU core.")
+          "RUNTIME: the full run, roughly, on one CPU core.\n"
+          "GPU: \"wanted\" marks the long neural runs, which are worth --device cuda (the "
+          "default device is\nthe CPU); their GPU run times: not measured yet unless given "
+          "in brackets (fedsparse show NAME).")
     if needs:
         print("NEEDS:")
         w = max(map(len, needs))
@@ -348,8 +371,18 @@ def cmd_show(args) -> int:
         raise ConfigError(f"experiment {name!r} is not a named experiment.{_suggest(name, known)}"
                           " `fedsparse list` shows them all.")
     header, text = shown_config(name)
-    sys.stdout.write(header + _seed_comment(name) + text)
+    first, _, rest = header.partition("\n")  # the device line after the header's first
+    head = f"{first}\n{_device_comment(name)}{rest}" if header else _device_comment(name)
+    sys.stdout.write(head + _seed_comment(name) + text)
     return 0
+
+
+def _device_comment(name: str) -> str:
+    """A comment line saying whether ``name`` wants a GPU, with its measured run times."""
+    from .experiments.registry import INFO
+
+    info = INFO.get(name)
+    return "" if info is None else f"# Device: {info.device_note()}.\n"
 
 
 def _seed_comment(name: str) -> str:
@@ -383,10 +416,11 @@ def cmd_sweep(args) -> int:
         raise ConfigError("sweep needs at least one --grid FIELD=[V1, V2, ...], e.g. "
                           "--grid 'algorithm.step_size=[0.01, 0.1, 1]'")
     _check_log(args)
+    device = _check_device(args)
     name, config, _ = resolve_experiment(args.experiment)
     if config is None:
         raise ConfigError(f"experiment {name!r} is a Python experiment; sweeps need a TOML config")
-    config = _apply_overrides(config, args.set, args.rounds)
+    config = _apply_overrides(config, args.set, args.rounds, device)
     grid = dict(args.grid)
     out = Path(args.out or Path("runs") / f"{name}-sweep").expanduser()
     created = prepare_output(out, force=args.force, resumable=False,  # never replaced silently
@@ -467,12 +501,13 @@ def cmd_tune(args) -> int:
                           "'algorithm.step_size=log(1e-4, 1e-1)'")
     require_optuna("fedsparse tune")
     _check_log(args)
+    device = _check_device(args)
     space = {key: parse_space(text, f"--param {key}") for key, text in args.param}
     name, config, _ = resolve_experiment(args.experiment)
     if config is None:
         raise ConfigError(f"experiment {name!r} is a Python experiment; tuning needs a TOML "
                           "config")
-    config = _apply_overrides(config, args.set, args.rounds)
+    config = _apply_overrides(config, args.set, args.rounds, device)
     out = Path(args.out or Path("runs") / f"{name}-tune").expanduser()
     created = prepare_output(out, force=args.force, resumable=False)
     result = _guarded(out, created, args, lambda: run_tune(
@@ -505,6 +540,13 @@ def _add_log_option(parser) -> None:
                         "mlflow or wandb (offline unless WANDB_MODE says otherwise); "
                         "repeatable; its files go to --out (needs pip install "
                         "'fedsparse[TRACKER]')")
+
+
+def _add_device_option(parser) -> None:
+    parser.add_argument("--device", metavar="DEVICE",
+                        help="where every run computes: cpu (the default: the numbers the "
+                        "results pages pin are CPU results), cuda, cuda:N, or auto (a GPU "
+                        "where there is one); overrides the config's device")
 
 
 def _check_log(args) -> None:
@@ -570,6 +612,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                      help="with --seeds: shade ± one std (default) or the 95%% confidence "
                      "interval of the mean (Student's t)")
     _add_log_option(run)
+    _add_device_option(run)
     run.set_defaults(func=cmd_run)
 
     lst = sub.add_parser("list", help="list the named experiments: paper, runtime, needs")
@@ -604,6 +647,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                        help="replace an earlier sweep or run in --out (only the files "
                        "fedsparse wrote there, unless changed since; your own files stay)")
     _add_log_option(sweep)
+    _add_device_option(sweep)
     sweep.set_defaults(func=cmd_sweep)
 
     tune = sub.add_parser("tune", allow_abbrev=False,
@@ -643,6 +687,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     tune.add_argument("--force", action="store_true",
                       help="replace the results of an earlier run in --out")
     _add_log_option(tune)
+    _add_device_option(tune)
     tune.set_defaults(func=cmd_tune)
 
     report = sub.add_parser("report", allow_abbrev=False,

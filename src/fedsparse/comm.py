@@ -40,7 +40,7 @@ def payload_bytes(x: torch.Tensor, encoding: str, *,
     check_choice("encoding", encoding, ENCODINGS)
     length = x.shape[-1]
     vb = x.element_size() if value_bytes is None else value_bytes
-    dense = torch.full(x.shape[:-1], length * vb, dtype=torch.int64)
+    dense = torch.full(x.shape[:-1], length * vb, dtype=torch.int64, device=x.device)
     if encoding == "dense":
         return dense
     nnz = (x != 0).sum(-1).to(torch.int64)

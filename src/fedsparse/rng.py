@@ -39,10 +39,15 @@ def _mix(z: torch.Tensor) -> torch.Tensor:
 
 
 def hash_counters(*counters) -> torch.Tensor:
-    """Hash integer counters (ints or int64 tensors, broadcast together) to int64 keys."""
-    h = torch.zeros((), dtype=torch.int64)
+    """Hash integer counters (ints or int64 tensors, broadcast together) to int64 keys.
+
+    The keys lie on the device of the tensor counters (the CPU if there are none); the
+    integer arithmetic is exact, so every device gives the same keys."""
+    device = next((c.device for c in counters if isinstance(c, torch.Tensor)),
+                  torch.device("cpu"))
+    h = torch.zeros((), dtype=torch.int64, device=device)
     for c in counters:
-        c = torch.as_tensor(c, dtype=torch.int64)
+        c = torch.as_tensor(c, dtype=torch.int64, device=device)
         h = _mix(h ^ c)
     return h
 

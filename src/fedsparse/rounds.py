@@ -224,7 +224,10 @@ class ClientStore:
         if self.state is None or rows is None:
             return
         for k, v in rows.items():
-            self.state[k][clients.to(v.device)] = v
+            # the store stays where init_clients put it (often the CPU, to spare a GPU's
+            # memory for N clients); the rows come back from the device the round ran on
+            held = self.state[k]
+            held[clients.to(held.device)] = v.to(held.device)
 
 
 @dataclass

@@ -19,6 +19,7 @@ from .channels import PerfectChannel, checked_channel
 from .checkpoints import CHECKPOINT_FORMAT, resume_checkpoint, save_checkpoint
 from .comm import payload_bytes
 from .data.federated import FederatedDataset
+from .devices import resolve_device
 from .history import History
 from .metrics import evaluate, evaluate_personal
 from .problems.base import Problem
@@ -90,13 +91,7 @@ def _check_arguments(algorithm, problem, data, channel, dtype, device, eval_ever
     if dtype is not None and (not isinstance(dtype, torch.dtype) or not dtype.is_floating_point):
         raise fail("dtype", dtype, "must be a floating torch dtype such as torch.float64")
     if device is not None:
-        try:
-            torch.device(device)
-        except (RuntimeError, TypeError):
-            raise fail("device", device, 'must be a torch device such as "cpu" or "cuda"') \
-                from None
-        if torch.device(device).type == "cuda" and not torch.cuda.is_available():
-            raise fail("device", device, "needs a CUDA GPU, and none is available")
+        resolve_device(device)  # "cpu", "cuda", "cuda:N", "auto" or a torch.device
     check_int("eval_every", eval_every, minimum=1)
     check_float("max_update_norm", max_update_norm, positive=True, allow_none=True)
     if check_float("max_update_ratio", max_update_ratio, allow_none=True, positive=True) \
@@ -155,7 +150,8 @@ def simulate(algorithm: Algorithm, problem: Problem, data: FederatedDataset, *, 
         (default all); aggregation weights are renormalised among them.
     channel : decides which uploads arrive (default :class:`PerfectChannel`).
     dtype : cast the data (and so the model) to this dtype, e.g. ``torch.float64``.
-    device : where the round runs ("cpu" default, "cuda" where a GPU exists).
+    device : where the round runs: "cpu" (the default), "cuda", "cuda:N", "auto" (a GPU
+        where there is one) or a torch.device; the data move there once, here.
     checkpoint : file to save the run's state to every ``checkpoint_every`` rounds and
         at the end; with ``resume=True`` an existing checkpoint is continued, giving the
         same history as an uninterrupted run.
@@ -200,6 +196,7 @@ def simulate(algorithm: Algorithm, problem: Problem, data: FederatedDataset, *, 
     _check_arguments(algorithm, problem, data, channel, dtype, device, eval_every,
                      max_update_norm, callback, checkpoint, resume, progress,
                      max_update_ratio)
+    device = None if device is None else resolve_device(device)
     check_int("clients_per_round", clients_per_round, minimum=1, allow_none=True)
     if clients_per_round is not None and clients_per_round > data.num_clients:
         raise fail("clients_per_round", clients_per_round,

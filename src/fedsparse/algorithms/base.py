@@ -59,6 +59,9 @@ class ClientContext:
     state: dict[str, torch.Tensor] | None = None
     config: dict[str, Any] = field(default_factory=dict)
     _full_weights: torch.Tensor | None = field(default=None, repr=False)
+    #: The clients' example counts on the CPU, read once (the mini-batch draws are made
+    #: on the CPU, so a GPU run would otherwise copy them back at every local step).
+    _cpu_counts: torch.Tensor | None = field(default=None, repr=False)
 
     @property
     def size(self) -> int:
@@ -98,13 +101,18 @@ class ClientContext:
 
     def is_full_batch(self, batch_size: int | None) -> bool:
         """True if :meth:`batch` returns the full local data (``None`` or ``b >= max n_i``)."""
-        return batch_size is None or batch_size >= int(self.data.counts.max())
+        return batch_size is None or batch_size >= int(self._counts_on_cpu().max())
+
+    def _counts_on_cpu(self) -> torch.Tensor:
+        if self._cpu_counts is None:
+            self._cpu_counts = self.data.counts.cpu()
+        return self._cpu_counts
 
     def batch_index(self, step: int, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
         """The draw behind :meth:`batch`: ``index`` (S, b) example positions and ``w``
         (S, b) their weights, 1/b each (0 on padding where a client has fewer than ``b``
         examples; the rest share the weight equally)."""
-        counts = self.data.counts.cpu()
+        counts = self._counts_on_cpu()
         n_max = self.data.X.shape[1]
         keys = rng.uniform(self.seed, rng.BATCH, self.round, self.clients.cpu()[:, None], step,
                            torch.arange(n_max)[None, :])

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import torch
 
+from .._linalg import lstsq_gelsd
 from .._validation import ConfigError, check_choice, check_int, fail
 from ..problems.base import Problem
 from ..problems.dictionary import DictionaryProblem
@@ -162,14 +163,14 @@ class SparseModel:
         block or (global scope) over the whole model."""
         g = self._rows(coef_grad).abs()
         if self.dictionary is not None:
-            g = g / self.dictionary.norms.to(g.dtype)
+            g = g / self.dictionary.norms_on(g.device).to(g.dtype)
         return self._top(g, k).reshape(coef_grad.shape)
 
     def signal(self, coef: torch.Tensor) -> torch.Tensor:
         """The model in feature space, (..., blocks * d)."""
         if self.dictionary is None:
             return coef
-        rows = self._rows(coef) @ self.dictionary.matrix.T.to(coef.dtype)
+        rows = self._rows(coef) @ self.dictionary.matrix_on(coef.device).T.to(coef.dtype)
         return rows.reshape(*coef.shape[:-1], -1)
 
     def approx(self, coef: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -192,7 +193,7 @@ class SparseModel:
             mask = torch.zeros_like(rows, dtype=torch.bool).scatter_(-1, idx, True)
         else:
             D = self.dictionary.to(coef.dtype)
-            mask = self._top(rows * D.norms, self.sparsity)
+            mask = self._top(rows * D.norms_on(rows.device), self.sparsity)
             out = self._project_rows(D, D.synthesis(rows), mask)
         return out.reshape(coef.shape), mask.reshape(coef.shape)
 
@@ -205,10 +206,10 @@ class SparseModel:
         width = max(int(M.sum(-1).max()), 1) if M.numel() else 1
         index, valid = mask_to_index(M, width)
         # Padding columns are zeroed; gelsd's minimum-norm solution gives them 0.
-        cols = D.matrix.T[index].transpose(1, 2) * valid.unsqueeze(1).to(w.dtype)  # (B, d, k)
-        sol = torch.linalg.lstsq(cols, w.reshape(-1, D.dim).unsqueeze(-1),
-                                 driver="gelsd").solution.squeeze(-1) * valid
-        out = torch.zeros(M.shape, dtype=w.dtype).scatter_(-1, index, sol)
+        A = D.matrix_on(w.device)
+        cols = A.T[index].transpose(1, 2) * valid.unsqueeze(1).to(w.dtype)  # (B, d, k)
+        sol = lstsq_gelsd(cols, w.reshape(-1, D.dim).unsqueeze(-1)).squeeze(-1) * valid
+        out = torch.zeros(M.shape, dtype=w.dtype, device=w.device).scatter_(-1, index, sol)
         return out.reshape(*lead, D.atoms)
 
     def project_ball(self, coef: torch.Tensor, radius: float | None) -> torch.Tensor:

@@ -10,6 +10,7 @@ Schema::
     seed = 0
     clients_per_round = 10   # optional
     dtype = "float64"        # optional, default float32
+    device = "cuda"          # optional: "cpu" (default), "cuda", "cuda:N" or "auto"
     channel = {kind = "bernoulli", probability = 0.8}   # optional
     [defaults.data]          # kind = a generator in fedsparse.data.GENERATORS + kwargs
     [defaults.problem]       # kind = least_squares | logistic | softmax + kwargs
@@ -31,6 +32,9 @@ Schema::
     [[claims]]               # optional: the paper's claims as checks with a verdict
     text = "..."             # (see fedsparse.experiments.claims)
     kind = "reaches"         # or "order"
+
+``device`` may also stand at the top level (every run that sets none); a run's own (or
+its ``[defaults]``) wins, and ``fedsparse run/sweep/tune --device`` wins over both.
 
 A run may also hold a ``[runs.flower]`` (or ``[defaults.flower]``) table: Flower-only
 settings read by ``fedsparse flower app`` (see :mod:`fedsparse.flower.job`).
@@ -54,6 +58,7 @@ from pathlib import Path
 import torch
 
 from .._validation import ConfigError, check_choice, check_int, fail
+from ..devices import DEFAULT_DEVICE, check_device_spec
 from .claims import check_claim_labels, check_claims, claim_labels
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
@@ -63,8 +68,8 @@ RUN_KEYS = {"label", "panel", "rounds", "seed", "clients_per_round", "dtype", "c
 TABLE_KEYS = ("data", "problem", "algorithm", "channel", "flower")
 #: Top-level keys of an experiment config. ``short_title`` and ``fstar_rounds`` are read
 #: by the Figure 6 experiments (:mod:`fedsparse.experiments.real_data`).
-TOP_KEYS = ("title", "short_title", "description", "paper_claim", "fstar_rounds", "defaults",
-            "runs", "plot", "compare", "claims")
+TOP_KEYS = ("title", "short_title", "description", "paper_claim", "fstar_rounds", "device",
+            "defaults", "runs", "plot", "compare", "claims")
 PLOT_KEYS = ("y", "x", "logy", "band")
 COMPARE_KEYS = ("reference", "at_rounds", "metric")
 #: Every numeric field a round record can hold (:func:`fedsparse.metrics.evaluate`, the
@@ -184,6 +189,8 @@ def check_config(config: dict) -> dict:
             raise fail(key, config[key], "must be a string")
     if "fstar_rounds" in config:
         check_int("fstar_rounds", config["fstar_rounds"], minimum=1)
+    if "device" in config:
+        check_device_spec("device", config["device"])
     _check_table("defaults", config.get("defaults", {}))
     runs = config.get("runs")
     if not runs:
@@ -431,6 +438,8 @@ def resolve_runs(config: dict) -> list[dict]:
                   allow_none=True)
         check_int(f"runs[{i}].checkpoint_every", run.get("checkpoint_every", 10), minimum=1)
         check_choice(f"runs[{i}].dtype", run.setdefault("dtype", "float32"), DTYPES)
+        run["device"] = check_device_spec(f"runs[{i}].device", run.get(
+            "device", config.get("device", DEFAULT_DEVICE)))
         slug = slugify(f"{run['panel']}-{run['label']}" if run["panel"] else run["label"])
         if slug in seen:
             raise ConfigError(f"runs[{i}]: two runs share panel and label ({slug!r})")

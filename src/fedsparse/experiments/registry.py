@@ -130,6 +130,10 @@ class ExperimentInfo:
     needs : what it needs beyond fedsparse.
     config : for a Python experiment, the TOML experiment it runs (``show`` prints it).
     hidden : a TOML config that only serves a Python experiment; listed with ``--all``.
+    gpu : it wants a GPU (``--device cuda``): it trains a neural model long enough that
+        its full run takes about ten minutes or more on the CPU.
+    gpu_runtime : the full run's wall-clock time measured on a GPU (with the GPU's
+        name); "" until it has been measured (``list`` and ``show`` then say so).
     """
 
     paper: str
@@ -138,6 +142,15 @@ class ExperimentInfo:
     needs: tuple[Need, ...] = ()
     config: str | None = None
     hidden: bool = False
+    gpu: bool = False
+    gpu_runtime: str = ""
+
+    def device_note(self) -> str:
+        """One line on the device: whether it wants a GPU, and the measured times."""
+        if not self.gpu:
+            return f"the CPU is enough (full run about {self.runtime})"
+        return (f"wants a GPU (--device cuda): full run about {self.runtime} on the CPU, "
+                f"{self.gpu_runtime or 'not measured yet'} on a GPU")
 
 
 INFO: dict[str, ExperimentInfo] = {
@@ -171,58 +184,60 @@ INFO: dict[str, ExperimentInfo] = {
     "fedgradmp-fig9": ExperimentInfo("fedgradmp", "Figure 9", "5 s"),
     "fedgradmp-fig10": ExperimentInfo("fedgradmp", "Figure 10", "4 min"),
     "fedgradmp-fig11": ExperimentInfo("fedgradmp", "Figure 11", "10 s"),
-    "safari-fmnist": ExperimentInfo("safari", "Figures 2 and 5", "15 min", (FASHION,)),
+    "safari-fmnist": ExperimentInfo("safari", "Figures 2 and 5", "15 min", (FASHION,),
+                                    gpu=True),
     "safari-fmnist-cnn": ExperimentInfo("safari", "Figures 2 and 5 (CNN)", "9 min",
-                                        (FASHION,)),
-    "safari-pruners": ExperimentInfo("safari", "Figures 3-4", "22 min", (FASHION,)),
+                                        (FASHION,), gpu=True),
+    "safari-pruners": ExperimentInfo("safari", "Figures 3-4", "22 min", (FASHION,), gpu=True),
     "safari-probability": ExperimentInfo("safari", "Figures 6-7", "8 min", (FASHION,)),
     "safari-sparsity": ExperimentInfo("safari", "Figure 8", "5 min", (FASHION,)),
     "safari-fedprox": ExperimentInfo("safari", "Figures 9-11", "6 min", (FASHION,)),
-    "safari-paper-fig2": ExperimentInfo("safari", "Figures 2 and 5 (ResNet-20)",
-                                        "GPU: about 30 min", (FASHION,)),
-    "safari-paper-fig3": ExperimentInfo("safari", "Figure 3 (ResNet-20)", "GPU: about 20 min",
-                                        (FASHION,)),
-    "safari-paper-fig4": ExperimentInfo("safari", "Figure 4 (ResNet-20)", "GPU: about 20 min",
-                                        (FASHION,)),
-    "safari-paper-fig8": ExperimentInfo("safari", "Figure 8 (ResNet-20)", "GPU: about 25 min",
-                                        (FASHION,)),
-    "safari-paper-fedprox": ExperimentInfo("safari", "Figures 9-11 (ResNet-20)",
-                                           "GPU: about 40 min", (FASHION,)),
+    "safari-paper-fig2": ExperimentInfo("safari", "Figures 2 and 5 (ResNet-20)", "days",
+                                        (FASHION,), gpu=True),
+    "safari-paper-fig3": ExperimentInfo("safari", "Figure 3 (ResNet-20)", "days", (FASHION,),
+                                        gpu=True),
+    "safari-paper-fig4": ExperimentInfo("safari", "Figure 4 (ResNet-20)", "days", (FASHION,),
+                                        gpu=True),
+    "safari-paper-fig8": ExperimentInfo("safari", "Figure 8 (ResNet-20)", "days", (FASHION,),
+                                        gpu=True),
+    "safari-paper-fedprox": ExperimentInfo("safari", "Figures 9-11 (ResNet-20)", "days",
+                                           (FASHION,), gpu=True),
     "fedmac-table1-vgg": ExperimentInfo("fedmac", "Table 1 (CIFAR-100 row stand-in, VGG)",
-                                        "GPU", (FASHION,), config="fedmac-table1-vgg-runs"),
+                                        "hours", (FASHION,), config="fedmac-table1-vgg-runs",
+                                        gpu=True),
     "fedmac-table1-vgg-runs": ExperimentInfo("fedmac", "Table 1 (CIFAR-100 row stand-in)",
-                                             "GPU", (FASHION,), hidden=True),
+                                             "hours", (FASHION,), hidden=True, gpu=True),
     "fedmac-table1-fmnist": ExperimentInfo("fedmac", "Table 1 (Fashion-MNIST row)",
                                            "2.5 h (3 seeds)", (FASHION,),
-                                           config="fedmac-table1-fmnist-runs"),
+                                           config="fedmac-table1-fmnist-runs", gpu=True),
     "fedmac-table1-synthetic": ExperimentInfo("fedmac", "Table 1 (Synthetic row)",
                                               "3 h (3 seeds)",
-                                              config="fedmac-table1-synthetic-runs"),
+                                              config="fedmac-table1-synthetic-runs", gpu=True),
     "fedmac-table1-mnist5k": ExperimentInfo("fedmac", "Table 1 (MNIST row, MNIST-5k)",
                                             "1 h (3 seeds)", (DATA_EXTRA,),
-                                            config="fedmac-table1-mnist5k-runs"),
+                                            config="fedmac-table1-mnist5k-runs", gpu=True),
     "fedmac-fig2": ExperimentInfo("fedmac", "Figure 2", "6 min", (DATA_EXTRA,),
                                   config="fedmac-fig2-mnist5k-runs"),
     "fedmac-fig3": ExperimentInfo("fedmac", "Figure 3", "15 min", (DATA_EXTRA,),
-                                  config="fedmac-fig3-mnist5k-runs"),
+                                  config="fedmac-fig3-mnist5k-runs", gpu=True),
     "fedmac-fig4": ExperimentInfo("fedmac", "Figures 4-5", "10 min", (FASHION,),
-                                  config="fedmac-fig4-fmnist-runs"),
+                                  config="fedmac-fig4-fmnist-runs", gpu=True),
     "fedmac-fig6": ExperimentInfo("fedmac", "Figure 6", "15 min", (DATA_EXTRA,),
-                                  config="fedmac-fig6-mnist5k-runs"),
+                                  config="fedmac-fig6-mnist5k-runs", gpu=True),
     "fedmac-table1-fmnist-runs": ExperimentInfo("fedmac", "Table 1 (Fashion-MNIST row)",
-                                                "45 min", (FASHION,), hidden=True),
+                                                "45 min", (FASHION,), hidden=True, gpu=True),
     "fedmac-table1-synthetic-runs": ExperimentInfo("fedmac", "Table 1 (Synthetic row)",
-                                                   "50 min", hidden=True),
+                                                   "50 min", hidden=True, gpu=True),
     "fedmac-table1-mnist5k-runs": ExperimentInfo("fedmac", "Table 1 (MNIST row)", "15 min",
-                                                 (DATA_EXTRA,), hidden=True),
+                                                 (DATA_EXTRA,), hidden=True, gpu=True),
     "fedmac-fig2-mnist5k-runs": ExperimentInfo("fedmac", "Figure 2", "6 min", (DATA_EXTRA,),
                                                hidden=True),
     "fedmac-fig3-mnist5k-runs": ExperimentInfo("fedmac", "Figure 3", "15 min", (DATA_EXTRA,),
-                                               hidden=True),
+                                               hidden=True, gpu=True),
     "fedmac-fig4-fmnist-runs": ExperimentInfo("fedmac", "Figures 4-5", "10 min", (FASHION,),
-                                              hidden=True),
+                                              hidden=True, gpu=True),
     "fedmac-fig6-mnist5k-runs": ExperimentInfo("fedmac", "Figure 6", "15 min", (DATA_EXTRA,),
-                                               hidden=True),
+                                               hidden=True, gpu=True),
     "fedavg-fmnist": ExperimentInfo("fedmac", "Table 1 baselines (FedAvg, FedProx)", "2 min",
                                     (FASHION,)),
 }
@@ -256,6 +271,8 @@ class ListedExperiment:
     needs: tuple[Need, ...]
     quick: bool        # has a --quick form
     hidden: bool
+    gpu: bool = False  # wants a GPU (ExperimentInfo.gpu)
+    gpu_runtime: str = ""
 
 
 def _paper_of(name: str, info: ExperimentInfo | None, number: str = "") -> str:
@@ -305,14 +322,16 @@ def experiment_rows(*, include_hidden: bool = False) -> list[ListedExperiment]:
             name, "TOML", _paper_of(name, info, m.group(1) if m else ""),
             info.figure if info else _figure_of(title), _clean_title(title),
             info.runtime if info else "?", info.needs if info else (), False,
-            bool(info and info.hidden)))
+            bool(info and info.hidden), bool(info and info.gpu),
+            info.gpu_runtime if info else ""))
     for name, exp in python_experiments().items():
         info = INFO.get(name)
         rows.append(ListedExperiment(
             name, "Python", _paper_of(name, info, exp.paper),
             info.figure if info else _figure_of(exp.description),
             _clean_title(exp.description), info.runtime if info else "?",
-            info.needs if info else (), has_quick(exp.fn), bool(info and info.hidden)))
+            info.needs if info else (), has_quick(exp.fn), bool(info and info.hidden),
+            bool(info and info.gpu), info.gpu_runtime if info else ""))
     order = list(PAPERS)
     rows.sort(key=lambda r: (order.index(r.paper) if r.paper in order else len(order),
                              *_figure_key(r.name, r.figure), r.kind, r.name))

@@ -22,6 +22,7 @@ import tomli_w
 
 from .. import __version__
 from .._validation import ConfigError, fail
+from ..devices import DEFAULT_DEVICE, device_info, devices_info, resolve_device
 from ..history import History
 from ..loggers import resolve_loggers, track_run
 from ..manifest import (
@@ -79,6 +80,23 @@ def _data_key(run: dict) -> str:
     return json.dumps([run["data"], run["dtype"]], sort_keys=True)
 
 
+def run_device(run: dict):
+    """The torch device a resolved run computes on (its ``device``, default the CPU)."""
+    return resolve_device(run.get("device", DEFAULT_DEVICE), "device")
+
+
+def _data_on(run: dict, data_cache: dict, device):
+    """The run's data on ``device``: built once (on the CPU) and moved once per device,
+    so the runs of an experiment that share a data set share one copy on the GPU."""
+    data = _data(run, data_cache)
+    if device.type == "cpu":
+        return data
+    key = (_data_key(run), str(device))
+    if key not in data_cache:
+        data_cache[key] = data.to_device(device)
+    return data_cache[key]
+
+
 def execute_run(run: dict, out: Path | None, *, data_cache: dict, resume: bool = False,
                 progress: bool | None = None, loggers=None, callback=None
                 ) -> tuple[History, str | None]:
@@ -86,7 +104,8 @@ def execute_run(run: dict, out: Path | None, *, data_cache: dict, resume: bool =
 
     ``loggers`` (:mod:`fedsparse.loggers`) track it under its folder name with its
     hyper-parameters; ``callback(record, state)`` is called after every round."""
-    data = _data(run, data_cache)
+    device = run_device(run)
+    data = _data_on(run, data_cache, device)
     problem = build_problem(run["problem"])
     algorithm = build_algorithm(run["algorithm"])
     run_dir = None if out is None else out / run["slug"]
@@ -97,7 +116,7 @@ def execute_run(run: dict, out: Path | None, *, data_cache: dict, resume: bool =
                            clients_per_round=run.get("clients_per_round"),
                            channel=build_channel(run.get("channel")), checkpoint=checkpoint,
                            checkpoint_every=run.get("checkpoint_every", 10), resume=resume,
-                           progress=progress, loggers=tracking, device=run.get("device"))
+                           progress=progress, loggers=tracking, device=device)
         error = None
     except DivergenceError as exc:
         history, error = exc.history, str(exc)
@@ -297,8 +316,9 @@ def run_experiment(config: dict, out: str | Path, *, resume: bool = False,
         write_config()
     panels: dict[str, dict[str, History]] = {}
     summary_runs = []
+    devices = [run_device(r) for r in runs]
     tic = time.perf_counter()
-    for run in runs:
+    for run, device in zip(runs, devices, strict=True):
         if seeds:
             history, error = run_seeds(run, seeds, lambda r: execute_run(
                 r, out, data_cache=data_cache, resume=resume, progress=progress,
@@ -310,7 +330,7 @@ def run_experiment(config: dict, out: str | Path, *, resume: bool = False,
         final = history.records[-1] if history.records else history.initial
         row = {"label": run["label"], "panel": run["panel"], "dir": run["slug"],
                "seed": run["seed"], "data_seed": data_seed(run),
-               "rounds": len(history.records), "diverged": error,
+               "rounds": len(history.records), "diverged": error, **device_info(device),
                **{k: final.get(k) for k in ("objective", "rel_error", "support_f1", "accuracy",
                                             "test_accuracy", "density", "bytes_total",
                                             "elapsed")}}
@@ -335,7 +355,7 @@ def run_experiment(config: dict, out: str | Path, *, resume: bool = False,
                "runs": summary_runs, "comparisons": _comparisons(config, panels, notes),
                "claims": verdicts(config.get("claims", []), panels),
                "plots": plots, "seconds": time.perf_counter() - tic, "seeds": seeds or 1,
-               "fedsparse_version": __version__}
+               **devices_info(devices), "fedsparse_version": __version__}
     with open(out / "summary.json", "w") as fh:
         json.dump(strict_json(summary), fh, indent=2, default=_json_default, allow_nan=False)
     for c in summary["comparisons"]:

@@ -31,6 +31,7 @@ from pathlib import Path
 import tomli_w
 
 from .._validation import ConfigError, check_int, fail
+from ..devices import check_device_spec
 from ..loggers import resolve_loggers
 from .config import METRICS, RUN_KEYS, build_algorithm, build_problem, resolve_runs, set_path
 from .runner import _data, execute_run, recordable_metrics
@@ -158,6 +159,7 @@ def _runs_at(config: dict, point: dict, cache: dict, metric: str) -> list[dict]:
             set_path(run, name, value)
         run["slug"] = f"{run['slug']}/{point_slug(point)}"  # the run's name in trackers
         try:
+            run["device"] = check_device_spec("device", run["device"])  # a grid may set it
             data = _data(run, cache)
             problem = build_problem(run["problem"])
             build_algorithm(run["algorithm"])

@@ -75,8 +75,10 @@ FLOWER_DEFAULTS: dict[str, Any] = {"round_timeout": 120.0, "wait_timeout": 120.0
                                    "min_nodes": 0, "evaluate_every": 0, "out_dir": "",
                                    "poll_interval": 0.2, "max_update_norm": 0.0,
                                    "max_update_ratio": 100.0}
+#: ``device`` is accepted so an experiment config's runs are jobs as they are; under
+#: Flower each node computes on the device of its node config, not the job's.
 _TOP_KEYS = {"rounds", "seed", "clients_per_round", "dtype", "data", "problem", "algorithm",
-             "flower", "label", "panel", "channel", "checkpoint_every", "slug"}
+             "flower", "label", "panel", "channel", "checkpoint_every", "slug", "device"}
 
 
 @dataclass

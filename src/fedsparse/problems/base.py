@@ -154,9 +154,10 @@ def gram_lambda_max(X, w, iterations: int = 50) -> torch.Tensor:
     X : (S, n, d) features or :class:`SparseRows`; w : (S, n) example weights.
     """
     d = X.shape[-1]
+    # the start is drawn on the CPU, as on every device, then placed with the data
     start = rng_mod.uniform(rng_mod.INIT, torch.arange(d)).to(X.dtype) + 0.5
-    v = start.expand(X.shape[0], d).clone()
-    lam = torch.zeros(X.shape[0], dtype=X.dtype)
+    v = start.to(w.device).expand(X.shape[0], d).clone()
+    lam = torch.zeros(X.shape[0], dtype=X.dtype, device=w.device)
     for _ in range(iterations):
         mv = gram_times(X, w, v)
         lam = torch.linalg.vector_norm(mv, dim=-1)

@@ -60,14 +60,14 @@ class DictionaryProblem(Problem):
 
     def signal(self, params: torch.Tensor) -> torch.Tensor:
         """Coefficients (..., C*m) to the model in feature space (..., C*d)."""
-        A = self.matrix.to(params.dtype)
+        A = self.dictionary.matrix_on(params.device).to(params.dtype)
         shape = params.shape
         a = params.reshape(*shape[:-1], self.blocks, A.shape[1])
         return (a @ A.T).reshape(*shape[:-1], self.blocks * A.shape[0])
 
     def coefficient_grad(self, signal_grad: torch.Tensor) -> torch.Tensor:
         """``A^T g`` per class row: (..., C*d) signal gradients to (..., C*m)."""
-        A = self.matrix.to(signal_grad.dtype)
+        A = self.dictionary.matrix_on(signal_grad.device).to(signal_grad.dtype)
         shape = signal_grad.shape
         g = signal_grad.reshape(*shape[:-1], self.blocks, A.shape[0])
         return (g @ A).reshape(*shape[:-1], self.blocks * A.shape[1])
@@ -88,13 +88,13 @@ class DictionaryProblem(Problem):
         return self.base.l2()
 
     def lipschitz(self, X, w, iterations: int = 50):
-        A = self.matrix.to(X.dtype)
+        A = self.dictionary.matrix_on(X.device).to(X.dtype)
         lam = gram_lambda_max(X @ A, w, iterations)
         return self.base.curvature_scale() * lam + self.base.l2() * \
             torch.linalg.matrix_norm(A, ord=2) ** 2
 
     def restricted_features(self, index, X):
-        A = self.matrix.to(X.dtype)
+        A = self.dictionary.matrix_on(X.device).to(X.dtype)
         m = A.shape[1]
         XA = X @ A                                          # (S, n, m) features of atoms
         Z = torch.gather(XA, 2, (index % m).unsqueeze(1).expand(-1, X.shape[1], -1))
@@ -104,7 +104,7 @@ class DictionaryProblem(Problem):
         if not self.base.l2():
             return None
         # ||x||^2 = sum_r ||A a_r||^2: the Gram of the chosen atoms within a class row.
-        A = self.matrix
+        A = self.dictionary.matrix_on(index.device)
         m = A.shape[1]
         cols = A.T[index % m]                               # (S, k, d)
         cls = torch.div(index, m, rounding_mode="floor")

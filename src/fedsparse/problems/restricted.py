@@ -32,7 +32,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .._linalg import solve_or_lstsq
+from .._linalg import lstsq_gelsd, solve_or_lstsq
 from .._validation import check_choice
 
 METHODS = ("exact", "newton", "gd")
@@ -127,7 +127,7 @@ def restricted_hessian(problem, c, Z, cls, y, w, metric=None) -> torch.Tensor:
     l2 = problem.l2()
     if l2:
         if metric is None:
-            H = H + l2 * torch.eye(H.shape[-1], dtype=H.dtype)
+            H = H + l2 * torch.eye(H.shape[-1], dtype=H.dtype, device=H.device)
         else:
             H = H + l2 * metric
     return H
@@ -153,7 +153,7 @@ def _lstsq_exact(Z, y, w, valid):
     ratio = (diag.amin(-1) / diag.amax(-1).clamp(min=1e-300)) ** 2
     # cond(G) ~ 1/ratio; beyond ~1e10 one refinement step no longer reaches full accuracy.
     ok = (info == 0) & (ratio > 1e-10)
-    sol = torch.zeros(Z.shape[0], Z.shape[-1], dtype=Z.dtype)
+    sol = torch.zeros(Z.shape[0], Z.shape[-1], dtype=Z.dtype, device=Z.device)
     if ok.any():
         Lk, Zk, yk = L[ok], Zw[ok], yw[ok]
         x = torch.cholesky_solve(Zk.transpose(1, 2) @ yk, Lk)
@@ -161,15 +161,15 @@ def _lstsq_exact(Z, y, w, valid):
         sol[ok] = x.squeeze(-1)
     bad = ~ok
     if bad.any():
-        sol[bad] = torch.linalg.lstsq(Zw[bad], yw[bad], driver="gelsd").solution.squeeze(-1)
+        sol[bad] = lstsq_gelsd(Zw[bad], yw[bad]).squeeze(-1)
     return sol * vm
 
 
 def _newton(problem, c, Z, cls, y, w, valid, metric, tol, max_iter):
     vmask = valid.to(Z.dtype)
-    eye = torch.eye(c.shape[-1], dtype=Z.dtype)
-    iters = torch.zeros(c.shape[0], dtype=torch.int64)
-    active = torch.ones(c.shape[0], dtype=torch.bool)
+    eye = torch.eye(c.shape[-1], dtype=Z.dtype, device=Z.device)
+    iters = torch.zeros(c.shape[0], dtype=torch.int64, device=Z.device)
+    active = torch.ones(c.shape[0], dtype=torch.bool, device=Z.device)
     loss, grad = restricted_loss_grad(problem, c, Z, cls, y, w, metric)
     for _ in range(max_iter):
         grad = grad * vmask
@@ -208,7 +208,7 @@ def _newton(problem, c, Z, cls, y, w, valid, metric, tol, max_iter):
 def _power(Z, w, valid, iterations=30):
     v = valid.to(Z.dtype) + 0.0
     v = v / torch.linalg.vector_norm(v, dim=-1, keepdim=True).clamp(min=1e-300)
-    lam = torch.zeros(Z.shape[0], dtype=Z.dtype)
+    lam = torch.zeros(Z.shape[0], dtype=Z.dtype, device=Z.device)
     for _ in range(iterations):
         zv = torch.bmm(Z, v.unsqueeze(-1)).squeeze(-1) * w
         mv = torch.bmm(zv.unsqueeze(1), Z).squeeze(1)
@@ -234,8 +234,8 @@ def restricted_lipschitz(problem, Z, w, valid, metric) -> torch.Tensor:
 def _gd(problem, c, Z, cls, y, w, valid, metric, tol, max_iter):
     vmask = valid.to(Z.dtype)
     step = 1.0 / restricted_lipschitz(problem, Z, w, valid, metric).clamp(min=1e-300)
-    iters = torch.zeros(c.shape[0], dtype=torch.int64)
-    active = torch.ones(c.shape[0], dtype=torch.bool)
+    iters = torch.zeros(c.shape[0], dtype=torch.int64, device=Z.device)
+    active = torch.ones(c.shape[0], dtype=torch.bool, device=Z.device)
     for _ in range(max_iter):
         _, grad = restricted_loss_grad(problem, c, Z, cls, y, w, metric)
         delta = -step.unsqueeze(-1) * grad * vmask
@@ -258,7 +258,8 @@ def solve_restricted(problem, index: torch.Tensor, valid: torch.Tensor, X: torch
     Z = Z * valid.unsqueeze(1).to(Z.dtype)
     metric = problem.restricted_metric(index, valid)
     S, k = index.shape
-    c0 = torch.zeros(S, k, dtype=X.dtype) if init is None else init.to(X.dtype) * valid
+    c0 = torch.zeros(S, k, dtype=X.dtype, device=Z.device) if init is None \
+        else init.to(X.dtype) * valid
     kind = _kind(problem)
     if method == "exact" and kind == "least_squares" and not problem.l2():
         coef = _lstsq_exact(Z, y, w, valid)

@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from .._linalg import lstsq_gelsd
 from .._resources import check_memory
 from .._validation import ConfigError, check_choice, check_int, check_seed, fail
 from .thresholding import hard_threshold, top_indices
@@ -114,6 +115,24 @@ class Dictionary:
             j = int(torch.nonzero(self.norms == 0)[0])
             raise ConfigError(f"{label} has a zero atom (column {j}); remove it")
         self.spec = spec if spec is not None else f"matrix{tuple(matrix.shape)}"
+        self._placed: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def _on(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        """(matrix, norms) on ``device``: the dictionary is built on the CPU and follows
+        the tensors it meets, copied once per device (never once per call)."""
+        if device == self.matrix.device:
+            return self.matrix, self.norms
+        if device not in self._placed:
+            self._placed[device] = (self.matrix.to(device), self.norms.to(device))
+        return self._placed[device]
+
+    def matrix_on(self, device: torch.device) -> torch.Tensor:
+        """The (dim, atoms) matrix on ``device``."""
+        return self._on(device)[0]
+
+    def norms_on(self, device: torch.device) -> torch.Tensor:
+        """The (atoms,) atom norms on ``device``."""
+        return self._on(device)[1]
 
     @property
     def dim(self) -> int:
@@ -128,15 +147,16 @@ class Dictionary:
 
     def synthesis(self, a: torch.Tensor) -> torch.Tensor:
         """``A a``: (..., m) coefficients to (..., d) signals."""
-        return a @ self.matrix.T
+        return a @ self.matrix_on(a.device).T
 
     def analysis(self, w: torch.Tensor) -> torch.Tensor:
         """``A^T w``: (..., d) signals to (..., m) correlations."""
-        return w @ self.matrix
+        return w @ self.matrix_on(w.device)
 
     def select(self, correlations: torch.Tensor, k: int) -> torch.Tensor:
         """The ``k`` atoms with largest ``|A^T w|_j / ||a_j||`` from ``A^T w`` (..., m)."""
-        return top_indices(correlations / self.norms, min(k, self.atoms))
+        return top_indices(correlations / self.norms_on(correlations.device),
+                           min(k, self.atoms))
 
     def project(self, w: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
         """Coefficients (..., m) of the least-squares projection of ``w`` (..., d) on the
@@ -144,9 +164,9 @@ class Dictionary:
         lead = w.shape[:-1]
         W = w.reshape(-1, self.dim)
         idx = index.reshape(-1, index.shape[-1])
-        cols = self.matrix.T[idx].transpose(1, 2)                    # (B, d, k)
-        sol = torch.linalg.lstsq(cols, W.unsqueeze(-1), driver="gelsd").solution.squeeze(-1)
-        out = torch.zeros(W.shape[0], self.atoms, dtype=w.dtype)
+        cols = self.matrix_on(w.device).T[idx].transpose(1, 2)      # (B, d, k)
+        sol = lstsq_gelsd(cols, W.unsqueeze(-1)).squeeze(-1)
+        out = torch.zeros(W.shape[0], self.atoms, dtype=w.dtype, device=w.device)
         out.scatter_(-1, idx, sol)
         return out.reshape(*lead, self.atoms)
 
@@ -165,7 +185,7 @@ class Dictionary:
         fixed point even for coherent dictionaries, where ``|A^T A a|`` can rank a wrong
         atom first.
         """
-        index = top_indices(a * self.norms.to(a.dtype), min(k, self.atoms))
+        index = top_indices(a * self.norms_on(a.device).to(a.dtype), min(k, self.atoms))
         return self.project(self.synthesis(a), index), index
 
     def __repr__(self) -> str:

@@ -126,9 +126,14 @@ def _select(scores: torch.Tensor, layout, groups, density: float,
 
     ``allowed`` (P,) restricts the candidates (SynFlow's earlier mask), while the count
     still refers to the whole group, so the kept fraction is exact at every iteration.
+    The mask lies on the device of ``scores`` (the layout's indices are moved there).
     """
-    keep = ~layout.prunable.clone()
+    device = scores.device
+    keep = ~layout.prunable.to(device)  # (~ makes a new tensor: the layout is not touched)
+    if allowed is not None:
+        allowed = allowed.to(device)
     for idx in groups:
+        idx = idx.to(device)
         k = _keep_count(density, idx.numel())
         if allowed is not None:
             idx = idx[allowed[idx]]
@@ -192,7 +197,7 @@ class _SynFlowNet:
     """
 
     def __init__(self, module: nn.Module, layout, buffers: dict | None = None):
-        net = copy.deepcopy(module).to(torch.float64).eval()
+        net = copy.deepcopy(module).to(device="cpu", dtype=torch.float64).eval()
         named = dict(net.named_parameters())
         missing = [n for n in layout.names if n not in named]
         if missing:
@@ -216,7 +221,7 @@ class _SynFlowNet:
                     raise fail("buffers", name,
                                ("must name buffers of the module: " + ", ".join(own))
                                if own else "must be empty: the module has no buffers")
-                own[name].copy_(torch.as_tensor(value))
+                own[name].copy_(torch.as_tensor(value).to(own[name].device))
             for b in own.values():
                 if b is not None and b.is_floating_point():
                     b.abs_()
@@ -308,14 +313,17 @@ def synflow_mask(problem, params: torch.Tensor, density: float, iterations: int 
         raise fail("input_shape", input_shape, "must be a tuple of positive integers")
 
     groups = _scopes(layout, scope)
+    # Scored on the CPU, where the problem's template module lives: the same float64
+    # scores (and so the same mask) whichever device the run uses; the mask then goes to
+    # the parameters' device.
     net = _SynFlowNet(module, layout, buffers)
-    theta = params.detach().to(torch.float64)
+    theta = params.detach().to("cpu", torch.float64)
     mask = torch.ones(layout.size, dtype=torch.bool)
     for e in range(1, iterations + 1):
         scores = net.scores(theta * mask, input_shape)
         # density**1.0 is exactly density, so the last pass keeps ceil(density * count).
         mask = _select(scores, layout, groups, density ** (e / iterations), allowed=mask)
-    return mask
+    return mask.to(params.device)
 
 
 # ------------------------------------------------------------------------ FedSpa
@@ -449,12 +457,13 @@ def fedspa_update(mask: torch.Tensor, params: torch.Tensor, grad: torch.Tensor, 
     if S == 0:
         return new
     for idx in _scopes(layout, "layer"):
+        idx = idx.to(mask.device)
         active = mask[:, idx]
         nnz = active.sum(1)                                            # (S,)
         # ceil(alpha * nnz) once per distinct nnz (usually one), not once per client.
         values, inverse = torch.unique(nnz, return_inverse=True)
         drop = torch.tensor([_keep_count(alpha, int(v)) for v in values],
-                            dtype=torch.int64)[inverse]
+                            dtype=torch.int64, device=nnz.device)[inverse]
         drop = torch.minimum(drop, idx.numel() - nnz)                  # room to regrow
         kept = _rank_select(params[:, idx], active, nnz - drop)
         grown = _rank_select(grad[:, idx], ~active, drop)

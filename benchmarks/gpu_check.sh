@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# The checks that need a CUDA GPU, in one run (about 8 minutes on an H100).
+#
+#   PYTHONPATH=src bash benchmarks/gpu_check.sh
+#
+# from the repository root. Everything goes under "$OUT" if set, else ./gpu-check-out:
+# one log per step, the run folders, and SUMMARY.txt (each step's status and time).
+# Fashion-MNIST is read where fedsparse looks for it: $FEDSPARSE_DATA/fashion-mnist, or
+# /usr/share/datasets/fashion-mnist. A GPU machine without a network needs the four IDX
+# files (30 MB) brought along, e.g. copied to gpu-data/fashion-mnist/ in the working
+# tree and FEDSPARSE_DATA=$PWD/gpu-data.
+#
+# Steps, most important first; each has its own time limit and the whole script stops
+# starting new steps after BUDGET seconds (default 480):
+#   1. the CPU/GPU battery: python -m pytest -m gpu tests/gpu -q
+#   2. safari-fmnist --quick and fedmac-table1-fmnist --quick, on the GPU and on the CPU,
+#      and their printed tables compared (numbers to a relative 1e-3: these runs are
+#      float32, where the two devices round differently)
+#   3. benchmarks/bench_models.py --device cuda and benchmarks/bench_fedmac.py --device cuda
+
+set -u
+ROOT=$(pwd)
+OUT=${OUT:-$ROOT/gpu-check-out}
+BUDGET=${BUDGET:-480}
+PYTHON=${PYTHON:-python}
+mkdir -p "$OUT"
+SUMMARY="$OUT/SUMMARY.txt"
+: > "$SUMMARY"
+START=$(date +%s)
+
+note() { echo "$*" | tee -a "$SUMMARY"; }
+
+# step NAME LIMIT COMMAND...: run COMMAND with at most LIMIT seconds (less if the budget
+# is nearly spent), its output in $OUT/NAME.log
+step() {
+    local name=$1 limit=$2
+    shift 2
+    local left=$((BUDGET - ($(date +%s) - START)))
+    if [ "$left" -lt 20 ]; then
+        note "SKIPPED  $name (the ${BUDGET}s budget is spent)"
+        return 0
+    fi
+    [ "$limit" -gt "$left" ] && limit=$left
+    local tic=$(date +%s)
+    timeout --kill-after=10 "$limit" "$@" > "$OUT/$name.log" 2>&1
+    local rc=$?
+    local secs=$(($(date +%s) - tic))
+    if [ $rc -eq 0 ]; then
+        note "ok       $name (${secs}s)"
+    elif [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
+        note "TIMEOUT  $name (limit ${limit}s; see $name.log)"
+    else
+        note "FAILED   $name (exit $rc after ${secs}s; see $name.log)"
+    fi
+    return 0
+}
+
+{
+    date -u
+    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>&1 || true
+    "$PYTHON" -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda,
+'available', torch.cuda.is_available(),
+torch.cuda.get_device_name(0) if torch.cuda.is_available() else '')"
+} > "$OUT/environment.txt" 2>&1
+note "$(tail -n 1 "$OUT/environment.txt")"
+
+# 1. the battery
+step battery 300 "$PYTHON" -m pytest -m gpu tests/gpu -q -p no:cacheprovider -rs \
+    --durations=10
+
+# 2. the two quick experiments on both devices, then their tables compared
+for exp in safari-fmnist fedmac-table1-fmnist; do
+    for dev in cuda cpu; do
+        step "$exp-$dev" 90 "$PYTHON" -m fedsparse run "$exp" --quick --device "$dev" \
+            --quiet --out "$OUT/runs/$exp-$dev"
+    done
+    if [ -s "$OUT/$exp-cuda.log" ] && [ -s "$OUT/$exp-cpu.log" ]; then
+        step "$exp-compare" 30 "$PYTHON" - "$OUT/$exp-cpu.log" "$OUT/$exp-cuda.log" <<'EOF'
+"""Compare two printed outputs of one experiment: the same lines, the same words, the
+numbers within a relative 1e-3 (float32 runs round differently on the two devices);
+timings and output folders are not compared."""
+import re
+import sys
+
+NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
+SKIP = re.compile(r"seconds|elapsed|->|wrote |\b\d+(?:\.\d+)?\s*(?:s|ms|min)\b")
+RTOL = 1e-3
+
+
+def lines(path):
+    return [l.rstrip() for l in open(path, encoding="utf-8", errors="replace")
+            if l.strip() and not SKIP.search(l)]
+
+
+cpu, gpu = lines(sys.argv[1]), lines(sys.argv[2])
+bad, worst = [], 0.0
+if len(cpu) != len(gpu):
+    bad.append(f"{len(cpu)} lines on the CPU, {len(gpu)} on the GPU")
+for a, b in zip(cpu, gpu):
+    na, nb = NUMBER.findall(a), NUMBER.findall(b)
+    if NUMBER.sub("#", a) != NUMBER.sub("#", b) or len(na) != len(nb):
+        bad.append(f"cpu: {a}\ngpu: {b}")
+        continue
+    for x, y in zip(na, nb):
+        x, y = float(x), float(y)
+        gap = abs(x - y) / max(abs(x), abs(y), 1e-12)
+        worst = max(worst, gap)
+        if gap > RTOL:
+            bad.append(f"cpu: {a}\ngpu: {b}\n  ({x} vs {y}: relative {gap:.2g})")
+            break
+print(f"{len(cpu)} lines compared; largest relative difference {worst:.3g}")
+for b in bad:
+    print(b)
+sys.exit(1 if bad else 0)
+EOF
+    fi
+done
+
+# 3. the speed benchmarks on the GPU (they print their targets as met / MISSED)
+step bench-models 120 "$PYTHON" benchmarks/bench_models.py --device cuda
+step bench-fedmac 90 "$PYTHON" benchmarks/bench_fedmac.py --device cuda
+
+note "total $(($(date +%s) - START))s; logs in $OUT"
+grep -h "met\|MISSED" "$OUT"/bench-*.log 2>/dev/null | tee -a "$SUMMARY" || true
