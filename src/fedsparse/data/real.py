@@ -172,7 +172,7 @@ def federated_real(dataset: str, *, partition: str = "clusters", num_clients: in
                    path=None, test_fraction: float = 0.2, seed: int = 0,
                    max_examples: int | None = None, scale: str | None = None,
                    n_features: int | None = None, standardize_target: bool = False,
-                   flatten: bool = True, dtype: torch.dtype = torch.float32,
+                   flatten: bool = True, pad: int = 0, dtype: torch.dtype = torch.float32,
                    **partition_kwargs) -> FederatedDataset:
     """A named real data set, split among clients: the ``federated_real`` data kind.
 
@@ -192,6 +192,9 @@ def federated_real(dataset: str, *, partition: str = "clusters", num_clients: in
     flatten : ``False`` keeps image data sets as images (n, 1, H, W) per client, for a
         CNN (see :func:`load_named`); scaling then acts per pixel, and the
         ``clusters`` partition clusters the flattened images.
+    pad : zero pixels added on every side of each image (with ``flatten=False``): 2
+        turns Fashion-MNIST's 28 x 28 into the 32 x 32 of CIFAR-sized networks
+        (SAFARI's ResNet-20 at the paper's input size, FedMac's VGG).
     dtype : floating dtype of the stored tensors.
 
     Returns
@@ -207,8 +210,13 @@ def federated_real(dataset: str, *, partition: str = "clusters", num_clients: in
     """
     seed, _ = check_seed("seed", seed), check_bool("standardize_target", standardize_target)
     check_int("n_features", n_features, minimum=1, allow_none=True)
+    check_int("pad", pad, minimum=0)
+    if pad and flatten:
+        raise fail("pad", pad, "applies to images kept as images: set flatten = false too")
     X, y = load_named(dataset, path=path, seed=seed, max_examples=max_examples,
                       n_features=n_features, flatten=flatten)
+    if pad:  # (n, C, H, W) -> (n, C, H + 2 pad, W + 2 pad), zeros around
+        X = np.pad(np.asarray(X), ((0, 0), (0, 0), (pad, pad), (pad, pad)))
     X = _scale(X, scale)
     if standardize_target:
         y = np.asarray(y, dtype=np.float64)

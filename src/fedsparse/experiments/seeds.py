@@ -277,3 +277,21 @@ def strict_json(obj):
     if isinstance(obj, list | tuple):
         return [strict_json(v) for v in obj]
     return obj
+
+
+def device_fields(device) -> dict:
+    """``{"device": ..., "gpu": ...}`` of where a run computes, for its summary.json.
+
+    Parameters
+    ----------
+    device : "cpu", "cuda", "cuda:N", "auto", a torch.device or None (the CPU).
+
+    Raises
+    ------
+    ConfigError
+        naming ``device`` for a value that is not a device, or a GPU this machine lacks
+        (:func:`fedsparse.devices.resolve_device`).
+    """
+    from ..devices import device_info, resolve_device
+
+    return device_info(resolve_device(device))

@@ -1,0 +1,73 @@
+"""docs/results/safari.md and fedmac.md agree with the committed runs they quote
+(docs/results/runs/<experiment>/summary.json), and each committed run carries what a
+reader needs to check a number: rounds, seeds, device, gpu, wall clock and per-seed
+values."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from fedsparse._validation import ConfigError
+from fedsparse.report import results_pages as RP
+
+RUNS = RP.load_runs()
+
+
+def test_pages_agree_with_their_committed_runs():
+    assert RP.generate(check=True) == [], (
+        "a results page differs from its committed runs: "
+        "python -m fedsparse.report.results_pages generate")
+
+
+def test_every_block_names_a_committed_run_and_every_run_is_quoted():
+    keys = [m.group("key") for name in RP.PAGES
+            for m in RP.BLOCK.finditer((RP.RESULTS / name).read_text())]
+    quoted = {k.split(" ")[0] for k in keys}
+    assert quoted <= set(RUNS), quoted - set(RUNS)
+    assert set(RUNS) <= quoted, set(RUNS) - quoted
+    # each quoted run is labelled with its scale, model, rounds, seeds and device
+    assert {k.split(" ")[0] for k in keys if k.endswith(" setting")} == quoted
+
+
+@pytest.mark.parametrize("experiment", sorted(RUNS))
+def test_committed_run_has_its_fields_and_per_seed_values(experiment):
+    s = RUNS[experiment]
+    for key in RP.REQUIRED:
+        assert key in s, key
+    assert isinstance(s["rounds"], int) and isinstance(s["seeds"], int) and s["seeds"] >= 1
+    assert s["device"] == "cpu" and s["gpu"] is None or s["device"].startswith("cuda")
+    if s["kind"] == "safari":
+        for panel in s["panels"].values():
+            for run in panel["runs"].values():
+                for measure in ("score", "curve_mean", "jitter"):
+                    assert len(run[measure]["values"]) == s["seeds"], (panel, measure)
+    elif "table" in s:
+        for row in s["table"]:
+            assert len(row["seeds"]) == s["seeds"], row["method"]
+    else:  # a FedMac figure: one seed, so each row's value is that seed's
+        assert s["seeds"] == 1 and s["runs"]
+
+
+def test_a_changed_number_changes_the_page():
+    if not RUNS:
+        pytest.skip("no committed runs")
+    experiment = next(e for e, s in RUNS.items() if s["kind"] == "safari")
+    page = next((RP.RESULTS / n).read_text() for n in RP.PAGES
+                if f"generated: {experiment} runs" in (RP.RESULTS / n).read_text())
+    changed = copy.deepcopy(RUNS)
+    panel = next(iter(changed[experiment]["panels"].values()))
+    next(iter(panel["runs"].values()))["score"]["mean"] += 0.001  # 0.1 point
+    assert RP.render(page, changed) != page
+    assert RP.render(page, RUNS) == page
+    with pytest.raises(ConfigError, match="no committed run"):
+        RP.render("<!-- begin generated: nowhere runs -->\n<!-- end generated -->", RUNS)
+
+
+def test_rows_off_allows_float_drift_not_a_change():
+    page = "| p | run | 68.02 ± 2.66 | 59.71 ± 2.36 |\n| p | other | 1.00 ± 0.10 | 2.00 |\n"
+    assert RP.rows_off(["| p | run | 68.02 ± 2.65 | 59.70 ± 2.36 |"], page) == []
+    off = RP.rows_off(["| p | run | 68.22 ± 2.66 | 59.71 ± 2.36 |",
+                       "| p | missing | 1.00 ± 0.10 | 2.00 |"], page)
+    assert len(off) == 2 and "off by more" in off[0] and "not quoted" in off[1]
