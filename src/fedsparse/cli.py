@@ -332,8 +332,8 @@ def cmd_list(args) -> int:
     needs = {n.short: n for r in rows for n in r.needs}
     print("\nTOML experiments take --set, --rounds, --only, --seeds, --resume, --device and "
           "work with `fedsparse sweep`;\nPython experiments add steps a config cannot "
-          "express; they take --rounds, --seeds, --resume and\n--quick (the same steps at a "
-          "reduced scale, "
+          "express; they take --rounds, --seeds, --resume, --device\nand --quick (the same "
+          "steps at a reduced scale, "
           "to check that everything runs: its numbers do not\nreproduce the paper's).\n"
           "RUNTIME: the full run, roughly, on one CPU core.\n"
           "GPU: \"wanted\" marks the long neural runs, which are worth --device cuda (the "

@@ -240,6 +240,7 @@ INFO: dict[str, ExperimentInfo] = {
                                                hidden=True, gpu=True),
     "fedavg-fmnist": ExperimentInfo("fedmac", "Table 1 baselines (FedAvg, FedProx)", "2 min",
                                     (FASHION,)),
+    "scale-million": ExperimentInfo("", "Cross-device scale (10^6 clients)", "4 min"),
 }
 #: Internal paper numbers in older titles and descriptions -> :data:`PAPERS` keys.
 _PAPER_NUMBERS = {"000": "fedht", "002": "fedgradmp"}
