@@ -243,13 +243,13 @@ def cmd_run(args) -> int:
     device = _check_device(args)
     name, config, python_exp = resolve_experiment(args.experiment)
     out = Path(args.out or Path("runs") / name).expanduser()
+    if python_exp is not None and args.log:  # before the extra's check: it applies anyway
+        raise ConfigError(f"--log: {name!r} is a Python experiment, which writes its own "
+                          "files; --log applies to TOML experiments (and fs.simulate("
+                          "..., loggers=...) in Python)")
     _check_log(args)
     if python_exp is not None:
         kwargs = _python_options(name, python_exp, args)
-        if args.log:
-            raise ConfigError(f"--log: {name!r} is a Python experiment, which writes its own "
-                              "files; --log applies to TOML experiments (and fs.simulate("
-                              "..., loggers=...) in Python)")
         created = prepare_output(out, resume=args.resume, force=args.force)
         print(f"fedsparse run {name} -> {out}")
 
