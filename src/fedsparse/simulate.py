@@ -54,14 +54,11 @@ def _client_executor(algorithm: Algorithm, problem: Problem, data: FederatedData
             order = torch.argsort(data.train.counts[clients.cpu()], stable=True)
         uploads, states, infos = [], [], []
         for a, b in bounds:
-            pick = slice(a, b) if order is None else order[a:b]
-            chunk = clients[pick]
+            chunk = _chunk_rows(clients, a, b, order)
             split = data.train if whole else data.train.select(chunk)
             rows = None if state_rows is None else \
-                {k: v[pick.to(v.device) if order is not None else pick]
-                 for k, v in state_rows.items()}
-            sent = payload if payload.ndim == 1 else \
-                payload[pick.to(payload.device) if order is not None else pick]
+                {k: _chunk_rows(v, a, b, order) for k, v in state_rows.items()}
+            sent = payload if payload.ndim == 1 else _chunk_rows(payload, a, b, order)
             ctx = ClientContext(problem, split, chunk, t, seed, state=rows, config=config)
             up, new_rows, info = algorithm.client_update(sent, ctx)
             uploads.append(up)
@@ -81,6 +78,13 @@ def _client_executor(algorithm: Algorithm, problem: Problem, data: FederatedData
                        info=info, client_state=new_state)
 
     return execute
+
+
+def _chunk_rows(rows: torch.Tensor, a: int, b: int, order: torch.Tensor | None
+                ) -> torch.Tensor:
+    """Rows ``a:b`` of ``rows`` (one per sampled client), taken in the client order
+    ``order`` where one is given."""
+    return rows[a:b] if order is None else rows[order[a:b].to(rows.device)]
 
 
 def _unsort(rows: torch.Tensor, order: torch.Tensor | None) -> torch.Tensor:
@@ -263,8 +267,8 @@ def simulate(algorithm: Algorithm, problem: Problem, data: FederatedDataset, *, 
         data = data.to(dtype)
     if not getattr(problem, "pooled_ok", False) and hasattr(data, "padded"):
         data = data.padded(flatten=True)  # linear models read the padded (N, n_max, d) layout
-    if device is not None and torch.device(device) != torch.device("cpu"):
-        data = data.to_device(torch.device(device))
+    if device is not None and device.type != "cpu":
+        data = data.to_device(device)
     channel = channel or PerfectChannel()
     if lazy:  # a few clients checked, the statistics read a chunk of clients at a time
         problem.check_data(data.probe())
