@@ -308,9 +308,9 @@ class NeuralProblem(Problem):
         n = X.shape[0]
         # Per-example layers: a chunk larger than the device's budget is evaluated in
         # parts (same numbers). Batch statistics depend on the chunk, so it stays whole.
-        step = n if self._batch_stats or n == 0 else eval_chunk(
-            self.client_bytes(1, tuple(X.shape[1:]), X.element_size(), grad=False)
-            - X.element_size() * self._layout.size, X.device, examples=n)
+        step = max(n, 1) if self._batch_stats or n == 0 else eval_chunk(
+            X.element_size() * self._example_elements(tuple(X.shape[1:])), X.device,
+            examples=n)
         losses, hits = [], []
         with torch.no_grad():
             for a in range(0, max(n, 1), step):
@@ -392,11 +392,15 @@ class NeuralProblem(Problem):
         gradients, temporaries); a forward pass counts the activations once and one copy
         of the parameters.
         """
-        shape = tuple(int(s) for s in feature_shape)
-        activations = self._activation_elements(shape) + math.prod(shape)
+        activations = self._example_elements(tuple(int(s) for s in feature_shape))
         factor = _GRAD_MEMORY_FACTOR if grad else 1
         copies = _PARAM_COPIES if grad else 1
         return itemsize * (copies * self._layout.size + factor * int(batch) * activations)
+
+    def _example_elements(self, shape: tuple[int, ...]) -> int:
+        """Elements one example of feature shape ``shape`` holds in a forward pass: its
+        input and its activations."""
+        return self._activation_elements(shape) + math.prod(shape)
 
     def _chunk(self, X: torch.Tensor) -> int:
         """Clients per vectorised call for client data ``X`` (S, b, ...): the fixed
