@@ -384,9 +384,12 @@ class Algorithm:
         uploads a compensation replaced); empty by default."""
         return {}
 
-    def personalized(self, state: ServerState, client_state: dict | None
-                     ) -> torch.Tensor | None:
-        """(N, P) personalised models of all clients, or None (no personalisation)."""
+    def personalized(self, state: ServerState, client_state: dict | None,
+                     clients: torch.Tensor | None = None) -> torch.Tensor | None:
+        """(N, P) personalised models of all clients, or None (no personalisation).
+
+        ``client_state`` holds the rows of ``clients`` ((k,) ids; None: all N clients, in
+        order); the result then has k rows, one per client of ``clients``."""
         return None
 
     def __repr__(self) -> str:

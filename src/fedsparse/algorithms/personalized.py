@@ -147,12 +147,15 @@ class PersonalizedAlgorithm(Algorithm):
         """(P,) or (N, P): what represents a client that has not trained yet."""
         return self.model(state)
 
-    def personalized(self, state, client_state):
+    def personalized(self, state, client_state, clients=None):
         if client_state is None:  # the state lives elsewhere (Flower nodes)
             return None
         personal = client_state["personal"]
         trained = client_state["trained"].to(personal.device)
-        fallback = self._fallback(state).to(personal.device)
+        fallback = self._fallback(state)
+        if fallback.ndim == 2 and clients is not None:  # one per client: those rows
+            fallback = fallback[clients.to(fallback.device)]
+        fallback = fallback.to(personal.device)
         return torch.where(trained[:, None], personal, fallback)
 
     def round_metrics(self, state):
