@@ -421,3 +421,19 @@ def test_simulate_counts_the_local_models_and_the_algorithms_state(monkeypatch):
     with pytest.raises(ConfigError, match="client_batch=4 .*the similarity record"):
         fs.simulate(fs.algorithms.similarity_compensation(algo), fs.problems.least_squares(),
                     data, rounds=1, client_batch=4, callback=_must_not_start)
+
+
+def test_heur_fedamp_counts_the_servers_client_models(monkeypatch):
+    from fedsparse import _resources
+
+    # the server keeps one model per client: 40 clients x 40 parameters x 8 bytes =
+    # 12.5 KiB; one client's local model and upload (2 x 40 x 8 bytes) alone would fit
+    data = fs.data.fedprox_synthetic(num_clients=40, seed=0, dim=10, num_classes=4,
+                                     dtype=torch.float64)
+    monkeypatch.setattr(_resources, "memory_limit", lambda: 12 * 1024)
+    algo = fs.algorithms.heur_fedamp(lam=0.1, alpha_k=0.1, sigma=1.0, step_size=0.1,
+                                     local_steps=1)
+    with pytest.raises(ConfigError, match="for the local models and the server's client "
+                                          "models; this process may use 12 KiB"):
+        fs.simulate(algo, fs.problems.softmax(4), data, rounds=1, client_batch=1,
+                    callback=_must_not_start)

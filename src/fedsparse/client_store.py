@@ -114,9 +114,7 @@ class ClientStore:
     def release(self) -> None:
         """Hand the pages of the files back to the system (a no-op in memory): the data
         stay in the files, and the next read pages in only what it touches."""
-        if hasattr(mmap, "MADV_DONTNEED"):  # not on Windows: its pages stay mapped
-            for m in self._maps:
-                m.madvise(mmap.MADV_DONTNEED)
+        _release(self._maps)
 
     def chunks(self) -> list[tuple[int, int]]:
         """Row ranges ``[a, b)`` of about :data:`COPY_BYTES` each (one range in memory)."""
@@ -166,10 +164,19 @@ class PersonalModels:
         (memory-mapped) for a store on disk."""
         if path is None:
             return self[:]
-        out, _ = _new_array(path, self[0:1].dtype, tuple(self.shape))
+        out, mapping = _new_array(path, self[0:1].dtype, tuple(self.shape))
         for a, b in self.store.chunks():
             out[a:b] = self[a:b].cpu()
+            _release([mapping])
         return out
+
+
+def _release(maps: list[mmap.mmap]) -> None:
+    """Drop the pages of shared file mappings from this process (their data stay in the
+    files and the page cache; the next access reads them back)."""
+    if hasattr(mmap, "MADV_DONTNEED"):  # not on Windows: its pages stay mapped
+        for m in maps:
+            m.madvise(mmap.MADV_DONTNEED)
 
 
 def _new_array(path: Path, dtype: torch.dtype, shape: tuple[int, ...]

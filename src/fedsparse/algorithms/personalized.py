@@ -427,6 +427,10 @@ class HeurFedAMP(PersonalizedAlgorithm):
                 "self_weight": self.self_weight, "step_size": self.local.step_size,
                 "local_steps": self.local.local_steps, "batch_size": self.local.batch_size}
 
+    def state_bytes(self, num_clients, model_size, itemsize):
+        # the server's (N, P) latest models (the attention weights are (S, N) a round)
+        return {"the server's client models": num_clients * model_size * itemsize}
+
     def init(self, problem, seed=0):
         state = super().init(problem, seed)
         spec = self._require_bound()
