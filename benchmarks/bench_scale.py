@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import resource
 import signal
@@ -153,12 +154,38 @@ def run_flower(case: str, N: int, rounds: int, num_cpus: int,
 
     spec = job_spec(case, N, rounds)
     job = job_from_config(spec)
+    marks = _ServerLogClock()
+    logging.getLogger("flwr").addHandler(marks)
     tic = time.perf_counter()
     history = run_flower_simulation(job, num_cpus=num_cpus)
-    out = _figures(history, spec, time.perf_counter() - tic, model_out)
+    end = time.perf_counter()
+    out = _figures(history, spec, end - tic, model_out)
     # Ray's start, N virtual nodes, the handshake with each, the shutdown
     out["outside_rounds"] = out["wall"] - out["rounds_total"]
+    if marks.connected is not None and marks.first_round is not None:
+        out["startup"] = marks.connected - tic  # Ray and the N nodes, until the server sees them
+        out["handshake"] = marks.first_round - out["first_round"] - marks.connected
+        out["shutdown"] = end - marks.last_round
     return {"case": case, "engine": "flower", "num_cpus": num_cpus, **out}
+
+
+class _ServerLogClock(logging.Handler):
+    """When the ServerApp (a thread of this process) logs that the nodes are connected and
+    that a round ended: splits the time outside the rounds into Ray's start-up, the
+    handshake with every node and the shutdown."""
+
+    def __init__(self):
+        super().__init__(logging.INFO)
+        self.connected = self.first_round = self.last_round = None
+
+    def emit(self, record: logging.LogRecord) -> None:
+        now, message = time.perf_counter(), record.getMessage()
+        if "node(s) connected" in message and self.connected is None:
+            self.connected = now
+        elif message.startswith("fedsparse: round "):
+            if self.first_round is None:
+                self.first_round = now
+            self.last_round = now
 
 
 # -- memory of a process tree (Linux /proc; no psutil) ----------------------------------
@@ -354,7 +381,12 @@ def _print_row(case: str, N: int, engine: str, r: dict) -> None:
         print(f"{head} FAILED after {r['child_wall']:.0f} s: {r['failed']}; {memory}",
               flush=True)
         return
-    extra = f", outside the rounds {r['outside_rounds']:.1f} s" if "outside_rounds" in r else ""
+    extra = ""
+    if "handshake" in r:
+        extra = f"; outside the rounds: start-up {r['startup']:.1f} s, handshake " \
+                f"{r['handshake']:.1f} s, shutdown {r['shutdown']:.1f} s"
+    elif "outside_rounds" in r:
+        extra = f"; outside the rounds {r['outside_rounds']:.1f} s"
     print(f"{head} S={r['sampled']:>6,d} {r['seconds_per_round']:8.3f} s/round  {memory}  "
           f"(first round {r['first_round']:.3f} s, process {r['wall']:.1f} s{extra})",
           flush=True)
