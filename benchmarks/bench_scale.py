@@ -49,6 +49,7 @@ import argparse
 import json
 import logging
 import os
+import re
 import resource
 import signal
 import statistics
@@ -303,7 +304,8 @@ def run_child(argv: list[str], timeout: float) -> dict:
                 line.strip() for line in lines[-3:])
         figures = json.loads(result.read_text()) if why is None else {}
         if why is not None:
-            ours = [line.strip() for line in lines if "fedsparse:" in line]
+            ours = [re.sub(r"\x1b\[[0-9;]*m", "", line).strip() for line in lines
+                    if "fedsparse:" in line]  # without the terminal colours
             if ours:
                 why += f"; last log line: {ours[-1][-160:]}"
         return {**figures, "failed": why, "child_wall": wall,
