@@ -36,6 +36,8 @@ the child's whole process tree (Ray's GCS, raylet and workers included): the sum
 instant) and the sum of PSS (shared pages split, what the tree adds to the machine);
 sampling can miss a peak shorter than 0.2 s. A larger N is not tried once a smaller one
 failed or ran past ``--timeout``; a failure prints the error or the timeout, measured.
+Each Flower run takes minutes (the handshake is one message per client before round 1:
+about 4 minutes at N = 10^4 on 2 cores), so run one case at a time.
 
 Run: ``python benchmarks/bench_scale.py [--rounds 3] [--sizes 10000 100000 1000000]``
 (one case: ``--cases fedavg-mlp``); ``python benchmarks/bench_scale.py --flower
