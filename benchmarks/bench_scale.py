@@ -39,9 +39,19 @@ failed or ran past ``--timeout``; a failure prints the error or the timeout, mea
 Each Flower run takes minutes (the handshake is one message per client before round 1:
 about 4 minutes at N = 10^4 on 2 cores), so run one case at a time.
 
+Client state (``--client-state``): FedMac (Liu et al. 2023) on the same MLP and data,
+whose every client keeps a personal model, at ``--state-sizes`` (default 10^4 and 10^5),
+with the personal models in memory and on disk (``client_state_memory=0``: memory-mapped
+files of which a round reads only its sampled rows). Targets: the same records either
+way; at the largest N, the state on disk adds to the peak memory of the same run
+without state (FedAvg, ``fedavg-mlp``) less than a quarter of the state's size (memory
+follows the sampled clients, not N); on disk the seconds per sampled client stay within
+2x from the smallest N to the largest.
+
 Run: ``python benchmarks/bench_scale.py [--rounds 3] [--sizes 10000 100000 1000000]``
 (one case: ``--cases fedavg-mlp``); ``python benchmarks/bench_scale.py --flower
---cases fedavg-linear [--flower-sizes 1000 10000 100000] [--timeout 240]``.
+--cases fedavg-linear [--flower-sizes 1000 10000 100000] [--timeout 240]``;
+``python benchmarks/bench_scale.py --client-state [--state-sizes 10000 100000]``.
 """
 
 
@@ -145,6 +155,90 @@ def run_one(case: str, N: int, rounds: int, threads: int = 0,
                           eval_clients=min(200, N), progress=False)
     return {"case": case, "engine": "embedded",
             **_figures(history, spec, time.perf_counter() - tic, model_out)}
+
+
+#: FedMac (Liu et al. 2023) on the same MLP and data as ``fedavg-mlp``: every sampled
+#: client keeps a personal model, (N, 1,430) float32 in all.
+FEDMAC = {"kind": "fedmac", "lam": 0.1, "step_size": 0.05, "personal_step_size": 0.05,
+          "gamma": 1e-4, "local_steps": 5, "batch_size": 20}
+STATE_SIZES = (10_000, 100_000)
+
+
+def run_fedmac(N: int, rounds: int, threads: int, on_disk: bool) -> dict:
+    """FedMac at N clients with its personal models in memory or on disk (memory-mapped
+    files, :mod:`fedsparse.client_store`), in this process; returns the figures."""
+    import torch
+
+    import fedsparse as fs
+
+    if threads:
+        torch.set_num_threads(threads)
+    spec = {**job_spec("fedavg-mlp", N, rounds), "algorithm": FEDMAC}
+    tic = time.perf_counter()
+    data = fs.data.GENERATORS[spec["data"]["kind"]](
+        **{k: v for k, v in spec["data"].items() if k != "kind"}, dtype=torch.float32)
+    problem = fs.problems.REGISTRY["neural"](model=spec["problem"]["model"])
+    algorithm = fs.algorithms.REGISTRY["fedmac"](
+        **{k: v for k, v in FEDMAC.items() if k != "kind"})
+    history = fs.simulate(algorithm, problem, data, rounds=rounds, seed=0,
+                          clients_per_round=spec["clients_per_round"],
+                          client_batch=CLIENT_BATCH["fedavg-mlp"], eval_every=rounds,
+                          eval_clients=min(200, N), progress=False,
+                          client_state_memory=0 if on_disk else 1 << 62)
+    out = _figures(history, spec, time.perf_counter() - tic, None)
+    out["state_bytes"] = N * (problem.param_dim(data.dim) * 4 + 1)  # personal + trained
+    return {"case": "fedmac-mlp", "engine": "on disk" if on_disk else "in memory",
+            "personal_accuracy": history.records[-1].get("personal_accuracy"), **out}
+
+
+def client_state(args) -> int:
+    """The --client-state section: FedMac's personal models in memory and on disk, beside
+    stateless FedAvg on the same data (what the rest of the run costs)."""
+    print(f"FedMac and FedAvg, 1,430-parameter MLP, {PARTICIPATION:.0%} of N a round, "
+          f"{args.rounds} rounds, {args.threads} torch thread(s); peak = the process's "
+          "ru_maxrss", flush=True)
+    rows = {}
+    for N in args.state_sizes:
+        for engine in ("fedavg", "in memory", "on disk"):
+            child = ["--one", "fedavg-mlp", str(N)] if engine == "fedavg" else \
+                ["--one-fedmac", str(N)] + (["--on-disk"] if engine == "on disk" else [])
+            proc = subprocess.run([sys.executable, __file__, *child, "--rounds",
+                                   str(args.rounds), "--threads", str(args.threads)],
+                                  capture_output=True, text=True)
+            if proc.returncode != 0:
+                print(f"{engine} N={N}: failed\n{proc.stderr[-2000:]}")
+                return 1
+            r = json.loads(proc.stdout.strip().splitlines()[-1])
+            rows[N, engine] = r
+            state = f"state {_gib(r['state_bytes'])}, " if "state_bytes" in r else ""
+            print(f"{r['case']:10s} N={N:>9,d} S={r['sampled']:>6,d} "
+                  f"{'' if engine == 'fedavg' else engine:9s} "
+                  f"{r['seconds_per_round']:8.3f} s/round  peak {_gib(r['peak_rss'])}  "
+                  f"({state}first round {r['first_round']:.3f} s)", flush=True)
+    print()
+    lo, hi = min(args.state_sizes), max(args.state_sizes)
+    same = all(rows[N, "on disk"]["personal_accuracy"] ==
+               rows[N, "in memory"]["personal_accuracy"]
+               and rows[N, "on disk"]["objective"] == rows[N, "in memory"]["objective"]
+               for N in args.state_sizes)
+    print(f"the same records in memory and on disk: {'yes' if same else 'NO'}")
+    # memory follows the sampled clients: on disk, the state adds less than a quarter of
+    # its size to what the same run without state (FedAvg) peaks at
+    state = rows[hi, "on disk"]["state_bytes"]
+    added = {e: rows[hi, e]["peak_rss"] - rows[hi, "fedavg"]["peak_rss"]
+             for e in ("in memory", "on disk")}
+    follows = added["on disk"] < state / 4
+    print(f"at N={hi:,d} the state is {_gib(state)}; over FedAvg's peak it adds "
+          f"{_gib(added['in memory'])} in memory, {_gib(added['on disk'])} on disk "
+          f"(target: under a quarter of the state): {'met' if follows else 'MISSED'}")
+    ratio = (rows[hi, "on disk"]["seconds_per_round"] / rows[hi, "on disk"]["sampled"]) / \
+        (rows[lo, "on disk"]["seconds_per_round"] / rows[lo, "on disk"]["sampled"])
+    flat = ratio <= 2.0
+    print(f"on disk, seconds per sampled client at N={hi:,d} / at N={lo:,d} = {ratio:.2f} "
+          f"(target <= 2): {'met' if flat else 'MISSED'}")
+    slow = rows[hi, "on disk"]["seconds_per_round"] / rows[hi, "in memory"]["seconds_per_round"]
+    print(f"on disk / in memory at N={hi:,d}: {slow:.2f}x the time per round")
+    return 0 if same and follows and flat else 1
 
 
 def run_flower(case: str, N: int, rounds: int, num_cpus: int,
@@ -450,7 +544,13 @@ def parser() -> argparse.ArgumentParser:
                    help="CPUs Ray may use in the Flower runs (one ClientApp actor each)")
     p.add_argument("--timeout", type=float, default=240.0,
                    help="seconds each run of the Flower comparison may take (default 240)")
+    p.add_argument("--client-state", action="store_true",
+                   help="FedMac with its personal models in memory and on disk at "
+                   "--state-sizes instead")
+    p.add_argument("--state-sizes", type=int, nargs="+", default=list(STATE_SIZES))
     p.add_argument("--one", nargs=2, metavar=("CASE", "N"), help=argparse.SUPPRESS)
+    p.add_argument("--one-fedmac", type=int, metavar="N", help=argparse.SUPPRESS)
+    p.add_argument("--on-disk", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--one-flower", nargs=2, metavar=("CASE", "N"), help=argparse.SUPPRESS)
     p.add_argument("--model-out", help=argparse.SUPPRESS)
     p.add_argument("--result", help=argparse.SUPPRESS)
@@ -463,6 +563,12 @@ def main(argv=None) -> int:
         if getattr(args, name) <= 0:
             parser().error(f"--{name.replace('_', '-')} must be positive, got "
                            f"{getattr(args, name)}")
+    if args.one_fedmac:
+        print(json.dumps(run_fedmac(args.one_fedmac, args.rounds, args.threads,
+                                    args.on_disk)))
+        return 0
+    if args.client_state:
+        return client_state(args)
     if args.one or args.one_flower:
         case, N = args.one or args.one_flower
         r = run_one(case, int(N), args.rounds, args.threads, args.model_out) if args.one \
