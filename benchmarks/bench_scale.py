@@ -124,12 +124,14 @@ def _figures(history, spec: dict, wall: float, model_out: str | None) -> dict:
             "rounds": spec["rounds"], "seconds_per_round": statistics.median(steady),
             "first_round": per_round[0], "rounds_total": sum(per_round), "wall": wall,
             "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+            "gpu_peak": torch.cuda.max_memory_allocated() if torch.cuda.is_initialized()
+            else None,
             "objective": last.get("objective"), "objective_se": last.get("objective_se"),
             "torch_threads": torch.get_num_threads()}
 
 
 def run_one(case: str, N: int, rounds: int, threads: int = 0,
-            model_out: str | None = None) -> dict:
+            model_out: str | None = None, device: str = "cpu") -> dict:
     """One (case, N) on the embedded simulator, in this process; returns the figures."""
     import torch
 
@@ -152,8 +154,8 @@ def run_one(case: str, N: int, rounds: int, threads: int = 0,
                           data, rounds=rounds, seed=spec["seed"],
                           clients_per_round=spec["clients_per_round"],
                           client_batch=CLIENT_BATCH[case], eval_every=rounds,
-                          eval_clients=min(200, N), progress=False)
-    return {"case": case, "engine": "embedded",
+                          eval_clients=min(200, N), progress=False, device=device)
+    return {"case": case, "engine": "embedded", "device": device,
             **_figures(history, spec, time.perf_counter() - tic, model_out)}
 
 
@@ -164,7 +166,8 @@ FEDMAC = {"kind": "fedmac", "lam": 0.1, "step_size": 0.05, "personal_step_size":
 STATE_SIZES = (10_000, 100_000)
 
 
-def run_fedmac(N: int, rounds: int, threads: int, on_disk: bool) -> dict:
+def run_fedmac(N: int, rounds: int, threads: int, on_disk: bool, device: str = "cpu"
+               ) -> dict:
     """FedMac at N clients with its personal models in memory or on disk (memory-mapped
     files, :mod:`fedsparse.client_store`), in this process; returns the figures."""
     import torch
@@ -184,7 +187,7 @@ def run_fedmac(N: int, rounds: int, threads: int, on_disk: bool) -> dict:
                           clients_per_round=spec["clients_per_round"],
                           client_batch=CLIENT_BATCH["fedavg-mlp"], eval_every=rounds,
                           eval_clients=min(200, N), progress=False,
-                          client_state_memory=0 if on_disk else 1 << 62)
+                          client_state_memory=0 if on_disk else 1 << 62, device=device)
     out = _figures(history, spec, time.perf_counter() - tic, None)
     out["state_bytes"] = N * (problem.param_dim(data.dim) * 4 + 1)  # personal + trained
     return {"case": "fedmac-mlp", "engine": "on disk" if on_disk else "in memory",
@@ -203,7 +206,8 @@ def client_state(args) -> int:
             child = ["--one", "fedavg-mlp", str(N)] if engine == "fedavg" else \
                 ["--one-fedmac", str(N)] + (["--on-disk"] if engine == "on disk" else [])
             proc = subprocess.run([sys.executable, __file__, *child, "--rounds",
-                                   str(args.rounds), "--threads", str(args.threads)],
+                                   str(args.rounds), "--threads", str(args.threads),
+                                   "--device", args.device],
                                   capture_output=True, text=True)
             if proc.returncode != 0:
                 print(f"{engine} N={N}: failed\n{proc.stderr[-2000:]}")
@@ -497,7 +501,8 @@ def scale_targets(args) -> int:
         for N in args.sizes:
             proc = subprocess.run([sys.executable, __file__, "--one", case, str(N),
                                    "--rounds", str(args.rounds), "--threads",
-                                   str(args.threads)], capture_output=True,
+                                   str(args.threads), "--device", args.device],
+                                  capture_output=True,
                                   text=True)
             if proc.returncode != 0:
                 print(f"{case} N={N}: failed\n{proc.stderr[-2000:]}")
@@ -507,7 +512,9 @@ def scale_targets(args) -> int:
             print(f"{case:17s} N={N:>9,d} S={r['sampled']:>6,d}  "
                   f"{r['seconds_per_round']:8.3f} s/round  "
                   f"{1e3 * r['seconds_per_round'] / r['sampled']:7.3f} ms/client  "
-                  f"peak {r['peak_rss'] / 2**30:6.2f} GiB  (first round "
+                  f"peak {r['peak_rss'] / 2**30:6.2f} GiB"
+                  + (f" (GPU {r['gpu_peak'] / 2**30:.2f} GiB)" if r.get("gpu_peak") else "")
+                  + "  (first round "
                   f"{r['first_round']:.3f} s, process {r['wall']:.1f} s)", flush=True)
     print()
     ok = True
@@ -537,6 +544,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=1,
                    help="torch threads (default 1: steadier figures on a shared machine; 0 "
                    "leaves torch its own choice)")
+    p.add_argument("--device", default="cpu",
+                   help="where the embedded simulator runs: cpu (default) or cuda; peak "
+                   "memory is the host's (ru_maxrss), the GPU's peak is printed beside it")
     p.add_argument("--flower", action="store_true",
                    help="compare with Flower's simulation engine at --flower-sizes instead")
     p.add_argument("--flower-sizes", type=int, nargs="+", default=list(FLOWER_SIZES))
@@ -565,13 +575,14 @@ def main(argv=None) -> int:
                            f"{getattr(args, name)}")
     if args.one_fedmac:
         print(json.dumps(run_fedmac(args.one_fedmac, args.rounds, args.threads,
-                                    args.on_disk)))
+                                    args.on_disk, args.device)))
         return 0
     if args.client_state:
         return client_state(args)
     if args.one or args.one_flower:
         case, N = args.one or args.one_flower
-        r = run_one(case, int(N), args.rounds, args.threads, args.model_out) if args.one \
+        r = run_one(case, int(N), args.rounds, args.threads, args.model_out, args.device) \
+            if args.one \
             else run_flower(case, int(N), args.rounds, args.num_cpus, args.model_out)
         if args.result:
             Path(args.result).write_text(json.dumps(r))

@@ -17,6 +17,8 @@
 #      and their printed tables compared (numbers to a relative 1e-3: these runs are
 #      float32, where the two devices round differently)
 #   3. benchmarks/bench_models.py --device cuda and benchmarks/bench_fedmac.py --device cuda
+#   4. benchmarks/bench_scale.py --device cuda: the scale cases at 10^4 and 10^5 clients,
+#      then FedMac's personal models in memory and on disk (--client-state)
 
 set -u
 ROOT=$(pwd)
@@ -119,6 +121,8 @@ done
 # 3. the speed benchmarks on the GPU (they print their targets as met / MISSED)
 step bench-models 120 "$PYTHON" benchmarks/bench_models.py --device cuda
 step bench-fedmac 90 "$PYTHON" benchmarks/bench_fedmac.py --device cuda
+step bench-scale 120 "$PYTHON" benchmarks/bench_scale.py --device cuda --sizes 10000 100000
+step bench-scale-state 90 "$PYTHON" benchmarks/bench_scale.py --device cuda --client-state
 
 note "total $(($(date +%s) - START))s; logs in $OUT"
 grep -h "met\|MISSED" "$OUT"/bench-*.log 2>/dev/null | tee -a "$SUMMARY" || true
