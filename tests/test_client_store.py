@@ -142,6 +142,9 @@ def test_bad_store_arguments_are_named(tmp_path):
     (tmp_path / "full" / "mine.txt").write_text("keep me")
     with pytest.raises(ConfigError, match="client_state_dir=.*full.*new or empty"):
         _run(algo, data, client_state_dir=tmp_path / "full")
+    with pytest.raises(ConfigError, match="client_state_dir=.*full.*new or empty"):
+        _run(algo, data, client_state_dir=tmp_path / "full", resume=True,
+             checkpoint=tmp_path / "none.pt")  # resuming: still not a foreign file
     assert (tmp_path / "full" / "mine.txt").read_text() == "keep me"
     (tmp_path / "file").write_text("x")
     with pytest.raises(ConfigError, match="client_state_dir=.*must be a directory"):

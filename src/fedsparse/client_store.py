@@ -198,10 +198,13 @@ def _check_directory(directory, resume: bool) -> Path:
     path = Path(directory)
     if path.exists() and not path.is_dir():
         raise fail("client_state_dir", str(directory), "must be a directory (it is a file)")
-    if path.is_dir() and any(path.iterdir()) and not resume:
-        raise fail("client_state_dir", str(directory), "must be a new or empty directory: "
-                   "it holds files, and a run never writes over files it did not make "
-                   "(give another directory, or empty this one)")
+    if path.is_dir() and any(path.iterdir()):
+        foreign = [p.name for p in path.iterdir() if p.suffix != ".npy" or not p.is_file()]
+        if not resume or foreign:
+            raise fail("client_state_dir", str(directory), "must be a new or empty "
+                       "directory (or, resuming, hold only the .npy files of the run "
+                       "that resumes): it holds files, and a run never writes over files "
+                       "it did not make (give another directory, or empty this one)")
     path.mkdir(parents=True, exist_ok=True)
     return path
 
@@ -221,8 +224,8 @@ def open_client_store(algorithm, problem, num_clients: int, seed: int, *,
     directory : where the files go (kept after the run); None: a temporary directory
         removed when the store is garbage-collected (files in use stay readable until
         then).
-    resume : the run resumes from a checkpoint (``directory`` may hold the files of its
-        interrupted run: they are rewritten from the checkpoint).
+    resume : the run resumes (``directory`` may hold the ``.npy`` files of its
+        interrupted run: they are rewritten, from the checkpoint where there is one).
 
     Returns
     -------

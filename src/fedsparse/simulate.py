@@ -305,8 +305,7 @@ def simulate(algorithm: Algorithm, problem: Problem, data: FederatedDataset, *, 
     state = bound.init(problem, seed)
     store = open_client_store(bound, problem, data.num_clients, seed,
                               memory=client_state_memory, directory=client_state_dir,
-                              resume=resume and checkpoint is not None
-                              and Path(checkpoint).exists())
+                              resume=resume)
     dim = problem.param_dim(data.dim)
     fingerprint = _fingerprint(algorithm, problem, data, seed, clients_per_round, channel)
     history = History(config={**fingerprint, "rounds": rounds})
