@@ -58,7 +58,7 @@ REQUIRED = {
 SIGNED = {"mean", "exponent"}
 #: Parameters whose values are not plain flags or numbers; they have cases of their own.
 SPECIAL = {"dictionary", "path", "partition_kwargs", "model", "dataset", "partition",
-           "checkpoint", "device"}
+           "checkpoint", "device", "client_state_dir"}
 
 BAD_INTS = [True, 2.5, "3", float("nan"), -1, 10**30, 2**63]
 BAD_FLOATS = [True, "0.1", float("nan"), math.inf, -math.inf]
@@ -160,7 +160,8 @@ SIMULATE_CASES = [(name, value)
                   if name not in ("algorithm", "problem", "data")
                   for value in bad_values(param)] + [
     ("channel", 3), ("channel", "perfect"), ("callback", 3), ("callback", "print"),
-    ("checkpoint", 3), ("device", "gpu-please"), ("device", 3),
+    ("checkpoint", 3), ("device", "gpu-please"), ("device", 3), ("client_state_dir", 3),
+    ("client_state_dir", True),
 ]
 
 
