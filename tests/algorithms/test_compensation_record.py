@@ -150,6 +150,7 @@ def test_lookup_is_infinite_off_the_record_and_on_the_diagonal():
     (_record([-3], [1.0]), "u * N + v"),
     (_record([14], [-1.0]), "negative or not finite"),
     (_record([14], [INF]), "negative or not finite"),
+    (_record([14], [float("nan")]), "negative or not finite"),
     (_record([14, 16], [1.0]), "2 pairs but 1 distances"),
     ({"pairs": torch.zeros(1, 1, dtype=torch.int64), "distances": torch.ones(1, 1,
      dtype=torch.float64)}, "'pairs' must be a 1-D torch.int64 tensor"),
