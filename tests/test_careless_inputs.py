@@ -407,7 +407,7 @@ def test_simulate_counts_the_local_models_and_the_algorithms_state(monkeypatch):
     data = fs.data.shifted_gaussian(num_clients=12, samples_per_client=4, dim=50, sparsity=2,
                                     seed=0, dtype=torch.float64)
     # 12 clients x 50 x 8 bytes x 2 (local models and uploads) = 9.4 KiB; 1 round's
-    # record < 1 KiB; FedSpa's masks are 12 x 50 bools
+    # record < 1 KiB
     monkeypatch.setattr(_resources, "memory_limit", lambda: 9 * 1024)
     algo = fs.algorithms.fed_avg(step_size=0.01, local_steps=1)
     with pytest.raises(ConfigError, match=r"num_clients=12 .* for the local models; "
@@ -423,8 +423,19 @@ def test_simulate_counts_the_local_models_and_the_algorithms_state(monkeypatch):
     with pytest.raises(AssertionError, match="the run started"):
         fs.simulate(fs.algorithms.similarity_compensation(algo), fs.problems.least_squares(),
                     data, rounds=1, client_batch=4, callback=_must_not_start)
-    # ... while FedSpa's masks (12 x 50 bools) are counted with them: 3.7 KiB
-    with pytest.raises(ConfigError, match="client_batch=4 .*the clients' masks"):
-        fs.simulate(fs.algorithms.safari(density=0.5, pruner="fedspa", step_size=0.01,
-                                         compensation=False), fs.problems.least_squares(),
-                    data, rounds=1, client_batch=4, callback=_must_not_start)
+
+
+def test_heur_fedamp_counts_the_servers_client_models(monkeypatch):
+    from fedsparse import _resources
+
+    # the server keeps one model per client: 40 clients x 40 parameters x 8 bytes =
+    # 12.5 KiB; one client's local model and upload (2 x 40 x 8 bytes) alone would fit
+    data = fs.data.fedprox_synthetic(num_clients=40, seed=0, dim=10, num_classes=4,
+                                     dtype=torch.float64)
+    monkeypatch.setattr(_resources, "memory_limit", lambda: 12 * 1024)
+    algo = fs.algorithms.heur_fedamp(lam=0.1, alpha_k=0.1, sigma=1.0, step_size=0.1,
+                                     local_steps=1)
+    with pytest.raises(ConfigError, match="for the local models and the server's client "
+                                          "models; this process may use 12 KiB"):
+        fs.simulate(algo, fs.problems.softmax(4), data, rounds=1, client_batch=1,
+                    callback=_must_not_start)

@@ -9,6 +9,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
+import torch  # noqa: E402
 
 import fedsparse as fs  # noqa: E402
 from fedsparse import ConfigError  # noqa: E402
@@ -110,3 +111,20 @@ def test_load_run_reads_a_cli_folder(tmp_path):
     assert bad["diverged_round"] == runs["too big a step"].config["diverged_round"] >= 1
     with pytest.raises(ConfigError, match="not a fedsparse run folder"):
         fs.load_run(tmp_path)  # holds only the TOML and the run folder's parent
+
+
+def test_personal_models_and_the_config_survive_a_save_and_load(tmp_path):
+    personal = torch.arange(12.0).reshape(3, 4)
+    h = History(records=[{"round": 1, "objective": 1.0}], initial={"round": 0},
+                model=torch.zeros(4), personal_models=personal,
+                config={"algorithm": "fedmac(...)", "seed": 3,
+                        "refused_nodes": {17: "sent 2 uploads"}, "odd": torch.float32})
+    h.save(tmp_path)
+    back = History.load(tmp_path)
+    assert torch.equal(back.personal_models, personal)
+    # JSON keys are strings; a value JSON cannot hold is kept as its repr
+    assert back.config == {"algorithm": "fedmac(...)", "seed": 3,
+                           "refused_nodes": {"17": "sent 2 uploads"}, "odd": "torch.float32"}
+    History(records=[{"round": 1}], initial={"round": 0}).save(tmp_path / "plain")
+    assert not (tmp_path / "plain" / "personal_models.npy").exists()
+    assert History.load(tmp_path / "plain").personal_models is None

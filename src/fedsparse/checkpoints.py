@@ -288,7 +288,8 @@ def load_checkpoint(path: Path, fingerprint: dict, *, map_location="cpu") -> dic
 
 
 def resume_checkpoint(path: Path, *, fingerprint: dict, rounds: int, state: dict,
-                      client_state: dict | None, map_location="cpu") -> dict:
+                      client_state: dict | None, map_location="cpu",
+                      client_state_in_place: bool = False) -> dict:
     """Read, verify and check a checkpoint for the run that resumes from it.
 
     Parameters
@@ -300,23 +301,29 @@ def resume_checkpoint(path: Path, *, fingerprint: dict, rounds: int, state: dict
         ``algorithm.init_clients`` (for all N clients): what every saved entry must look
         like, and where its tensors go.
     map_location : where :func:`torch.load` puts the tensors first (default the CPU).
+    client_state_in_place : copy the client state into the tensors of ``client_state``
+        themselves (memory-mapped files of :mod:`fedsparse.client_store`), a chunk of
+        rows at a time, instead of into fresh buffers.
 
     Returns
     -------
     dict
         The checkpoint, its tensors copied into fresh buffers on the devices of ``state``
-        and ``client_state`` and its records rebuilt as plain lists and dicts.
+        and ``client_state`` (or into ``client_state``'s own) and its records rebuilt as
+        plain lists and dicts.
     """
     ckpt = load_checkpoint(path, fingerprint, map_location=map_location)
     return validate_checkpoint(ckpt, path=path, rounds=rounds, state=state,
-                               client_state=client_state, file_size=Path(path).stat().st_size)
+                               client_state=client_state, file_size=Path(path).stat().st_size,
+                               client_state_in_place=client_state_in_place)
 
 
 # ---------------------------------------------------------------------- content checks
 
 
 def validate_checkpoint(ckpt, *, path: str | Path, rounds: int, state: dict,
-                        client_state: dict | None, file_size: int | None = None) -> dict:
+                        client_state: dict | None, file_size: int | None = None,
+                        client_state_in_place: bool = False) -> dict:
     """Refuse a checkpoint that cannot be resumed to ``rounds`` rounds by this run.
 
     Parameters
@@ -328,6 +335,8 @@ def validate_checkpoint(ckpt, *, path: str | Path, rounds: int, state: dict,
         state (``algorithm.init_clients`` for all N clients, or None).
     file_size : the file's size in bytes: the records may not expand to more entries
         than that (a pickle can make one list appear a million times for a few bytes).
+    client_state_in_place : the client state is copied into ``client_state``'s own
+        tensors (see :func:`resume_checkpoint`).
 
     Returns
     -------
@@ -376,7 +385,8 @@ def validate_checkpoint(ckpt, *, path: str | Path, rounds: int, state: dict,
                           "lose that state")
         out = dict(ckpt, round=done,
                    state=_like("state", ckpt["state"], state),
-                   client_state=_like("client_state", ckpt["client_state"], client_state))
+                   client_state=_like("client_state", ckpt["client_state"], client_state,
+                                      in_place=client_state_in_place))
         budget = [math.inf if file_size is None else int(file_size)]
         out["records"], out["initial"] = _records(ckpt["records"], ckpt["initial"], done,
                                                   budget)
@@ -407,8 +417,9 @@ def _kind(value) -> str:
     return f"{'an' if name[0] in 'aeiou' else 'a'} {name}"
 
 
-def _like(name: str, value, fresh):
-    """``value`` checked against ``fresh`` and rebuilt like it (see the module docstring)."""
+def _like(name: str, value, fresh, in_place: bool = False):
+    """``value`` checked against ``fresh`` and rebuilt like it (see the module docstring);
+    ``in_place``: tensors are copied into ``fresh``'s own."""
     if isinstance(fresh, dict):
         if not isinstance(value, dict):
             raise _Unlike(f"{name} is {_kind(value)}, but this run's is a dict")
@@ -418,9 +429,10 @@ def _like(name: str, value, fresh):
         for key in value:
             if key not in fresh:
                 raise _Unlike(f"{name} has an entry {key!r} that this run does not have")
-        return {key: _like(f"{name}[{key!r}]", value[key], fresh[key]) for key in fresh}
+        return {key: _like(f"{name}[{key!r}]", value[key], fresh[key], in_place)
+                for key in fresh}
     if isinstance(fresh, torch.Tensor):
-        return _tensor_like(name, value, fresh)
+        return _tensor_like(name, value, fresh, in_place)
     if fresh is None:
         if value is not None:
             what = f"holds {', '.join(map(repr, value))}" if isinstance(value, dict) else \
@@ -442,7 +454,8 @@ def _like(name: str, value, fresh):
     return type(fresh)(value)
 
 
-def _tensor_like(name: str, value, fresh: torch.Tensor) -> torch.Tensor:
+def _tensor_like(name: str, value, fresh: torch.Tensor, in_place: bool = False
+                 ) -> torch.Tensor:
     if not isinstance(value, torch.Tensor):
         raise _Unlike(f"{name} is {_kind(value)}, but this run's is a tensor")
     if value.layout != fresh.layout:
@@ -453,13 +466,22 @@ def _tensor_like(name: str, value, fresh: torch.Tensor) -> torch.Tensor:
                       f"{fresh.dtype}")
     # an empty 1-D fresh tensor is a record that grows (a sparse distance record's
     # pairs): any length is allowed, not another number of dimensions
-    grows = fresh.ndim == 1 and fresh.numel() == 0
+    grows = not in_place and fresh.ndim == 1 and fresh.numel() == 0
     if (value.ndim != 1) if grows else (value.shape != fresh.shape):
         raise _Unlike(f"{name} has shape {tuple(value.shape)}, but this run's " +
                       ("is 1-D (of any length)" if grows else f"has shape {tuple(fresh.shape)}"))
-    # a fresh buffer: contiguous, on the run's device, sharing memory with nothing else
-    # (copied first: the file's pages are then read once)
-    value = torch.empty(value.shape, dtype=fresh.dtype, device=fresh.device).copy_(value)
+    fresh_inf = None
+    if in_place:  # into the run's own (file-backed) rows, a chunk at a time
+        if fresh.is_floating_point():  # what the fresh state allows, before it is overwritten
+            fresh_inf = bool(torch.isposinf(fresh).any()), bool(torch.isneginf(fresh).any())
+        step = max(1, (64 << 20) // max(1, fresh[:1].numel() * fresh.element_size()))
+        for a in range(0, fresh.shape[0], step):
+            fresh[a:a + step].copy_(value[a:a + step])
+        value = fresh
+    else:
+        # a fresh buffer: contiguous, on the run's device, sharing memory with nothing
+        # else (copied first: the file's pages are then read once)
+        value = torch.empty(value.shape, dtype=fresh.dtype, device=fresh.device).copy_(value)
     # a finite sum means every entry is finite (one fast pass; a sum that overflows
     # only sends the check to the entry-wise test)
     if (value.is_floating_point() or value.is_complex()) and \
@@ -468,9 +490,11 @@ def _tensor_like(name: str, value, fresh: torch.Tensor) -> torch.Tensor:
         # "never measured"); NaN never
         bad = torch.isnan(value)
         if not value.is_complex():
-            if not bool(torch.isposinf(fresh).any()):
+            if fresh_inf is None:
+                fresh_inf = bool(torch.isposinf(fresh).any()), bool(torch.isneginf(fresh).any())
+            if not fresh_inf[0]:
                 bad |= torch.isposinf(value)
-            if not bool(torch.isneginf(fresh).any()):
+            if not fresh_inf[1]:
                 bad |= torch.isneginf(value)
         else:
             bad |= torch.isinf(value)

@@ -171,7 +171,9 @@ class History:
         return ax
 
     def save(self, directory: str | Path) -> None:
-        """Write ``history.jsonl``, ``history.csv`` (round 0 first) and ``model.npy``."""
+        """Write ``history.jsonl``, ``history.csv`` (round 0 first), ``model.npy``, and
+        where the run has them ``personal_models.npy`` and ``config.json`` (what ran, and
+        for a Flower run the nodes it refused)."""
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         rows = ([self.initial] if self.initial else []) + self.records
@@ -186,6 +188,13 @@ class History:
                 writer.writerow({k: ("" if r.get(k) is None else r.get(k)) for k in names})
         if self.model is not None:
             np.save(directory / "model.npy", self.model.detach().cpu().numpy())
+        if self.personal_models is not None:
+            np.save(directory / "personal_models.npy",
+                    self.personal_models.detach().cpu().numpy())
+        if self.config:
+            # never fails after a long run: a value JSON cannot hold is written as its repr
+            (directory / "config.json").write_text(
+                json.dumps(self.config, indent=1, sort_keys=True, default=repr) + "\n")
 
     @classmethod
     def load(cls, directory: str | Path) -> History:
@@ -194,10 +203,17 @@ class History:
         with open(directory / "history.jsonl") as fh:
             rows = [_from_json(json.loads(line)) for line in fh]
         initial = rows.pop(0) if rows and rows[0].get("round") == 0 else {}
-        model = None
+        model = personal = None
         if (directory / "model.npy").exists():
             model = torch.from_numpy(np.load(directory / "model.npy"))
-        return cls(records=rows, initial=initial, model=model)
+        if (directory / "personal_models.npy").exists():  # (N, P): paged in as it is read
+            personal = torch.from_numpy(np.load(directory / "personal_models.npy",
+                                                mmap_mode="c"))
+        config = {}
+        if (directory / "config.json").exists():
+            config = json.loads((directory / "config.json").read_text())
+        return cls(records=rows, initial=initial, model=model, personal_models=personal,
+                   config=config)
 
 
 def _is_number(v) -> bool:

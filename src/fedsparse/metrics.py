@@ -15,6 +15,7 @@ from __future__ import annotations
 import torch
 
 from ._validation import check_int, fail
+from .client_store import PersonalModels
 from .data.federated import ClientSplit, FederatedDataset
 from .data.pooled import PooledRows
 from .problems.base import Problem
@@ -208,7 +209,9 @@ def evaluate_personal(problem: Problem, data: FederatedDataset, models: torch.Te
     ----------
     problem : the loss and accuracy.
     data : the federated data (any layout).
-    models : (N, P) one model per client, in client order.
+    models : (N, P) one model per client, in client order: a tensor, or the
+        :class:`~fedsparse.client_store.PersonalModels` of a store on disk (read a group
+        of clients at a time).
     max_examples : most padded rows per group of clients (a client larger than that is
         evaluated alone).
 
@@ -220,7 +223,8 @@ def evaluate_personal(problem: Problem, data: FederatedDataset, models: torch.Te
     """
     max_examples = check_int("max_examples", max_examples, minimum=1)
     N = data.num_clients
-    if not isinstance(models, torch.Tensor) or models.ndim != 2 or models.shape[0] != N:
+    if not isinstance(models, torch.Tensor | PersonalModels) or models.ndim != 2 \
+            or models.shape[0] != N:
         raise fail("models.shape", tuple(getattr(models, "shape", ())),
                    f"must be (N, P) with N = {N} clients, one model per client")
     out = {}

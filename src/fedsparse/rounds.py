@@ -42,6 +42,7 @@ from tqdm.auto import tqdm
 from . import rng
 from ._validation import ConfigError
 from .algorithms.base import Algorithm, Cohort
+from .client_store import ClientStore
 from .comm import payload_bytes
 from .history import History
 from .metrics import MODEL_FIELDS
@@ -201,34 +202,6 @@ def broadcast_bytes(payload: torch.Tensor, encoding: str, clients: int) -> int:
     if payload.ndim == 1:
         return int(payload_bytes(payload, encoding)) * clients
     return int(payload_bytes(payload, encoding).sum())
-
-
-class ClientStore:
-    """Per-client state of all N clients, updated in place for the sampled ones.
-
-    Parameters
-    ----------
-    state : dict of (N, ...) tensors, or None for stateless algorithms.
-    """
-
-    def __init__(self, state: dict | None):
-        self.state = state
-
-    def gather(self, clients: torch.Tensor) -> dict | None:
-        """The (S, ...) rows of ``clients``."""
-        if self.state is None:
-            return None
-        return {k: v[clients.to(v.device)] for k, v in self.state.items()}
-
-    def scatter_(self, clients: torch.Tensor, rows: dict | None) -> None:
-        """Write the (S, ...) rows back in place (no copy of the other N - S rows)."""
-        if self.state is None or rows is None:
-            return
-        for k, v in rows.items():
-            # the store stays where init_clients put it (often the CPU, to spare a GPU's
-            # memory for N clients); the rows come back from the device the round ran on
-            held = self.state[k]
-            held[clients.to(held.device)] = v.to(held.device)
 
 
 @dataclass

@@ -17,6 +17,7 @@ from ._validation import check_bool, check_float, check_int, check_seed, fail
 from .algorithms.base import Algorithm, ClientContext, DataSpec
 from .channels import PerfectChannel, checked_channel
 from .checkpoints import CHECKPOINT_FORMAT, resume_checkpoint, save_checkpoint
+from .client_store import PersonalModels, open_client_store
 from .comm import payload_bytes
 from .data.federated import FederatedDataset
 from .data.lazy import LazyFederatedDataset
@@ -24,7 +25,7 @@ from .devices import resolve_device
 from .history import History
 from .metrics import evaluate, evaluate_personal
 from .problems.base import Problem
-from .rounds import ClientStore, DivergenceError, Replies, RoundLoop, sample_clients
+from .rounds import DivergenceError, Replies, RoundLoop, sample_clients
 from .sampled_eval import make_evaluator
 
 __all__ = ["DivergenceError", "sample_clients", "simulate"]
@@ -115,7 +116,8 @@ def _auto_client_batch(problem: Problem, data: FederatedDataset, clients: int) -
 
 def _check_arguments(algorithm, problem, data, channel, dtype, device, eval_every,
                      max_update_norm, callback, checkpoint, resume, progress,
-                     max_update_ratio=None) -> None:
+                     max_update_ratio=None, client_state_memory=None,
+                     client_state_dir=None) -> None:
     def shown(value):  # a value in an error message: itself if short, else its type
         return value if value is None or isinstance(value, (str, int, float)) \
             else f"<{type(value).__name__}>"
@@ -148,6 +150,10 @@ def _check_arguments(algorithm, problem, data, channel, dtype, device, eval_ever
         raise fail("checkpoint", shown(checkpoint), "must be a file path (str or Path) or None")
     check_bool("resume", resume)
     check_bool("progress", progress, allow_none=True)
+    check_int("client_state_memory", client_state_memory, minimum=0, allow_none=True)
+    if client_state_dir is not None and not isinstance(client_state_dir, str | Path):
+        raise fail("client_state_dir", shown(client_state_dir),
+                   "must be a directory path (str or Path) or None")
 
 
 def _check_resources(bound: Algorithm, data: FederatedDataset, rounds: int,
@@ -180,7 +186,9 @@ def simulate(algorithm: Algorithm, problem: Problem, data: FederatedDataset, *, 
              resume: bool = False, progress: bool | None = None,
              client_batch: int | None = None, eval_every: int = 1,
              max_update_norm: float | None = None, max_update_ratio: float | None = None,
-             callback=None, loggers=None, eval_clients: int | None = None) -> History:
+             callback=None, loggers=None, eval_clients: int | None = None,
+             client_state_memory: int | None = None,
+             client_state_dir: str | Path | None = None) -> History:
     """Run ``algorithm`` for ``rounds`` rounds on ``data`` and record every round.
 
     Parameters
@@ -218,6 +226,13 @@ def simulate(algorithm: Algorithm, problem: Problem, data: FederatedDataset, *, 
         standard errors (``objective_se``, ...) and ``eval_clients``; see
         :mod:`fedsparse.sampled_eval`. None (default) evaluates every client (a lazy
         data set, :mod:`fedsparse.data.lazy`, a chunk of clients at a time).
+    client_state_memory : bytes of per-client state (personalised models, FedSpa's
+        masks) kept in memory; beyond it the state lives in memory-mapped files and only
+        the sampled clients' rows are read (:mod:`fedsparse.client_store`). None: half
+        of the memory available at the start; 0: always on disk. Results are the same.
+    client_state_dir : the directory of those files, kept after the run (new or empty,
+        unless resuming); None: a temporary directory, removed when the run's objects
+        are. Giving one puts the state on disk whatever its size.
 
     Returns
     -------
@@ -244,7 +259,7 @@ def simulate(algorithm: Algorithm, problem: Problem, data: FederatedDataset, *, 
     seed = check_seed("seed", seed)
     _check_arguments(algorithm, problem, data, channel, dtype, device, eval_every,
                      max_update_norm, callback, checkpoint, resume, progress,
-                     max_update_ratio)
+                     max_update_ratio, client_state_memory, client_state_dir)
     device = None if device is None else resolve_device(device)
     check_int("clients_per_round", clients_per_round, minimum=1, allow_none=True)
     if clients_per_round is not None and clients_per_round > data.num_clients:
@@ -288,17 +303,31 @@ def simulate(algorithm: Algorithm, problem: Problem, data: FederatedDataset, *, 
     run_channel = checked_channel(channel, data.num_clients)
 
     state = bound.init(problem, seed)
-    store = ClientStore(bound.init_clients(problem, torch.arange(data.num_clients), seed))
+    store = open_client_store(bound, problem, data.num_clients, seed,
+                              memory=client_state_memory, directory=client_state_dir,
+                              resume=resume and checkpoint is not None
+                              and Path(checkpoint).exists())
+    dim = problem.param_dim(data.dim)
     fingerprint = _fingerprint(algorithm, problem, data, seed, clients_per_round, channel)
     history = History(config={**fingerprint, "rounds": rounds})
 
     sampled = make_evaluator(problem, data, seed, eval_clients)
 
+    def personal_models(state, store):
+        """(N, P) personalised models, or None; read a group of clients at a time from
+        a store on disk."""
+        if store.on_disk:  # a store of masks (FedSpa) holds no models
+            one = torch.arange(1)
+            personal = bound.personalized(state, store.gather(one), clients=one)
+            return None if personal is None else \
+                PersonalModels(bound, state, store, data.num_clients, dim)
+        return bound.personalized(state, store.state)
+
     def measure(model, state, store) -> dict:
+        personal = personal_models(state, store)
         if sampled is not None:
-            return sampled(model, bound.personalized(state, store.state))
+            return sampled(model, personal)
         out = evaluate(problem, data, model)
-        personal = bound.personalized(state, store.state)  # (N, P) or None
         if personal is not None:
             out.update(evaluate_personal(problem, data, personal))
         return out
@@ -315,7 +344,8 @@ def simulate(algorithm: Algorithm, problem: Problem, data: FederatedDataset, *, 
         if ckpt_path.exists():
             # every entry checked against this run's fresh state and placed like it
             ckpt = resume_checkpoint(ckpt_path, fingerprint=fingerprint, rounds=rounds,
-                                     state=state, client_state=store.state)
+                                     state=state, client_state=store.state,
+                                     client_state_in_place=store.on_disk)
             state, store.state = ckpt["state"], ckpt["client_state"]
             history.records, history.initial = ckpt["records"], ckpt["initial"]
             start = ckpt["round"]
@@ -341,7 +371,9 @@ def simulate(algorithm: Algorithm, problem: Problem, data: FederatedDataset, *, 
         tracking.close(getattr(exc, "history", history), exc)
         raise
     history.model = bound.model(state)
-    history.personal_models = bound.personalized(state, store.state)
+    personal = personal_models(state, store)
+    history.personal_models = personal.materialize(store.directory / "personal_models.npy") \
+        if isinstance(personal, PersonalModels) else personal
     tracking.close(history)
     return history
 

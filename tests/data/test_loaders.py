@@ -897,3 +897,17 @@ def test_federated_real_keeps_images_for_cnns():
         Xf, yf = flat.train.client(i)
         assert X.shape == (Xf.shape[0], 1, 8, 8)
         assert torch.equal(X.reshape(Xf.shape), Xf) and torch.equal(y, yf)
+
+
+@pytest.mark.parametrize("call,name", [
+    (lambda: load_idx("images.idx", flatten="no"), "flatten"),
+    (lambda: load_idx("images.idx", scale=None), "scale"),
+    (lambda: load_cifar("cifar", flatten=1), "flatten"),
+    (lambda: fashion_mnist("missing", download="yes"), "download"),
+    (lambda: fashion_mnist("missing", scale="false"), "scale"),
+])
+def test_switches_are_booleans_not_truthy_values(call, name):
+    # "no" and "false" are truthy: taken as given they would do the opposite of what was
+    # meant, so they are refused before any file is looked at
+    with pytest.raises(ConfigError, match=f"{name}=.* is invalid: must be True or False"):
+        call()

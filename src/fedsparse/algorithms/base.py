@@ -283,8 +283,10 @@ class Algorithm:
                          if isinstance(hp.get(k), int) and not isinstance(hp.get(k), bool))
 
     def state_bytes(self, num_clients: int, model_size: int, itemsize: int) -> dict[str, int]:
-        """{what: bytes} of the state the algorithm keeps beyond the model (a lower bound,
-        for the up-front memory check); none by default."""
+        """{what: bytes} of the server state the algorithm keeps beyond the model (a lower
+        bound, for the up-front memory check); none by default. Client state
+        (:meth:`init_clients`) is not counted: the client store keeps it in memory only
+        while it fits a budget, and on disk beyond (:mod:`fedsparse.client_store`)."""
         return {}
 
     def hyperparameters(self) -> dict[str, Any]:
@@ -384,9 +386,12 @@ class Algorithm:
         uploads a compensation replaced); empty by default."""
         return {}
 
-    def personalized(self, state: ServerState, client_state: dict | None
-                     ) -> torch.Tensor | None:
-        """(N, P) personalised models of all clients, or None (no personalisation)."""
+    def personalized(self, state: ServerState, client_state: dict | None,
+                     clients: torch.Tensor | None = None) -> torch.Tensor | None:
+        """(N, P) personalised models of all clients, or None (no personalisation).
+
+        ``client_state`` holds the rows of ``clients`` ((k,) ids; None: all N clients, in
+        order); the result then has k rows, one per client of ``clients``."""
         return None
 
     def __repr__(self) -> str:

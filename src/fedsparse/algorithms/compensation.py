@@ -125,8 +125,8 @@ class SimilarityCompensation(Algorithm):
     def model(self, state):
         return self.inner.model(self._inner_state(state))
 
-    def personalized(self, state, client_state):
-        return self.inner.personalized(self._inner_state(state), client_state)
+    def personalized(self, state, client_state, clients=None):
+        return self.inner.personalized(self._inner_state(state), client_state, clients)
 
     def round_metrics(self, state):
         return {"compensated": state["compensated"], "dropped": state["dropped"]}

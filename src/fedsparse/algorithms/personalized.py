@@ -147,12 +147,15 @@ class PersonalizedAlgorithm(Algorithm):
         """(P,) or (N, P): what represents a client that has not trained yet."""
         return self.model(state)
 
-    def personalized(self, state, client_state):
+    def personalized(self, state, client_state, clients=None):
         if client_state is None:  # the state lives elsewhere (Flower nodes)
             return None
         personal = client_state["personal"]
         trained = client_state["trained"].to(personal.device)
-        fallback = self._fallback(state).to(personal.device)
+        fallback = self._fallback(state)
+        if fallback.ndim == 2 and clients is not None:  # one per client: those rows
+            fallback = fallback[clients.to(fallback.device)]
+        fallback = fallback.to(personal.device)
         return torch.where(trained[:, None], personal, fallback)
 
     def round_metrics(self, state):
@@ -423,6 +426,10 @@ class HeurFedAMP(PersonalizedAlgorithm):
         return {"lam": self.lam, "alpha_k": self.alpha_k, "sigma": self.sigma,
                 "self_weight": self.self_weight, "step_size": self.local.step_size,
                 "local_steps": self.local.local_steps, "batch_size": self.local.batch_size}
+
+    def state_bytes(self, num_clients, model_size, itemsize):
+        # the server's (N, P) latest models (the attention weights are (S, N) a round)
+        return {"the server's client models": num_clients * model_size * itemsize}
 
     def init(self, problem, seed=0):
         state = super().init(problem, seed)

@@ -102,11 +102,6 @@ class SparseTraining(Algorithm):
         scoring = self.synflow_iterations if self.pruner == "synflow" else 0
         return self.local.local_steps + scoring
 
-    def state_bytes(self, num_clients, model_size, itemsize):
-        # FedSpa keeps one bool mask per client
-        return {"the clients' masks": num_clients * model_size} \
-            if self.pruner == "fedspa" else {}
-
     def _bind(self, problem, spec, stats):
         if self.pruner == "synflow" and "neural" not in problem.capabilities:
             raise fail("pruner", "synflow", f"scores the paths of a network; {problem.name} "

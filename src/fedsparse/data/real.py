@@ -209,6 +209,7 @@ def federated_real(dataset: str, *, partition: str = "clusters", num_clients: in
         federated_real("mnist_5k", partition="clusters", by_labels=True, num_clients=100)
     """
     seed, _ = check_seed("seed", seed), check_bool("standardize_target", standardize_target)
+    check_bool("flatten", flatten)
     check_int("n_features", n_features, minimum=1, allow_none=True)
     check_int("pad", pad, minimum=0)
     if pad and flatten:
