@@ -327,3 +327,14 @@ def test_a_million_clients_run_with_a_record_of_the_measured_pairs_only():
     assert sizes[-1] == sum(r * (r - 1) // 2 for r in arrived) > 0
     # no lost client was ever received with this round's arrivals: all are dropped
     assert h.column("dropped") == [20 - r for r in arrived] and sum(arrived) < 40
+
+
+def test_more_clients_than_int64_pair_keys_hold_are_refused():
+    from fedsparse.algorithms.base import DataSpec
+    from fedsparse.algorithms.compensation import MAX_CLIENTS
+
+    assert MAX_CLIENTS**2 < 2**63 <= (MAX_CLIENTS + 1) ** 2
+    algo = fs.algorithms.similarity_compensation(INNER["fed_avg"]())
+    spec = DataSpec(MAX_CLIENTS + 1, (2,), torch.float64, torch.ones(1))
+    with pytest.raises(ConfigError, match=f"num_clients={MAX_CLIENTS + 1} is invalid"):
+        algo.bind(fs.problems.least_squares(), spec)
