@@ -68,6 +68,15 @@ def test_a_pair_measured_again_keeps_the_latest_distance_and_new_pairs_are_inser
     assert int(torch.isfinite(dense).sum()) == 2 * 5
 
 
+def test_a_round_of_pairs_all_measured_before_only_overwrites():
+    _, second = _two_rounds()
+    # 4 and 6 again, now 2 apart: no pair is new, d46 = 8 becomes 2
+    third = update_similarity(second, _rows([[0, 0], [0, 2]]), _cohort([4, 6], [1, 1]), 10)
+    assert third["pairs"].tolist() == [4, 6, 14, 16, 46]
+    assert third["distances"].tolist() == [10.0, 6.0, 3.0, 4.0, 2.0]
+    assert second["distances"].tolist() == [10.0, 6.0, 3.0, 4.0, 8.0]
+
+
 def test_fewer_than_two_arrivals_measure_nothing():
     _, second = _two_rounds()
     same = update_similarity(second, _rows([[1, 1], [2, 2]]), _cohort([3, 4], [0, 1]), 10)
@@ -259,6 +268,17 @@ def test_a_run_resumed_from_round_6_equals_a_straight_run(inner, tmp_path):
     assert torch.equal(resumed.model, straight.model)
     assert torch.equal(again[-1]["pairs"], records[-1]["pairs"])
     assert torch.equal(again[-1]["distances"], records[-1]["distances"])
+
+
+def test_the_record_is_checked_once_a_run_then_trusted_as_built(monkeypatch):
+    import fedsparse.algorithms.compensation as C
+
+    checked = []
+    check = C.check_record
+    monkeypatch.setattr(C, "check_record", lambda r, n: checked.append(n) or check(r, n))
+    _run(SimilarityCompensation, "fed_avg", 4)
+    _run(SimilarityCompensation, "fed_avg", 3)
+    assert checked == [N_CLIENTS, N_CLIENTS]  # the first round of each run
 
 
 def _saved_with(tmp_path, edit):
