@@ -30,11 +30,13 @@ N = 10^6. The record is therefore kept sparse, as the server state entry
 
 16 bytes per measured pair. A round merges its R (R - 1) / 2 received pairs in one
 vectorised pass over the record (O(M + R^2)) and looks up the L x R lost-vs-received
-distances with a binary search (O(L R log M)); :func:`dense_record` expands the record to
-the (N, N) matrix for small N (plots). The distances are computed pair by pair (not from
-``|x|^2 + |y|^2 - 2 x.y``, which loses the digits that tell close uploads apart and is
-not exactly symmetric), so a pair's distance does not depend on which client is lost.
-The record lives in the server state on the CPU and is checkpointed with it.
+distances with a binary search (O(L R log M)); a record the wrapper did not build itself
+(the first round's, a resumed checkpoint's) is checked once (:func:`check_record`).
+:func:`dense_record` expands the record to the (N, N) matrix for small N (plots).
+The distances are computed pair by pair (not from ``|x|^2 + |y|^2 - 2 x.y``, which loses
+the digits that tell close uploads apart and is not exactly symmetric), so a pair's
+distance does not depend on which client is lost. The record lives in the server state
+on the CPU (the uploads' device computes the distances) and is checkpointed with it.
 """
 
 from __future__ import annotations
