@@ -95,16 +95,13 @@ class SimilarityCompensation(Algorithm):
         # measures a pair), so the lower bound the check takes adds nothing here.
         return self.inner.state_bytes(num_clients, model_size, itemsize)
 
-    #: The pairs of the record the last round built (trusted without a check).
-    _built = None
-
     def _bind(self, problem, spec, stats):
         if spec.num_clients > MAX_CLIENTS:
             raise fail("num_clients", spec.num_clients, f"must be at most {MAX_CLIENTS} "
                        "with similarity compensation (its record keys a pair of clients u, "
                        "v by u * N + v, an int64)")
         self.inner = self.inner.bind(problem, spec, stats)
-        self._built = None
+        self._built = None  # the pairs of the record the last round built (trusted)
 
     def init(self, problem, seed=0):
         state = dict(self.inner.init(problem, seed))
