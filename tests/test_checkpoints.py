@@ -291,13 +291,21 @@ HOSTILE_STATE = [
     ("fedmac", _set("state", "averaged", lambda v: True), "state['averaged'] is a bool"),
     ("fedmac", _set("state", "averaged", lambda v: -4), "state['averaged'] is -4"),
     ("fedmac", lambda p: p.update(state=[p["state"]]), "state is a list, but this run's is a dict"),
-    # similarity compensation: the distance record (+inf = never measured, allowed)
-    ("compensated", _set("state", "similarity", lambda v: v[:-1]),
-     "state['similarity'] has shape (4, 5), but this run's has shape (5, 5)"),
-    ("compensated", _set("state", "similarity", lambda v: v.float()),
-     "state['similarity'] has dtype torch.float32"),
-    ("compensated", _set("state", "similarity", _nan_at), "state['similarity'] holds 1 NaN"),
-    ("compensated", _set("state", "similarity", lambda v: -v), "state['similarity'] holds"),
+    # similarity compensation: the sparse distance record (measured pairs, any number)
+    ("compensated", _set("state", "similarity", lambda v: {**v, "pairs": v["pairs"][None]}),
+     "state['similarity']['pairs'] has shape (1, 10), but this run's is 1-D (of any "
+     "length)"),
+    ("compensated", _set("state", "similarity",
+                         lambda v: {**v, "distances": v["distances"].float()}),
+     "state['similarity']['distances'] has dtype torch.float32"),
+    ("compensated", _set("state", "similarity",
+                         lambda v: {**v, "distances": _nan_at(v["distances"])}),
+     "state['similarity']['distances'] holds 1 NaN"),
+    ("compensated", _set("state", "similarity",
+                         lambda v: {**v, "distances": -1 / (v["distances"] * 0)}),
+     "state['similarity']['distances'] holds"),
+    ("compensated", _set("state", "similarity", lambda v: torch.zeros(5, 5)),
+     "state['similarity'] is a tensor, but this run's is a dict"),
     ("compensated", _drop("state", "similarity"), "state has no entry 'similarity'"),
     ("compensated", _set("state", "compensated", lambda v: None),
      "state['compensated'] is a NoneType"),
@@ -322,10 +330,11 @@ def test_hostile_state_is_refused_naming_the_file_and_the_entry(saved, tmp_path,
     assert message in str(exc.value)
 
 
-def test_a_never_measured_distance_may_stay_infinite(saved, tmp_path):
-    # +inf is the record's "never measured": a checkpoint holding it is sound
+def test_a_record_of_another_length_is_resumed(saved, tmp_path):
+    # the sparse distance record grows with the pairs measured: a checkpoint holding
+    # none (as if nothing had arrived together yet) is sound
     def all_unmeasured(p):
-        p["state"]["similarity"].fill_(float("inf"))
+        p["state"]["similarity"] = {k: v[:0] for k, v in p["state"]["similarity"].items()}
 
     path = _edited(saved["compensated"][0], tmp_path, all_unmeasured)
     _simulate("compensated", path, rounds=3, resume=True)

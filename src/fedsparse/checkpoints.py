@@ -464,9 +464,12 @@ def _tensor_like(name: str, value, fresh: torch.Tensor, in_place: bool = False
     if value.dtype != fresh.dtype:
         raise _Unlike(f"{name} has dtype {value.dtype}, but this run's has dtype "
                       f"{fresh.dtype}")
-    if value.shape != fresh.shape:
-        raise _Unlike(f"{name} has shape {tuple(value.shape)}, but this run's has shape "
-                      f"{tuple(fresh.shape)}")
+    # an empty 1-D fresh tensor is a record that grows (a sparse distance record's
+    # pairs): any length is allowed, not another number of dimensions
+    grows = not in_place and fresh.ndim == 1 and fresh.numel() == 0
+    if (value.ndim != 1) if grows else (value.shape != fresh.shape):
+        raise _Unlike(f"{name} has shape {tuple(value.shape)}, but this run's " +
+                      ("is 1-D (of any length)" if grows else f"has shape {tuple(fresh.shape)}"))
     fresh_inf = None
     if in_place:  # into the run's own (file-backed) rows, a chunk at a time
         if fresh.is_floating_point():  # what the fresh state allows, before it is overwritten
@@ -478,7 +481,7 @@ def _tensor_like(name: str, value, fresh: torch.Tensor, in_place: bool = False
     else:
         # a fresh buffer: contiguous, on the run's device, sharing memory with nothing
         # else (copied first: the file's pages are then read once)
-        value = torch.empty_like(fresh, memory_format=torch.contiguous_format).copy_(value)
+        value = torch.empty(value.shape, dtype=fresh.dtype, device=fresh.device).copy_(value)
     # a finite sum means every entry is finite (one fast pass; a sum that overflows
     # only sends the check to the entry-wise test)
     if (value.is_floating_point() or value.is_complex()) and \

@@ -47,6 +47,7 @@ import numpy as np
 import torch
 
 from .._validation import ConfigError, check_int, fail
+from ..algorithms.compensation import check_record, dense_record
 from ..history import History
 from ..report.plots import plot_panels, plot_sweep, wrap
 from .config import resolve_runs
@@ -411,14 +412,16 @@ def group_distance_ratio(distances: torch.Tensor, groups) -> dict:
     return {"within": w, "between": b, "ratio": w / b, "measured_pairs": int(ok.sum()) // 2}
 
 
-def distance_record(checkpoint: Path) -> torch.Tensor:
-    """The server's final distance record from a run's checkpoint."""
+def distance_record(checkpoint: Path, num_clients: int = NUM_CLIENTS) -> torch.Tensor:
+    """The server's final distance record from a run's checkpoint, as the (N, N) matrix
+    (+inf where never measured; the state keeps only the measured pairs)."""
     ckpt = torch.load(checkpoint, weights_only=True)
     state = ckpt.get("state", {}) if isinstance(ckpt, dict) else {}
     if "similarity" not in state:
         raise ConfigError(f"checkpoint {str(checkpoint)!r} holds no distance record (was "
                           "the run compensated?)")
-    return state["similarity"]
+    check_record(state["similarity"], num_clients)
+    return dense_record(state["similarity"], num_clients)
 
 
 def plot_heatmap(distances: torch.Tensor, path: Path, *, title: str) -> None:
