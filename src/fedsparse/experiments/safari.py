@@ -48,6 +48,7 @@ import torch
 
 from .._validation import ConfigError, check_int, fail
 from ..algorithms.compensation import check_record, dense_record
+from ..checkpoints import read_checkpoint
 from ..history import History
 from ..report.plots import plot_panels, plot_sweep, wrap
 from .config import resolve_runs
@@ -414,8 +415,9 @@ def group_distance_ratio(distances: torch.Tensor, groups) -> dict:
 
 def distance_record(checkpoint: Path, num_clients: int = NUM_CLIENTS) -> torch.Tensor:
     """The server's final distance record from a run's checkpoint, as the (N, N) matrix
-    (+inf where never measured; the state keeps only the measured pairs)."""
-    ckpt = torch.load(checkpoint, weights_only=True)
+    (+inf where never measured; the state keeps only the measured pairs). The file is
+    verified as a resume would verify it (:func:`fedsparse.checkpoints.read_checkpoint`)."""
+    ckpt = read_checkpoint(checkpoint)
     state = ckpt.get("state", {}) if isinstance(ckpt, dict) else {}
     if "similarity" not in state:
         raise ConfigError(f"checkpoint {str(checkpoint)!r} holds no distance record (was "
