@@ -1,6 +1,6 @@
 """One battery over every registered algorithm in the simulator (the Flower battery is in
 tests/flower/test_server_faults.py): grouping invariance, undelivered rows ignored,
-checkpoint/resume, and byte counts against an independent count."""
+checkpoint/resume, byte counts against an independent count, and inputs never modified."""
 
 import inspect
 
@@ -172,3 +172,69 @@ def test_client_state_is_updated_in_place_for_the_sampled_clients_only(data):
     expected = [sum(sum(c in s for s in sampled[: t + 1]) for c in sampled[t]) / 2
                 for t in range(4)]
     assert history.column("mean_visits") == expected
+
+
+def _snapshot(value):
+    """A deep copy of the tensors in nested dicts, lists and dataclass-like objects."""
+    if isinstance(value, torch.Tensor):
+        return value.clone()
+    if isinstance(value, dict):
+        return {k: _snapshot(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_snapshot(v) for v in value]
+    if type(value).__module__.startswith("fedsparse.data"):  # a split, pooled rows
+        return {k: _snapshot(v) for k, v in vars(value).items()
+                if isinstance(v, torch.Tensor | dict | list | tuple)
+                or type(v).__module__.startswith("fedsparse.data")}
+    return value
+
+
+def _unchanged(before, after, what: str) -> None:
+    now = _snapshot(after)
+    if isinstance(before, torch.Tensor):
+        assert torch.equal(before, now), f"{what} was modified in place"
+    elif isinstance(before, dict):
+        assert before.keys() == now.keys(), f"{what}: entries changed"
+        for k in before:
+            _unchanged(before[k], after[k] if isinstance(after, dict) else getattr(after, k),
+                       f"{what}[{k!r}]")
+    elif isinstance(before, list):
+        for i, (b, a) in enumerate(zip(before, after, strict=True)):
+            _unchanged(b, a, f"{what}[{i}]")
+
+
+@pytest.mark.parametrize("kind", ALGORITHMS)
+def test_an_algorithm_never_modifies_its_inputs(kind, datasets):
+    """Updates are computed into new tensors: the broadcast, the clients' state rows, their
+    data, the server state and the uploads are what the caller still holds afterwards
+    (the round loop reuses them: a screened upload, a checkpointed state)."""
+    problem, data = _case(kind, datasets)
+    algo = _algorithm(kind).bind(problem, data)
+    state = algo.init(problem)
+    clients = torch.arange(5)
+    rows = algo.init_clients(problem, clients)
+    for t in range(2):  # the second round starts from non-zero state
+        payload = algo.broadcast(state, clients)
+        ctx = ClientContext(problem, data.train, clients, t, 0, state=rows,
+                            config={**algo.client_config(state), "total_rounds": 2})
+        before = _snapshot({"payload": payload, "rows": rows, "data": data.train,
+                            "config": ctx.config})
+        uploads, new_rows, _ = algo.client_update(payload, ctx)
+        _unchanged(before, {"payload": payload, "rows": rows, "data": data.train,
+                            "config": ctx.config}, f"{kind} client_update")
+        cohort = Cohort(t, clients, data.weights, torch.tensor([True, True, False, True,
+                                                                 True]))
+        before = _snapshot({"state": state, "uploads": uploads, "weights": cohort.weights})
+        new_state = algo.aggregate(state, uploads, cohort)
+        _unchanged(before, {"state": state, "uploads": uploads, "weights": cohort.weights},
+                   f"{kind} aggregate")
+        state, rows = new_state, (new_rows if new_rows is not None else rows)
+
+
+def test_the_input_check_notices_an_update_in_place(datasets):
+    state = {"model": torch.ones(3), "inner": {"record": torch.zeros(2)}}
+    before = _snapshot({"state": state, "data": datasets["regression"].train})
+    state["inner"]["record"].add_(1)
+    with pytest.raises(AssertionError, match=r"\['state'\]\['inner'\]\['record'\] was "
+                                             "modified in place"):
+        _unchanged(before, {"state": state, "data": datasets["regression"].train}, "x")
