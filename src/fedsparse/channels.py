@@ -20,6 +20,39 @@ from . import rng
 from ._validation import ConfigError, check_bool, fail
 
 
+#: Per-client arguments longer than this are shown by length and digest in a channel's
+#: repr (torch abbreviates longer tensors with "...", and a run's fingerprint, which
+#: holds the repr, must tell any two of them apart).
+SHOWN_ENTRIES = 1000
+
+
+def _shown(values: torch.Tensor) -> str:
+    """``values`` for a repr: in full up to :data:`SHOWN_ENTRIES` entries, else their
+    number and a digest of their bytes."""
+    if values.numel() <= SHOWN_ENTRIES:
+        return repr(values.tolist())
+    digest = hashlib.sha1(values.contiguous().numpy().tobytes()).hexdigest()[:12]
+    return f"<{values.numel()} values, sha1={digest}>"
+
+
+def _callable_shown(fn) -> str:
+    """A callable for a repr that is the same in every process (no memory address): its
+    qualified name and a digest of its code, constants and captured values."""
+    code = getattr(fn, "__code__", None)
+    parts = [repr(getattr(fn, "__module__", None)), repr(getattr(fn, "__qualname__", None))]
+    if code is not None:
+        parts += [code.co_code.hex(), repr(code.co_consts)]
+        for cell in getattr(fn, "__closure__", None) or ():
+            try:
+                value = cell.cell_contents
+            except ValueError:  # an empty cell
+                continue
+            parts.append(_shown(value) if isinstance(value, torch.Tensor) else repr(value))
+    name = getattr(fn, "__qualname__", type(fn).__name__)
+    digest = hashlib.sha1("\0".join(parts).encode()).hexdigest()[:12]
+    return f"<callable {name}, sha1={digest}>"
+
+
 class PerfectChannel:
     """Every upload arrives."""
 
@@ -90,6 +123,12 @@ class BernoulliChannel:
         return rng.uniform(seed, rng.CHANNEL, round, clients) < self._p(round, clients)
 
     def __repr__(self):
+        # part of a checkpoint's fingerprint: every per-client value counts, and a
+        # callable is named by its code, not by where it sits in memory
+        if callable(self.probability):
+            return f"BernoulliChannel({_callable_shown(self.probability)})"
+        if self.probability.numel() > SHOWN_ENTRIES:
+            return f"BernoulliChannel({_shown(self.probability)})"
         return f"BernoulliChannel({self.probability!r})"
 
 
@@ -194,7 +233,7 @@ class GroupChannel:
         return out
 
     def __repr__(self):
-        return (f"GroupChannel({self.channel!r}, groups={self.groups.tolist()}, "
+        return (f"GroupChannel({self.channel!r}, groups={_shown(self.groups)}, "
                 f"at_least_one_per_group={self.at_least_one_per_group}, "
                 f"full_first_round={self.full_first_round})")
 
