@@ -159,3 +159,15 @@ def test_a_state_that_does_not_fit_on_the_disk_is_refused(tmp_path, monkeypatch)
     with pytest.raises(ConfigError, match=r"has 1000 B free, but the client state of 12 "
                                           r"clients needs"):
         _run(STATEFUL["fedmac"](), _data(), client_state_dir=tmp_path / "c")
+
+
+def test_a_checkpoint_resumes_whichever_side_of_the_budget_the_state_is_on(tmp_path):
+    data = _data()
+    straight = _run(STATEFUL["per_fedavg"](), data, rounds=5)
+    for first, then in ((None, 0), (0, None)):  # memory -> disk, disk -> memory
+        ckpt = tmp_path / f"run-{first}.pt"
+        _run(STATEFUL["per_fedavg"](), data, rounds=2, checkpoint=ckpt,
+             client_state_memory=first)
+        resumed = _run(STATEFUL["per_fedavg"](), data, rounds=5, checkpoint=ckpt,
+                       resume=True, client_state_memory=then)
+        _same(straight, resumed)
