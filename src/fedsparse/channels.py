@@ -19,7 +19,6 @@ import torch
 from . import rng
 from ._validation import ConfigError, check_bool, fail
 
-
 #: Per-client arguments longer than this are shown by length and digest in a channel's
 #: repr (torch abbreviates longer tensors with "...", and a run's fingerprint, which
 #: holds the repr, must tell any two of them apart).

@@ -59,7 +59,8 @@ MARKER = ".fedsparse-run"
 #: Written into the output folder when a run fails: the error and how to continue.
 FAILED = "FAILED"
 #: Files of a run folder (:meth:`History.save`, checkpoints).
-RUN_FILES = ("history.jsonl", "history.csv", "model.npy", "checkpoint.pt")
+RUN_FILES = ("history.jsonl", "history.csv", "model.npy", "checkpoint.pt", "config.json",
+             "personal_models.npy")
 #: Folders the experiment trackers (``--log``) write in an output folder.
 #: Metrics that only some runs record (the rest are recorded by every run).
 _CONDITIONAL = {"accuracy", "test_objective", "test_accuracy", "rel_error",
@@ -282,7 +283,8 @@ def run_experiment(config: dict, out: str | Path, *, resume: bool = False,
                    loggers=None) -> dict:
     """Run every run of ``config``, write its outputs under ``out``, return the summary.
 
-    Writes ``out/<run>/history.{jsonl,csv}``, ``model.npy`` and ``checkpoint.pt`` per run,
+    Writes ``out/<run>/history.{jsonl,csv}``, ``model.npy``, ``config.json``,
+    ``checkpoint.pt`` (and ``personal_models.npy`` for personalised algorithms) per run,
     ``out/config.toml`` (the resolved config), ``out/<y>_vs_<x>.png`` and
     ``out/summary.json`` (strict JSON; each run's hyper-parameters under ``params``).
     With ``seeds=n`` every run is repeated over n seeds (:mod:`.seeds`): the replicates go

@@ -402,8 +402,8 @@ def demo_job(config: dict | Job | None = None, *, nodes: int = 2, rounds: int | 
 
 
 #: What a demo writes into its ``out`` (the history files come from the ServerApp's process).
-DEMO_FILES = ("history.jsonl", "history.csv", "model.npy", "flower/*", "flower/*/*",
-              "flower/*/*/*")
+DEMO_FILES = ("history.jsonl", "history.csv", "model.npy", "config.json", "flower/*",
+              "flower/*/*", "flower/*/*/*")
 
 
 def _prepare_out(out: Path, overwrite: bool, force: str) -> Path:
@@ -423,8 +423,8 @@ def _prepare_out(out: Path, overwrite: bool, force: str) -> Path:
 
 def _record_demo_files(out: Path, workdir: Path) -> None:
     """List what the demo and the processes it started wrote in ``out``'s manifest."""
-    written = [p for p in (out / "history.jsonl", out / "history.csv", out / "model.npy")
-               if p.is_file()]
+    written = [p for p in (out / "history.jsonl", out / "history.csv", out / "model.npy",
+                           out / "config.json") if p.is_file()]
     written += [p for p in workdir.rglob("*") if p.is_file() and not p.is_symlink()]
     record_files(out, [p.relative_to(out).as_posix() for p in written])
 
