@@ -50,6 +50,7 @@ from .._validation import ConfigError, check_int, fail
 from ..history import History
 from ..rounds import DivergenceError
 from .config import METRICS, RUN_KEYS, resolve_runs
+from .refine import refine_count, refine_point
 from .runner import execute_run
 from .seeds import best_direction, check_seeds, divergence, spread, strict_json, with_seed
 from .sweep import _check_recorded, _run_keys, _runs_at, point_slug, tuned_config
@@ -243,18 +244,27 @@ def run_tune(config: dict, space: dict[str, Space | str], *, trials: int,
         for i, study in enumerate(studies):
             for point in start_points(space, min(_startup(trials), trials), sampler_seed + i):
                 study.enqueue_trial(point)
+    n_refine = refine_count(trials, _startup(trials)) if sampler != "random" else 0
     rows: list[dict] = []
     done = 0
     while done < trials:
         batch = min(jobs, trials - done)
         asked = []  # (run index, trial, point, seeded runs)
+        refining = max(0, done + batch - (trials - n_refine))  # this batch's last ones
         for i in range(len(keys)):
-            for _ in range(batch):
+            pending: list[dict] = []
+            for k in range(batch):
+                if k >= batch - refining:
+                    step = _refinement(space, rows, keys[i], metric, up, pending,
+                                       done + k - (trials - n_refine))
+                    if step is not None:
+                        studies[i].enqueue_trial(step)
                 trial = studies[i].ask()
                 point = {name: s.suggest(trial, name) for name, s in space.items()}
                 runs = _runs_at(config, point, cache, metric)
                 run = runs[i]
                 run["slug"] = f"{run['slug'].rsplit('/', 1)[0]}/trial-{trial.number}"
+                pending.append(point)
                 asked.append((i, trial, point, [with_seed(run, k) if seeds else run
                                                 for k in range(n_seeds)]))
         tasks = [r for *_, replicates in asked for r in replicates]
@@ -319,6 +329,20 @@ def _sampler(kind: str, seed: int, trials: int):
             return optuna.samplers.GPSampler(seed=seed, n_startup_trials=startup,
                                              deterministic_objective=True)
     return optuna.samplers.TPESampler(seed=seed, n_startup_trials=startup)
+
+
+def _refinement(space: dict[str, Space], rows: list[dict], key: str, metric: str, up: bool,
+                pending: list[dict], k: int) -> dict | None:
+    """The ``k``-th refinement trial's point (:func:`.refine.refine_point`), moving the
+    ordered fields in turn from the ``k``-th on; None where none has a step to take."""
+    tried = [({n: r[n] for n in space}, None if r[metric] is None
+              else _score(r[metric], up) * (-1 if up else 1)) for r in rows if r["run"] == key]
+    fields = [n for n, s in space.items() if s.kind != "choice"]
+    for j in range(len(fields)):
+        point = refine_point(space, tried, fields[(k + j) % len(fields)], pending)
+        if point is not None:
+            return point
+    return None
 
 
 def _startup(trials: int) -> int:

@@ -1,0 +1,131 @@
+"""The local refinement that ends a tuning (:mod:`fedsparse.experiments.tune`).
+
+A model-based sampler (Optuna's TPE) finds the region worth searching, but with a small
+budget it rarely pins down the best value inside it: TPE draws from a density around the
+good trials, so its last proposals scatter over a region rather than closing in. The
+last trials of a tuning therefore do a line search around the best trial so far (the
+incumbent), one field at a time, as in Brent's method (Brent 1973, *Algorithms for
+Minimization without Derivatives*, chapter 5):
+
+* each field is measured on the scale the sampler uses: its logarithm for ``log`` and
+  ``logint`` spaces, the value for ``uniform`` and ``int``; the range maps to [0, 1];
+* the bracket is the nearest tried value of the field on each side of the incumbent's
+  (the range's end where no trial lies beyond it); trials still running count as tried;
+* a parabolic step: where the bracket's two ends are completed trials that differ from
+  the incumbent in this field only (always so for one field) and the incumbent is below
+  both, the next value is the vertex of the parabola through the three, when it lies
+  inside the bracket and not within :data:`MIN_GAP` of a tried value;
+* otherwise a golden-section step: the point a fraction :data:`GOLDEN` of the way from
+  the incumbent into the longer side of the bracket (a diverged trial or a range end
+  counts as no better than the incumbent, so the bracket holds a minimum either way);
+* integer fields round the value; a step that lands on a tried value, a field whose
+  bracket has no room left and ``choice`` fields (no order to search along) are
+  skipped, and the sampler proposes the trial instead.
+
+The refined field cycles over the ordered fields (one per refinement trial); the others
+keep the incumbent's values. Everything here is a function of the results told, so the
+tuning stays repeatable.
+"""
+
+from __future__ import annotations
+
+import math
+
+#: Golden-section fraction (3 - sqrt(5)) / 2: the step into the longer side of a bracket.
+GOLDEN = (3 - math.sqrt(5)) / 2
+#: Smallest distance, as a fraction of the range on the searched scale, between a
+#: parabolic step and a tried value (closer steps learn nothing new).
+MIN_GAP = 1e-3
+PARABOLIC = True
+SAFE = False
+
+
+def refine_count(trials: int, startup: int) -> int:
+    """Trials that refine the incumbent: the last quarter of the budget, at least one once
+    the sampler has a trial of its own to propose (none for budgets of 3 or fewer)."""
+    return max(0, min(trials // 4 if trials >= 8 else 1, trials - startup - 1))
+
+
+def to_unit(space, value) -> float:
+    """``value`` of a field with ``space`` on the searched scale, its range mapped to
+    [0, 1]."""
+    if space.kind in ("log", "logint"):
+        return (math.log(value) - math.log(space.low)) / (math.log(space.high)
+                                                         - math.log(space.low))
+    return (value - space.low) / (space.high - space.low)
+
+
+def from_unit(space, u: float):
+    """The field's value at ``u`` on the searched scale (integers rounded, kept in
+    range)."""
+    u = min(1.0, max(0.0, u))
+    if space.kind in ("log", "logint"):
+        value = math.exp(math.log(space.low) + u * (math.log(space.high) - math.log(space.low)))
+    else:
+        value = space.low + u * (space.high - space.low)
+    if space.kind in ("int", "logint"):
+        return int(min(space.high, max(space.low, round(value))))
+    return min(space.high, max(space.low, value))
+
+
+def refine_point(space: dict, tried: list[tuple[dict, float | None]], field: str,
+                 pending: list[dict] = ()) -> dict | None:
+    """The next point of the line search along ``field`` around the incumbent.
+
+    Parameters
+    ----------
+    space : {field: :class:`fedsparse.experiments.tune.Space`}.
+    tried : (point, score) of each finished trial, in trial order; the score is what the
+        sampler minimises (None for a trial that diverged).
+    field : the field to move (not a ``choice`` one).
+    pending : points proposed but not yet scored.
+
+    Returns
+    -------
+    dict or None
+        The point (the incumbent's values, ``field`` moved), or None where there is no
+        incumbent or no new value to try along ``field``.
+    """
+    done = [(p, y) for p, y in tried if y is not None]
+    if not done:
+        return None
+    best, y_best = min(done, key=lambda t: t[1])  # min keeps the earliest of equal scores
+    s = space[field]
+    u_best = to_unit(s, best[field])
+    others = [(p, y) for p, y in tried] + [(p, None) for p in pending]
+    sides = [(to_unit(s, p[field]), y, all(p[n] == best[n] for n in space if n != field))
+             for p, y in others]
+    # the nearest tried value on each side (the earliest trial of equal values)
+    left = max((t for t in sides if t[0] < u_best), key=lambda t: t[0],
+               default=(0.0, None, False))
+    right = min((t for t in sides if t[0] > u_best), key=lambda t: t[0],
+                default=(1.0, None, False))
+    if right[0] - left[0] <= MIN_GAP:
+        return None
+    u = _parabolic(left, (u_best, y_best), right) if PARABOLIC else None
+    if u is None:
+        long_right = right[0] - u_best >= u_best - left[0]
+        u = u_best + GOLDEN * ((right[0] - u_best) if long_right else (left[0] - u_best))
+    value = from_unit(s, u)
+    if any(p[field] == value and all(p[n] == best[n] for n in space if n != field)
+           for p, _ in others) or value == best[field]:
+        return None  # an integer step rounded onto a tried value
+    return {**best, field: value}
+
+
+def _parabolic(left, mid, right) -> float | None:
+    """The vertex of the parabola through the bracket's ends and the incumbent, where it
+    is a minimum inside the bracket away from the three; else None."""
+    (a, ya, sa), (b, yb), (c, yc, sc) = left, mid, right
+    if ya is None or yc is None or not (sa and sc) or not (yb <= ya and yb <= yc):
+        return None
+    num = (b - a) ** 2 * (yb - yc) - (b - c) ** 2 * (yb - ya)
+    den = (b - a) * (yb - yc) - (b - c) * (yb - ya)
+    if den == 0:
+        return None
+    u = b - 0.5 * num / den
+    if not a < u < c or min(abs(u - a), abs(u - b), abs(u - c)) < MIN_GAP:
+        return None
+    if SAFE and abs(u - b) > 0.5 * min(b - a, c - b):
+        return None
+    return u
