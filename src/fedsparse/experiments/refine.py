@@ -36,14 +36,15 @@ GOLDEN = (3 - math.sqrt(5)) / 2
 #: Smallest distance, as a fraction of the range on the searched scale, between a
 #: parabolic step and a tried value (closer steps learn nothing new).
 MIN_GAP = 1e-3
-PARABOLIC = True
-SAFE = False
 
 
-def refine_count(trials: int, startup: int) -> int:
-    """Trials that refine the incumbent: the last quarter of the budget, at least one once
-    the sampler has a trial of its own to propose (none for budgets of 3 or fewer)."""
-    return max(0, min(trials // 4 if trials >= 8 else 1, trials - startup - 1))
+def refine_count(trials: int, startup: int, space: dict) -> int:
+    """Trials that refine the incumbent: the trials after the start-up, divided by the
+    number of fields (one line search's share; the model-based sampler gets the rest, as
+    it searches all fields at once); none where every field is a ``choice``."""
+    if all(s.kind == "choice" for s in space.values()):
+        return 0
+    return max(0, trials - startup) // len(space)
 
 
 def to_unit(space, value) -> float:
@@ -93,39 +94,16 @@ def refine_point(space: dict, tried: list[tuple[dict, float | None]], field: str
     s = space[field]
     u_best = to_unit(s, best[field])
     others = [(p, y) for p, y in tried] + [(p, None) for p in pending]
-    sides = [(to_unit(s, p[field]), y, all(p[n] == best[n] for n in space if n != field))
-             for p, y in others]
-    # the nearest tried value on each side (the earliest trial of equal values)
-    left = max((t for t in sides if t[0] < u_best), key=lambda t: t[0],
-               default=(0.0, None, False))
-    right = min((t for t in sides if t[0] > u_best), key=lambda t: t[0],
-                default=(1.0, None, False))
-    if right[0] - left[0] <= MIN_GAP:
+    line = [p for p, _ in others if all(p[n] == best[n] for n in space if n != field)]
+    sides = [to_unit(s, p[field]) for p, _ in others]
+    # the nearest tried value on each side, or the range's end
+    left = max((u for u in sides if u < u_best), default=0.0)
+    right = min((u for u in sides if u > u_best), default=1.0)
+    if right - left <= MIN_GAP:
         return None
-    u = _parabolic(left, (u_best, y_best), right) if PARABOLIC else None
-    if u is None:
-        long_right = right[0] - u_best >= u_best - left[0]
-        u = u_best + GOLDEN * ((right[0] - u_best) if long_right else (left[0] - u_best))
+    long_right = right - u_best >= u_best - left
+    u = u_best + GOLDEN * ((right - u_best) if long_right else (left - u_best))
     value = from_unit(s, u)
-    if any(p[field] == value and all(p[n] == best[n] for n in space if n != field)
-           for p, _ in others) or value == best[field]:
+    if value == best[field] or any(p[field] == value for p in line):
         return None  # an integer step rounded onto a tried value
     return {**best, field: value}
-
-
-def _parabolic(left, mid, right) -> float | None:
-    """The vertex of the parabola through the bracket's ends and the incumbent, where it
-    is a minimum inside the bracket away from the three; else None."""
-    (a, ya, sa), (b, yb), (c, yc, sc) = left, mid, right
-    if ya is None or yc is None or not (sa and sc) or not (yb <= ya and yb <= yc):
-        return None
-    num = (b - a) ** 2 * (yb - yc) - (b - c) ** 2 * (yb - ya)
-    den = (b - a) * (yb - yc) - (b - c) * (yb - ya)
-    if den == 0:
-        return None
-    u = b - 0.5 * num / den
-    if not a < u < c or min(abs(u - a), abs(u - b), abs(u - c)) < MIN_GAP:
-        return None
-    if SAFE and abs(u - b) > 0.5 * min(b - a, c - b):
-        return None
-    return u

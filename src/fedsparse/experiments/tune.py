@@ -244,7 +244,7 @@ def run_tune(config: dict, space: dict[str, Space | str], *, trials: int,
         for i, study in enumerate(studies):
             for point in start_points(space, min(_startup(trials), trials), sampler_seed + i):
                 study.enqueue_trial(point)
-    n_refine = refine_count(trials, _startup(trials)) if sampler != "random" else 0
+    n_refine = refine_count(trials, _startup(trials), space) if sampler != "random" else 0
     rows: list[dict] = []
     done = 0
     while done < trials:
@@ -347,8 +347,8 @@ def _refinement(space: dict[str, Space], rows: list[dict], key: str, metric: str
 
 def _startup(trials: int) -> int:
     """Start-up trials before a sampler models the results: Optuna's default of 10 would
-    leave a small budget all start-up; a third of it (2 to 10) is."""
-    return max(2, min(10, trials // 3))
+    leave a small budget all start-up; a quarter of it (2 to 10) is."""
+    return max(2, min(10, trials // 4))
 
 
 def start_points(space: dict[str, Space], n: int, seed: int) -> list[dict]:
