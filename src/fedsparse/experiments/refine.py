@@ -2,28 +2,29 @@
 
 A model-based sampler (Optuna's TPE) finds the region worth searching, but with a small
 budget it rarely pins down the best value inside it: TPE draws from a density around the
-good trials, so its last proposals scatter over a region rather than closing in. The
-last trials of a tuning therefore do a line search around the best trial so far (the
-incumbent), one field at a time, as in Brent's method (Brent 1973, *Algorithms for
+good trials, so its proposals scatter over a region rather than close in. The last
+trials of a tuning therefore do a golden-section line search around the best trial so
+far (the incumbent), one field at a time (Kiefer 1953; Brent 1973, *Algorithms for
 Minimization without Derivatives*, chapter 5):
 
 * each field is measured on the scale the sampler uses: its logarithm for ``log`` and
   ``logint`` spaces, the value for ``uniform`` and ``int``; the range maps to [0, 1];
 * the bracket is the nearest tried value of the field on each side of the incumbent's
-  (the range's end where no trial lies beyond it); trials still running count as tried;
-* a parabolic step: where the bracket's two ends are completed trials that differ from
-  the incumbent in this field only (always so for one field) and the incumbent is below
-  both, the next value is the vertex of the parabola through the three, when it lies
-  inside the bracket and not within :data:`MIN_GAP` of a tried value;
-* otherwise a golden-section step: the point a fraction :data:`GOLDEN` of the way from
-  the incumbent into the longer side of the bracket (a diverged trial or a range end
-  counts as no better than the incumbent, so the bracket holds a minimum either way);
-* integer fields round the value; a step that lands on a tried value, a field whose
-  bracket has no room left and ``choice`` fields (no order to search along) are
-  skipped, and the sampler proposes the trial instead.
+  (the range's end where no trial lies beyond it); trials still running count as tried,
+  so a batch of ``jobs`` refinement trials splits the bracket further;
+* the next value lies a fraction :data:`GOLDEN` of the way from the incumbent into the
+  longer side of the bracket. Every bracket end is no better than the incumbent (or is
+  the range's end, or a diverged trial), so the bracket holds a local minimum and the
+  longer side shrinks by the golden ratio at each step, whichever way the trial turns
+  out. Brent's parabolic steps are left out: fitted through step-size objectives that
+  jump where a hard-thresholded support changes, they crept along one side and did
+  worse than golden-section steps alone on the default experiment;
+* integer fields round the value; a step that rounds onto a tried value, a bracket with
+  no room left and ``choice`` fields (no order to search along) are skipped, and the
+  sampler proposes that trial instead.
 
 The refined field cycles over the ordered fields (one per refinement trial); the others
-keep the incumbent's values. Everything here is a function of the results told, so the
+keep the incumbent's values. Everything here is a function of the results told, so a
 tuning stays repeatable.
 """
 

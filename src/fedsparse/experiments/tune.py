@@ -22,12 +22,22 @@ diverging run would spend before overflowing). ``trials.csv`` marks it ``pruned`
 the round; the sampler is told it scored as the worst trial so far, so that it learns
 where the runs diverge.
 
-The first third of the trials (2 to 10) are spread over the space (a Latin hypercube,
-:func:`start_points`), then the sampler (Optuna's TPE by default, or a Gaussian
-process) proposes the rest. Trials run in batches of ``jobs``: the sampler proposes
-``jobs`` trials per run, they run in parallel processes, and their results are told in
-trial order. The proposals
-depend only on the sampler's seed and the results told before, so a tuning is
+A tuning has three phases. The first quarter of the trials (2 to 10) are spread over
+the space (a Latin hypercube, :func:`start_points`). The last trials refine the best
+trial so far by a golden-section line search, one field at a time
+(:mod:`fedsparse.experiments.refine`); they are the trials after the start-up divided
+by the number of fields, so for one field every trial after the start-up refines. The
+sampler (Optuna's TPE by default, or a Gaussian process) proposes the trials between,
+and any refinement trial that has no step to take (the "random" sampler draws every
+trial at random, as a baseline). On the default experiment (six runs,
+the step size over log(1e-3, 10), nine trials per run) the refinement did better than
+TPE alone at every run, over eight step ranges and three sampler seeds: a 9-point
+tuning found a step at least as good as the README's 9-point grid in 24 of 24 tunings
+for five of the runs (TPE alone: 6 to 21 of 24) and in 6 of 24 for the sixth, whose
+grid point sits inside a sliver (0.058 to 0.060) of a flat plateau. Trials run in
+batches of ``jobs``: the phases propose ``jobs`` trials per run, they run in parallel
+processes, and their results are told in trial order. The proposals depend only on the
+sampler's seed and the results told before, so a tuning is
 repeatable for a given ``jobs`` (``jobs=1`` is Optuna's sequential search).
 """
 
