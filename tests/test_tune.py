@@ -209,6 +209,7 @@ def test_tune_writes_the_sweep_layout_and_tuned_toml_reruns_the_winners(tiny, tm
     info = json.loads((out / "tune.json").read_text())
     assert info["sampler"] == "tpe" and info["sampler_seed"] == 0 and not info["maximize"]
     assert info["space"] == {"algorithm.step_size": "log(0.001, 1.0)"}
+    assert (info["startup_trials"], info["refine_trials"]) == (2, 3)  # one field
     assert main(["report", str(out)]) == 0
     assert "Tuning: tiny" in (out / "report.html").read_text()
 
@@ -305,13 +306,14 @@ algorithm = { kind = "fed_iter_ht", sparsity = 3, step_size = 0.01, local_steps 
 @pytest.mark.slow
 def test_tune_against_the_readme_grid_on_the_default_experiment(tmp_path):
     """The default experiment (6 runs, 60 rounds), the README's 9-point step-size grid,
-    and 9 trials per run over the grid's range (default sampler, seed 0, sequential).
+    and 9 trials per run over the grid's range (default sampler, seed 0, sequential):
+    tuning finds a step at least as good as the grid's best on every run.
 
-    Measured: tuning is better on 4 of the 6 runs (by 1% to 31%), 0.3% worse on Fed-HT
-    and 2.4% worse on FedIter-HT in Simulation II, whose grid points 0.06 and 0.03 sit
-    at flat, bumpy optima that 9 trials over four decades do not pin down. The test
-    holds it to that: at most 3% worse on any run, better on at least 4, better overall
-    (the product of the ratios below 1).
+    Measured (tuned / grid best objective): 0.993, 0.678, 0.682, 0.993, 0.9997, 0.980.
+    The fifth run (Fed-HT, Simulation II) has the least room: its objective is flat
+    within 0.5% over steps 0.03 to 0.065 and beats the grid's 0.06 only between 0.058
+    and 0.060; over eight step ranges and three sampler seeds the tuning beat the grid
+    there in 6 of 24 tunings (and on the other five runs in 24 of 24).
     """
     grid = "[10, 1, 0.6, 0.3, 0.1, 0.06, 0.03, 0.01, 0.001]"
     assert main(["sweep", "fedht-default", "--grid", f"algorithm.step_size={grid}",
@@ -320,8 +322,6 @@ def test_tune_against_the_readme_grid_on_the_default_experiment(tmp_path):
                  "--trials", "9", "--out", str(tmp_path / "tune")]) == 0
     grid_best = json.loads((tmp_path / "grid" / "best.json").read_text())
     tuned = json.loads((tmp_path / "tune" / "best.json").read_text())
-    assert len(_trials(tmp_path / "tune")) == 6 * 9  # no more trials than grid points
+    assert len(_trials(tmp_path / "tune")) == 6 * 9  # as many trials as grid points
     ratios = {run: tuned[run]["value"] / grid_best[run]["value"] for run in grid_best}
-    assert all(r <= 1.03 for r in ratios.values()), ratios
-    assert sum(r <= 1 for r in ratios.values()) >= 4, ratios
-    assert math.prod(ratios.values()) < 1, ratios
+    assert all(r <= 1 for r in ratios.values()), ratios

@@ -13,7 +13,8 @@ sweep's layout:
 * ``best.json``: ``{run: {"params": {field: value}, "value", "trial"}}``;
 * ``tune.png``: the metric against the tried values, one line per run;
 * ``tuned.toml``: the config with each run's best values (``fedsparse run tuned.toml``);
-* ``tune.json``: the search itself (space, sampler and its seed, metric, direction).
+* ``tune.json``: the search itself (space, sampler and its seed, the start-up and
+  refinement trial counts, metric, direction).
 
 Diverging trials are pruned: a trial stops as soon as its model turns non-finite or its
 objective grows past :data:`DIVERGE_FACTOR` times its round-1 value (the objectives here
@@ -298,6 +299,8 @@ def run_tune(config: dict, space: dict[str, Space | str], *, trials: int,
     if out is not None:
         info = {"metric": metric, "maximize": up, "trials": trials, "jobs": jobs,
                 "seeds": n_seeds, "sampler": sampler, "sampler_seed": sampler_seed,
+                "startup_trials": min(_startup(trials), trials) if sampler != "random" else 0,
+                "refine_trials": n_refine,
                 "space": {n: str(s) for n, s in space.items()},
                 "diverge_factor": DIVERGE_FACTOR, "optuna_version": optuna.__version__,
                 "fedsparse_version": _version()}
