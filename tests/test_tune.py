@@ -15,6 +15,7 @@ import pytest
 
 import fedsparse as fs
 from fedsparse.cli import main, resolve_experiment
+from fedsparse.experiments.refine import GOLDEN, refine_count, refine_point, to_unit
 from fedsparse.experiments.tune import (
     DIVERGE_FACTOR,
     DivergenceGuard,
@@ -106,6 +107,46 @@ def test_start_points_cover_each_range_once_per_slice():
     assert start_points(space, 4, seed=3) == points  # seeded
 
 
+def test_refinement_takes_a_golden_section_step_into_the_longer_side():
+    space = {"s": Space("log", 1e-4, 1.0)}
+    tried = [({"s": 1e-3}, 2.0), ({"s": 1e-2}, 1.0), ({"s": 0.5}, None)]  # 0.5 diverged
+    point = refine_point(space, tried, "s")
+    # the incumbent 1e-2 lies at 0.5 on the log scale, its bracket is (0.25, 0.925): a
+    # diverged trial ends it as a worse one would, and its right side is the longer
+    right = to_unit(space["s"], 0.5)
+    assert to_unit(space["s"], point["s"]) == pytest.approx(0.5 + GOLDEN * (right - 0.5))
+    # a trial still running counts as tried: the next step goes into the left side, now
+    # the longer one
+    after = refine_point(space, tried, "s", pending=[point])
+    assert to_unit(space["s"], after["s"]) == pytest.approx(0.5 - GOLDEN * 0.25)
+    assert refine_point(space, [({"s": 1e-3}, None)], "s") is None  # no incumbent yet
+
+
+def test_refinement_keeps_the_other_fields_and_rounds_integers():
+    space = {"s": Space("uniform", 0.0, 1.0), "k": Space("int", 1, 4),
+             "c": Space("choice", choices=("a", "b"))}
+    tried = [({"s": 0.2, "k": 2, "c": "b"}, 0.5), ({"s": 0.9, "k": 4, "c": "a"}, 0.7)]
+    point = refine_point(space, tried, "k")
+    assert point["s"] == 0.2 and point["c"] == "b"  # the incumbent's
+    assert point["k"] == 3 and isinstance(point["k"], int)  # 2 + 0.38 * 2, rounded
+    # a step that rounds onto a value tried along this line is left to the sampler
+    tried.append(({"s": 0.2, "k": 3, "c": "b"}, 0.6))
+    assert refine_point(space, tried, "k") is None
+
+
+@pytest.mark.parametrize("trials, startup, kinds, count", [
+    (9, 2, ["log"], 7),  # one field: every trial after the start-up refines
+    (20, 5, ["log", "int"], 7),  # two fields: half of them
+    (20, 5, ["log", "choice", "choice"], 5),
+    (9, 2, ["choice"], 0),  # no order to search along
+    (2, 2, ["log"], 0),
+])
+def test_the_refinement_share(trials, startup, kinds, count):
+    space = {f"f{i}": Space(k, 1.0, 2.0) if k != "choice" else Space(k, choices=(1, 2))
+             for i, k in enumerate(kinds)}
+    assert refine_count(trials, startup, space) == count
+
+
 def test_the_guard_stops_a_run_whose_objective_explodes():
     data = fs.data.shifted_gaussian(num_clients=4, samples_per_client=20, dim=30,
                                     sparsity=3, seed=0)
@@ -168,6 +209,7 @@ def test_tune_writes_the_sweep_layout_and_tuned_toml_reruns_the_winners(tiny, tm
     info = json.loads((out / "tune.json").read_text())
     assert info["sampler"] == "tpe" and info["sampler_seed"] == 0 and not info["maximize"]
     assert info["space"] == {"algorithm.step_size": "log(0.001, 1.0)"}
+    assert (info["startup_trials"], info["refine_trials"]) == (2, 3)  # one field
     assert main(["report", str(out)]) == 0
     assert "Tuning: tiny" in (out / "report.html").read_text()
 
@@ -200,6 +242,32 @@ def test_the_same_seed_gives_the_same_trials_and_jobs_run_in_parallel(tiny, tmp_
     # two processes evaluate the two start-up trials of each run as one process does
     par = run_tune(config, space, trials=2, sampler_seed=7, jobs=2, **quiet)["rows"]
     assert par == [r for r in a if r["trial"] < 2]
+
+
+@needs_optuna
+def test_the_last_trials_refine_the_best_so_far(tiny):
+    name, config, _ = resolve_experiment(str(tiny))
+    space = {"algorithm.step_size": Space("log", 1e-3, 1.0)}
+    result = run_tune(config, space, trials=6, log=lambda *a: None)
+    for run in result["best"]:
+        rows = [r for r in result["rows"] if r["run"] == run]
+        for k in range(2, 6):  # start-up 2, then every trial refines (one field)
+            tried = [({"algorithm.step_size": r["algorithm.step_size"]},
+                      None if r["objective"] is None else math.log(r["objective"]))
+                     for r in rows[:k]]
+            step = refine_point(space, tried, "algorithm.step_size")
+            assert rows[k]["algorithm.step_size"] == step["algorithm.step_size"]
+    # a batch of two refinement trials: the second splits what the first left
+    par = run_tune(config, space, trials=4, jobs=2, log=lambda *a: None)["rows"]
+    for run in result["best"]:
+        rows = [r for r in par if r["run"] == run]
+        tried = [({"algorithm.step_size": r["algorithm.step_size"]},
+                  None if r["objective"] is None else math.log(r["objective"]))
+                 for r in rows[:2]]
+        first = refine_point(space, tried, "algorithm.step_size")
+        second = refine_point(space, tried, "algorithm.step_size", pending=[first])
+        assert [r["algorithm.step_size"] for r in rows[2:]] == \
+            [first["algorithm.step_size"], second["algorithm.step_size"]]
 
 
 @needs_optuna
@@ -238,13 +306,14 @@ algorithm = { kind = "fed_iter_ht", sparsity = 3, step_size = 0.01, local_steps 
 @pytest.mark.slow
 def test_tune_against_the_readme_grid_on_the_default_experiment(tmp_path):
     """The default experiment (6 runs, 60 rounds), the README's 9-point step-size grid,
-    and 9 trials per run over the grid's range (default sampler, seed 0, sequential).
+    and 9 trials per run over the grid's range (default sampler, seed 0, sequential):
+    tuning finds a step at least as good as the grid's best on every run.
 
-    Measured: tuning is better on 4 of the 6 runs (by 1% to 31%), 0.3% worse on Fed-HT
-    and 2.4% worse on FedIter-HT in Simulation II, whose grid points 0.06 and 0.03 sit
-    at flat, bumpy optima that 9 trials over four decades do not pin down. The test
-    holds it to that: at most 3% worse on any run, better on at least 4, better overall
-    (the product of the ratios below 1).
+    Measured (tuned / grid best objective): 0.993, 0.678, 0.682, 0.993, 0.9997, 0.980.
+    The fifth run (Fed-HT, Simulation II) has the least room: its objective is flat
+    within 0.5% over steps 0.03 to 0.065 and beats the grid's 0.06 only between 0.058
+    and 0.060; over eight step ranges and three sampler seeds the tuning beat the grid
+    there in 6 of 24 tunings (and on the other five runs in 24 of 24).
     """
     grid = "[10, 1, 0.6, 0.3, 0.1, 0.06, 0.03, 0.01, 0.001]"
     assert main(["sweep", "fedht-default", "--grid", f"algorithm.step_size={grid}",
@@ -253,8 +322,6 @@ def test_tune_against_the_readme_grid_on_the_default_experiment(tmp_path):
                  "--trials", "9", "--out", str(tmp_path / "tune")]) == 0
     grid_best = json.loads((tmp_path / "grid" / "best.json").read_text())
     tuned = json.loads((tmp_path / "tune" / "best.json").read_text())
-    assert len(_trials(tmp_path / "tune")) == 6 * 9  # no more trials than grid points
+    assert len(_trials(tmp_path / "tune")) == 6 * 9  # as many trials as grid points
     ratios = {run: tuned[run]["value"] / grid_best[run]["value"] for run in grid_best}
-    assert all(r <= 1.03 for r in ratios.values()), ratios
-    assert sum(r <= 1 for r in ratios.values()) >= 4, ratios
-    assert math.prod(ratios.values()) < 1, ratios
+    assert all(r <= 1 for r in ratios.values()), ratios

@@ -655,8 +655,10 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                           description="Tune fields of every run of a "
                           "TOML experiment with Optuna: one study per run, --trials trials "
                           "each; writes trials.csv, best.json, tune.png and tuned.toml "
-                          "(fedsparse run tuned.toml reruns the winners). Trials that "
-                          "diverge are pruned.")
+                          "(fedsparse run tuned.toml reruns the winners). The trials "
+                          "start spread over the space, the sampler proposes the next "
+                          "and the last refine the best so far by a golden-section line "
+                          "search. Trials that diverge are pruned.")
     tune.add_argument("experiment")
     tune.add_argument("--param", action="append", type=_param, metavar="FIELD=SPACE",
                       help="a field and its values: log(LOW, HIGH), uniform(LOW, HIGH), "
@@ -678,7 +680,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                       help="run N trials at once in N processes (the sampler proposes N "
                       "at a time; repeatable for a given N)")
     tune.add_argument("--sampler", choices=("tpe", "gp", "random"), default="tpe",
-                      help="Optuna's sampler (default tpe)")
+                      help="Optuna's sampler between the start and the refinement "
+                      "(default tpe; random: every trial at random, no phases)")
     tune.add_argument("--sampler-seed", type=int, default=0, metavar="S",
                       help="the sampler's seed (default 0: the same trials every time)")
     tune.add_argument("--set", action="append", type=_assignment, metavar="FIELD=VALUE")
