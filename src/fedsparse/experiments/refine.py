@@ -35,7 +35,7 @@ import math
 #: Golden-section fraction (3 - sqrt(5)) / 2: the step into the longer side of a bracket.
 GOLDEN = (3 - math.sqrt(5)) / 2
 #: Smallest distance, as a fraction of the range on the searched scale, between a
-#: parabolic step and a tried value (closer steps learn nothing new).
+#: refinement step and a tried value (closer steps learn nothing new).
 MIN_GAP = 1e-3
 
 
