@@ -26,13 +26,7 @@ from fedsparse.checkpoints import (
 PATH = "runs/x/fed-ht/checkpoint.pt"
 
 
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    # tiny problems: the intra-op thread pool only adds spin-waits on a loaded machine
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 # ------------------------------------------------------------ validate_checkpoint

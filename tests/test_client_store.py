@@ -13,13 +13,7 @@ from fedsparse._validation import ConfigError
 from fedsparse.client_store import open_client_store
 from fedsparse.models import mlp
 
-
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _data(N=12):

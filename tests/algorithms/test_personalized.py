@@ -13,14 +13,7 @@ from fedsparse.metrics import evaluate_personal
 F64 = torch.float64
 
 
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    # These problems are tiny: torch's intra-op thread pool only adds spin-waits, which
-    # on a loaded machine make a 0.4 s run take 20 s.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def sig(z):

@@ -15,7 +15,6 @@ The pins were written by running the two functions below with torch on one threa
 from __future__ import annotations
 
 import pytest
-import torch
 
 from fedsparse.experiments import fedmac as M
 from fedsparse.experiments import safari as S
@@ -29,21 +28,13 @@ FEDMAC_PINS = {"FedAvg GM": 14.35, "FedProx GM": 14.35, "HeurFedAMP PM": 44.7665
                "FedMac GM": 20.2589, "FedMac PM": 85.2279}
 
 
-@pytest.fixture
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def _off(got: dict, pinned: dict) -> dict:
     assert set(got) == set(pinned)
     return {k: (got[k], v) for k, v in pinned.items() if abs(got[k] - v) > TOLERANCE}
 
 
 @pytest.mark.skipif(not S.fashion_available(), reason="Fashion-MNIST is not installed")
-def test_safari_quick_pin(tmp_path, one_thread):
+def test_safari_quick_pin(tmp_path, one_torch_thread):
     b = S.Budget(rounds=5, seeds=1, max_examples=1200)
     summary = S.run_safari(S.fig2_config(b, probabilities=(S.ASYMMETRIC,)), tmp_path, b,
                            log=lambda *_: None)
@@ -52,7 +43,7 @@ def test_safari_quick_pin(tmp_path, one_thread):
     assert not _off(got, SAFARI_PINS), _off(got, SAFARI_PINS)
 
 
-def test_fedmac_quick_pin(tmp_path, one_thread):
+def test_fedmac_quick_pin(tmp_path, one_torch_thread):
     table = M.table1("fedmac-table1-synthetic", tmp_path, quick=True, rounds=3, seeds=1,
                      log=lambda *_: None)["table"]
     got = {f"{r['method']} {r['model']}": r["best"]["mean"] for r in table}
