@@ -31,9 +31,13 @@ from .sampled_eval import make_evaluator
 __all__ = ["DivergenceError", "sample_clients", "simulate"]
 
 
-def _fingerprint(algorithm, problem, data, seed, clients_per_round, channel) -> dict:
-    return {"algorithm": repr(algorithm), "problem": problem.name, "data": repr(data),
-            "seed": seed, "clients_per_round": clients_per_round, "channel": repr(channel)}
+def _fingerprint(algorithm, problem, data, seed, clients_per_round, channel,
+                 eval_clients=None) -> dict:
+    out = {"algorithm": repr(algorithm), "problem": problem.name, "data": repr(data),
+           "seed": seed, "clients_per_round": clients_per_round, "channel": repr(channel)}
+    if eval_clients is not None:  # a sampled evaluation's records are estimates
+        out["eval_clients"] = eval_clients
+    return out
 
 
 def _client_executor(algorithm: Algorithm, problem: Problem, data: FederatedDataset,
@@ -307,7 +311,8 @@ def simulate(algorithm: Algorithm, problem: Problem, data: FederatedDataset, *, 
                               memory=client_state_memory, directory=client_state_dir,
                               resume=resume)
     dim = problem.param_dim(data.dim)
-    fingerprint = _fingerprint(algorithm, problem, data, seed, clients_per_round, channel)
+    fingerprint = _fingerprint(algorithm, problem, data, seed, clients_per_round, channel,
+                               eval_clients)
     history = History(config={**fingerprint, "rounds": rounds})
 
     sampled = make_evaluator(problem, data, seed, eval_clients)

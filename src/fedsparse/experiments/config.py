@@ -12,6 +12,9 @@ Schema::
     dtype = "float64"        # optional, default float32
     device = "cuda"          # optional: "cpu" (default), "cuda", "cuda:N" or "auto"
     channel = {kind = "bernoulli", probability = 0.8}   # optional
+    eval_clients = 200       # optional: evaluate a seeded sample of clients (estimates)
+    client_state_memory = 0  # optional: bytes of per-client state kept in memory; beyond,
+                             # memory-mapped files (default: half the free memory)
     [defaults.data]          # kind = a generator in fedsparse.data.GENERATORS + kwargs
     [defaults.problem]       # kind = least_squares | logistic | softmax + kwargs
     [defaults.algorithm]     # kind = a key of fedsparse.algorithms.REGISTRY + kwargs
@@ -63,7 +66,8 @@ from .claims import check_claim_labels, check_claims, claim_labels
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 RUN_KEYS = {"label", "panel", "rounds", "seed", "clients_per_round", "dtype", "channel", "data",
-            "problem", "algorithm", "checkpoint_every", "flower", "device"}
+            "problem", "algorithm", "checkpoint_every", "flower", "device", "eval_clients",
+            "client_state_memory"}
 #: Keys of a run that hold a table (``--set algorithm=3`` would replace one by a scalar).
 TABLE_KEYS = ("data", "problem", "algorithm", "channel", "flower")
 #: Top-level keys of an experiment config. ``short_title`` and ``fstar_rounds`` are read
@@ -437,6 +441,10 @@ def resolve_runs(config: dict) -> list[dict]:
         check_int(f"runs[{i}].clients_per_round", run.get("clients_per_round"), minimum=1,
                   allow_none=True)
         check_int(f"runs[{i}].checkpoint_every", run.get("checkpoint_every", 10), minimum=1)
+        check_int(f"runs[{i}].eval_clients", run.get("eval_clients"), minimum=1,
+                  allow_none=True)
+        check_int(f"runs[{i}].client_state_memory", run.get("client_state_memory"), minimum=0,
+                  allow_none=True)
         check_choice(f"runs[{i}].dtype", run.setdefault("dtype", "float32"), DTYPES)
         run["device"] = check_device_spec(f"runs[{i}].device", run.get(
             "device", config.get("device", DEFAULT_DEVICE)))

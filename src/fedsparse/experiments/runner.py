@@ -117,7 +117,9 @@ def execute_run(run: dict, out: Path | None, *, data_cache: dict, resume: bool =
                            clients_per_round=run.get("clients_per_round"),
                            channel=build_channel(run.get("channel")), checkpoint=checkpoint,
                            checkpoint_every=run.get("checkpoint_every", 10), resume=resume,
-                           progress=progress, loggers=tracking, device=device)
+                           progress=progress, loggers=tracking, device=device,
+                           eval_clients=run.get("eval_clients"),
+                           client_state_memory=run.get("client_state_memory"))
         error = None
     except DivergenceError as exc:
         history, error = exc.history, str(exc)

@@ -48,7 +48,7 @@ BEST_METRICS = ("objective", "test_objective", "rel_error", "support_precision",
                 "personal_test_accuracy")
 #: Keys of a resolved run that are its hyper-parameters (summary.json ``params``).
 PARAM_KEYS = ("rounds", "seed", "clients_per_round", "dtype", "channel", "data", "problem",
-              "algorithm")
+              "algorithm", "eval_clients")
 
 
 def check_seeds(seeds) -> int:

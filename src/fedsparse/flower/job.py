@@ -75,10 +75,12 @@ FLOWER_DEFAULTS: dict[str, Any] = {"round_timeout": 120.0, "wait_timeout": 120.0
                                    "min_nodes": 0, "evaluate_every": 0, "out_dir": "",
                                    "poll_interval": 0.2, "max_update_norm": 0.0,
                                    "max_update_ratio": 100.0}
-#: ``device`` is accepted so an experiment config's runs are jobs as they are; under
-#: Flower each node computes on the device of its node config, not the job's.
+#: ``device`` and ``client_state_memory`` are accepted so an experiment config's runs are
+#: jobs as they are; under Flower each node computes on the device of its node config, not
+#: the job's, and keeps its own clients' state.
 _TOP_KEYS = {"rounds", "seed", "clients_per_round", "dtype", "data", "problem", "algorithm",
-             "flower", "label", "panel", "channel", "checkpoint_every", "slug", "device"}
+             "flower", "label", "panel", "channel", "checkpoint_every", "slug", "device",
+             "client_state_memory"}
 
 
 @dataclass
@@ -200,8 +202,12 @@ def job_from_config(config: dict, run: str | int | None = None) -> Job:
         config = deep_merge(config.get("defaults", {}), config["runs"][index])
     elif run is not None:
         raise fail("run", run, "is only allowed for an experiment config with [[runs]]")
+    if config.get("eval_clients") is not None:
+        raise fail("eval_clients", config["eval_clients"], "is a simulator setting: a Flower "
+                   "run evaluates on its nodes (flower.evaluate_every sets how often); remove "
+                   "it from the run")
     for key in config:
-        if key not in _TOP_KEYS:
+        if key not in _TOP_KEYS and key != "eval_clients":
             raise unknown_key("the job", key, _TOP_KEYS - {"slug"})
     for table in ("data", "problem", "algorithm"):
         if not isinstance(config.get(table), dict) or "kind" not in config[table]:
