@@ -127,11 +127,13 @@ class ClientStore:
 
 
 class PersonalModels:
-    """The (N, P) personalised models of a run, read on demand from its client store.
+    """The (N, P) personalised models of a run, read on demand from its client store (in
+    memory or on disk).
 
     What :func:`fedsparse.metrics.evaluate_personal` and the sampled evaluation index:
     ``view[a:b]`` or ``view[ids]`` is ``algorithm.personalized`` of those clients' rows
-    only, so an evaluation over N clients holds one group of rows at a time.
+    only, so an evaluation over N clients holds one group of rows at a time, and a sampled
+    evaluation only its sample's.
 
     Parameters
     ----------
@@ -163,6 +165,8 @@ class PersonalModels:
         """All N models as one tensor: in memory, or in the ``.npy`` file ``path``
         (memory-mapped) for a store on disk."""
         if path is None:
+            if not self.store.on_disk:  # the held rows themselves: no gathered copy
+                return self.algorithm.personalized(self.server_state, self.store.state)
             return self[:]
         out, mapping = _new_array(path, self[0:1].dtype, tuple(self.shape))
         for a, b in self.store.chunks():

@@ -318,14 +318,12 @@ def simulate(algorithm: Algorithm, problem: Problem, data: FederatedDataset, *, 
     sampled = make_evaluator(problem, data, seed, eval_clients)
 
     def personal_models(state, store):
-        """(N, P) personalised models, or None; read a group of clients at a time from
-        a store on disk."""
-        if store.on_disk:  # a store of masks (FedSpa) holds no models
-            one = torch.arange(1)
-            personal = bound.personalized(state, store.gather(one), clients=one)
-            return None if personal is None else \
-                PersonalModels(bound, state, store, data.num_clients, dim)
-        return bound.personalized(state, store.state)
+        """(N, P) personalised models read a group of clients at a time (an evaluation
+        never holds all N at once, nor a sampled one more than its sample), or None."""
+        one = torch.arange(1)  # a store of masks (FedSpa) holds no models
+        if bound.personalized(state, store.gather(one), clients=one) is None:
+            return None
+        return PersonalModels(bound, state, store, data.num_clients, dim)
 
     def measure(model, state, store) -> dict:
         personal = personal_models(state, store)
@@ -376,8 +374,10 @@ def simulate(algorithm: Algorithm, problem: Problem, data: FederatedDataset, *, 
         raise
     history.model = bound.model(state)
     personal = personal_models(state, store)
-    history.personal_models = personal.materialize(store.directory / "personal_models.npy") \
-        if isinstance(personal, PersonalModels) else personal
+    if personal is not None:  # all N at once: a file for a store on disk
+        personal = personal.materialize(store.directory / "personal_models.npy"
+                                        if store.on_disk else None)
+    history.personal_models = personal
     tracking.close(history)
     return history
 
