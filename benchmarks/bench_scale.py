@@ -130,33 +130,47 @@ def _figures(history, spec: dict, wall: float, model_out: str | None) -> dict:
             "torch_threads": torch.get_num_threads()}
 
 
-def run_one(case: str, N: int, rounds: int, threads: int = 0,
-            model_out: str | None = None, device: str = "cpu") -> dict:
-    """One (case, N) on the embedded simulator, in this process; returns the figures."""
+def _simulate_spec(spec: dict, client_batch: int, device: str, **extra):
+    """Build a job spec's data, problem and algorithm and simulate them on the embedded
+    simulator (a seeded sample of 200 clients evaluated at the last round):
+    ``(history, seconds including the build, model size P)``."""
     import torch
 
     import fedsparse as fs
 
-    if threads:
-        torch.set_num_threads(threads)
-    spec = job_spec(case, N, rounds)
-
-    def build(registry, table, **extra):
+    def build(registry, table, **kwargs):
         # what a job's builders call (fedsparse.experiments.config), without importing
         # the experiments package (it imports matplotlib: 30 MB more peak RSS)
         return registry[table["kind"]](**{k: v for k, v in table.items() if k != "kind"},
-                                       **extra)
+                                       **kwargs)
 
     tic = time.perf_counter()
     data = build(fs.data.GENERATORS, spec["data"], dtype=getattr(torch, spec["dtype"]))
-    history = fs.simulate(build(fs.algorithms.REGISTRY, spec["algorithm"]),
-                          build(fs.problems.REGISTRY, spec["problem"]),
-                          data, rounds=rounds, seed=spec["seed"],
+    problem = build(fs.problems.REGISTRY, spec["problem"])
+    N, rounds = spec["data"]["num_clients"], spec["rounds"]
+    history = fs.simulate(build(fs.algorithms.REGISTRY, spec["algorithm"]), problem, data,
+                          rounds=rounds, seed=spec["seed"],
                           clients_per_round=spec["clients_per_round"],
-                          client_batch=CLIENT_BATCH[case], eval_every=rounds,
-                          eval_clients=min(200, N), progress=False, device=device)
+                          client_batch=client_batch, eval_every=rounds,
+                          eval_clients=min(200, N), progress=False, device=device, **extra)
+    return history, time.perf_counter() - tic, problem.param_dim(data.dim)
+
+
+def _set_threads(threads: int) -> None:
+    import torch
+
+    if threads:
+        torch.set_num_threads(threads)
+
+
+def run_one(case: str, N: int, rounds: int, threads: int = 0,
+            model_out: str | None = None, device: str = "cpu") -> dict:
+    """One (case, N) on the embedded simulator, in this process; returns the figures."""
+    _set_threads(threads)
+    spec = job_spec(case, N, rounds)
+    history, seconds, _ = _simulate_spec(spec, CLIENT_BATCH[case], device)
     return {"case": case, "engine": "embedded", "device": device,
-            **_figures(history, spec, time.perf_counter() - tic, model_out)}
+            **_figures(history, spec, seconds, model_out)}
 
 
 #: FedMac (Liu et al. 2023) on the same MLP and data as ``fedavg-mlp``: every sampled
@@ -170,26 +184,12 @@ def run_fedmac(N: int, rounds: int, threads: int, on_disk: bool, device: str = "
                ) -> dict:
     """FedMac at N clients with its personal models in memory or on disk (memory-mapped
     files, :mod:`fedsparse.client_store`), in this process; returns the figures."""
-    import torch
-
-    import fedsparse as fs
-
-    if threads:
-        torch.set_num_threads(threads)
+    _set_threads(threads)
     spec = {**job_spec("fedavg-mlp", N, rounds), "algorithm": FEDMAC}
-    tic = time.perf_counter()
-    data = fs.data.GENERATORS[spec["data"]["kind"]](
-        **{k: v for k, v in spec["data"].items() if k != "kind"}, dtype=torch.float32)
-    problem = fs.problems.REGISTRY["neural"](model=spec["problem"]["model"])
-    algorithm = fs.algorithms.REGISTRY["fedmac"](
-        **{k: v for k, v in FEDMAC.items() if k != "kind"})
-    history = fs.simulate(algorithm, problem, data, rounds=rounds, seed=0,
-                          clients_per_round=spec["clients_per_round"],
-                          client_batch=CLIENT_BATCH["fedavg-mlp"], eval_every=rounds,
-                          eval_clients=min(200, N), progress=False,
-                          client_state_memory=0 if on_disk else 1 << 62, device=device)
-    out = _figures(history, spec, time.perf_counter() - tic, None)
-    out["state_bytes"] = N * (problem.param_dim(data.dim) * 4 + 1)  # personal + trained
+    history, seconds, dim = _simulate_spec(spec, CLIENT_BATCH["fedavg-mlp"], device,
+                                           client_state_memory=0 if on_disk else 1 << 62)
+    out = _figures(history, spec, seconds, None)
+    out["state_bytes"] = N * (dim * 4 + 1)  # float32 personal models + trained flags
     return {"case": "fedmac-mlp", "engine": "on disk" if on_disk else "in memory",
             "personal_accuracy": history.records[-1].get("personal_accuracy"), **out}
 
