@@ -102,10 +102,16 @@ def memory_budget(device: str | torch.device | None = None) -> int:
         free, _total = torch.cuda.mem_get_info(index)
         cached = torch.cuda.memory_reserved(index) - torch.cuda.memory_allocated(index)
         return max(MIN_BUDGET, int((free + max(0, cached)) * GPU_FRACTION))
+    return max(MIN_BUDGET, min(CPU_CAP, int(available_memory() * CPU_FRACTION)))
+
+
+def available_memory() -> int:
+    """Bytes of host memory this process can take now without swapping: ``MemAvailable``
+    (or :mod:`psutil`), capped by a cgroup's remaining memory and the process limit
+    (:func:`fedsparse._resources.memory_limit`, which answers alone where neither says)."""
     candidates = [m for m in (_available_ram(), _cgroup_free()) if m]
     limit = _resources.memory_limit()
-    ram = min(candidates + [limit]) if candidates else limit
-    return max(MIN_BUDGET, min(CPU_CAP, int(ram * CPU_FRACTION)))
+    return min(candidates + [limit]) if candidates else limit
 
 
 def items_per_chunk(item_bytes: int, budget: int, *, at_most: int | None = None) -> int:

@@ -37,6 +37,7 @@ from pathlib import Path
 import torch
 
 from ._validation import ConfigError
+from .client_store import COPY_BYTES
 
 CHECKPOINT_FORMAT = "fedsparse-checkpoint-2"
 
@@ -474,7 +475,7 @@ def _tensor_like(name: str, value, fresh: torch.Tensor, in_place: bool = False
     if in_place:  # into the run's own (file-backed) rows, a chunk at a time
         if fresh.is_floating_point():  # what the fresh state allows, before it is overwritten
             fresh_inf = bool(torch.isposinf(fresh).any()), bool(torch.isneginf(fresh).any())
-        step = max(1, (64 << 20) // max(1, fresh[:1].numel() * fresh.element_size()))
+        step = max(1, COPY_BYTES // max(1, fresh[:1].numel() * fresh.element_size()))
         for a in range(0, fresh.shape[0], step):
             fresh[a:a + step].copy_(value[a:a + step])
         value = fresh

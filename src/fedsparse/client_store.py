@@ -41,7 +41,8 @@ import torch
 from . import _memory, _resources
 from ._validation import check_int, fail
 
-__all__ = ["ClientStore", "PersonalModels", "default_state_memory", "open_client_store"]
+__all__ = ["ClientStore", "PersonalModels", "default_state_memory", "has_personal_models",
+           "open_client_store"]
 
 #: Share of the memory available at the start of a run that client state may take
 #: before it goes to disk (the rest is left to the data, the chunks and the evaluation).
@@ -58,10 +59,8 @@ _NUMPY_DTYPES = {torch.float16: np.float16, torch.float32: np.float32,
 
 def default_state_memory() -> int:
     """Bytes of client state kept in memory by default: :data:`STATE_MEMORY_FRACTION` of
-    the memory available now (that of :func:`fedsparse._memory.memory_budget` before its
-    per-call fraction and cap)."""
-    available = _memory._available_ram() or _resources.memory_limit()
-    return int(min(available, _resources.memory_limit()) * STATE_MEMORY_FRACTION)
+    the memory available now (:func:`fedsparse._memory.available_memory`)."""
+    return int(_memory.available_memory() * STATE_MEMORY_FRACTION)
 
 
 class ClientStore:
@@ -124,6 +123,16 @@ class ClientStore:
         row = sum(v[0].numel() * v.element_size() for v in self.state.values())
         step = _memory.items_per_chunk(row, COPY_BYTES, at_most=N)
         return [(a, min(a + step, N)) for a in range(0, N, step)]
+
+
+def has_personal_models(algorithm, problem, state: dict, seed: int) -> bool:
+    """Whether the clients of the bound ``algorithm`` hold personalised models (a store of
+    FedSpa's masks holds none): asked of one client's initial state."""
+    if not algorithm.stateful_clients:
+        return False
+    one = torch.tensor([0])
+    return algorithm.personalized(state, algorithm.init_clients(problem, one, seed),
+                                  clients=one) is not None
 
 
 class PersonalModels:

@@ -17,7 +17,7 @@ from ._validation import check_bool, check_float, check_int, check_seed, fail
 from .algorithms.base import Algorithm, ClientContext, DataSpec
 from .channels import PerfectChannel, checked_channel
 from .checkpoints import CHECKPOINT_FORMAT, resume_checkpoint, save_checkpoint
-from .client_store import PersonalModels, open_client_store
+from .client_store import PersonalModels, has_personal_models, open_client_store
 from .comm import payload_bytes
 from .data.federated import FederatedDataset
 from .data.lazy import LazyFederatedDataset
@@ -317,13 +317,13 @@ def simulate(algorithm: Algorithm, problem: Problem, data: FederatedDataset, *, 
 
     sampled = make_evaluator(problem, data, seed, eval_clients)
 
+    personalised = has_personal_models(bound, problem, state, seed)
+
     def personal_models(state, store):
         """(N, P) personalised models read a group of clients at a time (an evaluation
         never holds all N at once, nor a sampled one more than its sample), or None."""
-        one = torch.arange(1)  # a store of masks (FedSpa) holds no models
-        if bound.personalized(state, store.gather(one), clients=one) is None:
-            return None
-        return PersonalModels(bound, state, store, data.num_clients, dim)
+        return PersonalModels(bound, state, store, data.num_clients, dim) \
+            if personalised else None
 
     def measure(model, state, store) -> dict:
         personal = personal_models(state, store)

@@ -61,9 +61,10 @@ from flwr.serverapp import Grid, ServerApp
 from .._validation import ConfigError
 from ..algorithms.base import DataSpec
 from ..channels import checked_channel
+from ..client_store import ClientStore, has_personal_models
 from ..history import History
 from ..metrics import MODEL_FIELDS
-from ..rounds import ClientStore, Replies, RoundLoop, cut
+from ..rounds import Replies, RoundLoop, cut
 from . import codec
 from .job import Job, job_from_config
 from .replies import Refused, evaluation, node_info
@@ -309,15 +310,6 @@ def _reply_metrics(reply: Message, t: int, client: int) -> dict:
     return {k: v for k, v in record.items() if k != codec.NUM_EXAMPLES}
 
 
-def _has_personal_models(algorithm, problem, state: dict, seed: int) -> bool:
-    """Whether the nodes of ``algorithm`` hold personalised models (what they report as
-    ``personal_*`` metrics): one client's initial state, asked as a node asks it."""
-    if not algorithm.stateful_clients:
-        return False
-    probe = algorithm.init_clients(problem, torch.tensor([0]), seed)
-    return algorithm.personalized(state, probe) is not None
-
-
 def run_on_grid(grid: Grid, job: Job, *, callback: Callable | None = None) -> History:
     """Run ``job`` over ``grid``; return its :class:`~fedsparse.History`.
 
@@ -382,7 +374,8 @@ def run_on_grid(grid: Grid, job: Job, *, callback: Callable | None = None) -> Hi
     # As in simulate: the job's cohort size, else the one the algorithm asks for.
     per_round = job.clients_per_round or getattr(algorithm, "clients_per_round", None)
     state = bound.init(problem, job.seed)
-    personal = _has_personal_models(bound, problem, state, job.seed)
+    # what the nodes report as personal_* metrics
+    personal = has_personal_models(bound, problem, state, job.seed)
 
     history = History(config={"algorithm": repr(algorithm), "problem": problem.name,
                               "data": repr(job.data), "seed": job.seed,
