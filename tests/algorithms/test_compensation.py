@@ -119,6 +119,11 @@ def test_compensation_needs_uploads_that_are_models():
         fs.algorithms.similarity_compensation("fed_avg")
 
 
+def test_compensation_refuses_an_algorithm_already_compensated():
+    with pytest.raises(ConfigError, match="already wrapped with similarity compensation"):
+        fs.algorithms.similarity_compensation(fs.algorithms.safari(density=0.5))
+
+
 def test_group_channel_forces_one_arrival_per_group_and_a_full_first_round():
     groups = [0] * 5 + [1] * 5
     channel = GroupChannel(fs.channels.BernoulliChannel(0.0), groups)

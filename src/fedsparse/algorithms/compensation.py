@@ -67,6 +67,10 @@ class SimilarityCompensation(Algorithm):
             raise fail("algorithm", inner.name, "uploads no models (its uploads are not in the "
                        "model space), so distances between them mean nothing; similarity "
                        "compensation needs uploads that are models")
+        if isinstance(inner, SimilarityCompensation):
+            # two records of one upload stream would both fill the same lost rows
+            raise fail("algorithm", inner.name, "is already wrapped with similarity "
+                       "compensation (safari() compensates unless compensation=False)")
         self.inner = inner
         self.name = inner.name
         self.requires = inner.requires
