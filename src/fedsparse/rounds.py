@@ -286,7 +286,7 @@ class RoundLoop:
                                       replies.uploads, torch.zeros((), dtype=replies.uploads.dtype,
                                                                    device=replies.uploads.device))
                 if delivered.any():
-                    cohort = Cohort(t, clients, self.weights[clients], delivered)
+                    cohort = Cohort(t, clients, self.weights[clients], delivered, self.seed)
                     new_state = algorithm.aggregate(state, uploads, cohort)
                 else:
                     message = f"round {t + 1}: no upload was delivered; the model is kept " \

@@ -7,7 +7,12 @@ import torch
 import fedsparse as fs
 from fedsparse._validation import ConfigError
 from fedsparse.algorithms import ClientContext, Cohort
-from fedsparse.algorithms.personalized import attention_models, averaged_clients, fedmac_bits
+from fedsparse.algorithms.personalized import (
+    AVERAGED_DRAW,
+    attention_models,
+    averaged_clients,
+    fedmac_bits,
+)
 from fedsparse.metrics import evaluate_personal
 
 F64 = torch.float64
@@ -168,20 +173,25 @@ def test_server_averages_s_drawn_clients_uniformly_with_beta():
     ctx = ClientContext(problem, data.train, clients, 5, 3,
                         state=algo.init_clients(problem, clients))
     uploads, _, _ = algo.client_update(algo.broadcast(state, clients), ctx)
-    new = algo.aggregate(state, uploads, Cohort(5, clients, data.weights,
-                                                torch.ones(4, dtype=torch.bool)))
-    chosen = averaged_clients(3, 5, clients, 2)
+    everyone = torch.ones(4, dtype=torch.bool)
+    new = algo.aggregate(state, uploads, Cohort(5, clients, data.weights, everyone, seed=3))
+    chosen = averaged_clients(Cohort(5, clients, data.weights, everyone, seed=3), 2)
     assert int(chosen.sum()) == 2
     expected = -0.5 * state["model"] + 1.5 * uploads[chosen].mean(0)
     assert torch.allclose(new["model"], expected, rtol=1e-14)
     assert new["averaged"] == 2
     # the draw is keyed by (seed, round): it changes with the round, not with repeats
-    draws = {tuple(averaged_clients(3, t, clients, 2).tolist()) for t in range(20)}
+    draws = {tuple(averaged_clients(Cohort(t, clients, data.weights, everyone, seed=3),
+                                    2).tolist()) for t in range(20)}
     assert len(draws) > 1
-    assert torch.equal(averaged_clients(3, 5, clients, 2), chosen)
+    assert torch.equal(averaged_clients(Cohort(5, clients, data.weights, everyone, seed=3),
+                                        2), chosen)
+    # it is the stream of ClientContext.random, keyed by (seed, round, client, counter)
+    keys = ctx.random(AVERAGED_DRAW)
+    assert torch.equal(chosen, keys <= keys.sort().values[1])
     # a lost upload among S^t leaves the average of the rest
     lost = chosen & (torch.cumsum(chosen.long(), 0) == 1)
-    new = algo.aggregate(state, uploads, Cohort(5, clients, data.weights, ~lost))
+    new = algo.aggregate(state, uploads, Cohort(5, clients, data.weights, ~lost, seed=3))
     keep = chosen & ~lost
     assert torch.allclose(new["model"], -0.5 * state["model"] + 1.5 * uploads[keep][0])
 

@@ -7,10 +7,12 @@ from .fedavg import FederatedAveraging, fed_avg, fed_prox
 from .gradmp import FedGradMP, fed_grad_mp
 from .hard_thresholding import FederatedHardThresholding, distributed_iht, fed_ht, fed_iter_ht
 from .personalized import (
+    CoupledPersonalization,
     FedMac,
     HeurFedAMP,
     PerFedAvg,
     PersonalizedAlgorithm,
+    PFedMe,
     fedmac,
     heur_fedamp,
     per_fedavg,
@@ -40,6 +42,7 @@ __all__ = [
     "Algorithm",
     "ClientContext",
     "Cohort",
+    "CoupledPersonalization",
     "DataSpec",
     "FederatedAveraging",
     "FederatedComposite",
@@ -48,6 +51,7 @@ __all__ = [
     "FedMac",
     "HeurFedAMP",
     "PerFedAvg",
+    "PFedMe",
     "PersonalizedAlgorithm",
     "SimilarityCompensation",
     "SparseTraining",

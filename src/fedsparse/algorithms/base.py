@@ -192,16 +192,33 @@ class Cohort:
     weights : (S,) float64 their weights p_i.
     delivered : (S,) bool, True where the upload arrived and passed validation. Rows
         of ``uploads`` that were not delivered are zero and must not be used.
+    seed : the run seed (the round loop gives it; 0, ``simulate``'s default, when a
+        cohort is built by hand), so that the server half draws from the same streams
+        as the client half (:meth:`random`).
     """
 
     round: int
     clients: torch.Tensor
     weights: torch.Tensor
     delivered: torch.Tensor
+    seed: int = 0
 
     @property
     def size(self) -> int:
         return int(self.clients.shape[0])
+
+    def random(self, *counters) -> torch.Tensor:
+        """Uniforms for the server's algorithm-specific draws, keyed by (seed, round,
+        client, counters): the ``rng.ALGORITHM`` stream of :meth:`ClientContext.random`,
+        so a draw keyed by the same counters gives the same numbers in either half. Use
+        counters no client-side draw uses (e.g. negative ones).
+
+        Returns
+        -------
+        (S,) float64 uniforms in [0, 1), one per client of :attr:`clients` (broadcast
+        with any tensor counter).
+        """
+        return rng.uniform(self.seed, rng.ALGORITHM, self.round, self.clients, *counters)
 
 
 #: The methods of a round; on an unbound algorithm each refuses with a clear error.

@@ -150,7 +150,7 @@ class SimilarityCompensation(Algorithm):
         uploads, delivered, dropped = substitute(sim, uploads, cohort, N)
         inner = self.inner.aggregate(self._inner_state(state), uploads,
                                      Cohort(cohort.round, cohort.clients, cohort.weights,
-                                            delivered))
+                                            delivered, cohort.seed))
         return {**inner, "similarity": sim,
                 "compensated": int(delivered.sum() - cohort.delivered.sum()),
                 "dropped": dropped}
