@@ -2,7 +2,7 @@
 
 from .base import Algorithm, ClientContext, Cohort, DataSpec, weighted_mean
 from .compensation import SimilarityCompensation, similarity_compensation
-from .composite import FederatedComposite, fed_dual_avg, fed_mid
+from .composite import FedDualAvg, FederatedComposite, FedMid, fed_dual_avg, fed_mid
 from .fedavg import FederatedAveraging, fed_avg, fed_prox
 from .gradmp import FedGradMP, fed_grad_mp
 from .hard_thresholding import FederatedHardThresholding, distributed_iht, fed_ht, fed_iter_ht
@@ -45,10 +45,12 @@ __all__ = [
     "CoupledPersonalization",
     "DataSpec",
     "FederatedAveraging",
+    "FedDualAvg",
     "FederatedComposite",
     "FederatedHardThresholding",
     "FedGradMP",
     "FedMac",
+    "FedMid",
     "HeurFedAMP",
     "PerFedAvg",
     "PFedMe",

@@ -18,7 +18,9 @@ REGULARIZERS = ("l0_constraint", "l0", "l1")
 
 
 class FederatedComposite(Algorithm):
-    """FedMid (federated mirror descent) and FedDualAvg with a sparsity regulariser psi.
+    """What FedMid and FedDualAvg (Yuan, Zaheer, Reddi 2021) share: the sparsity
+    regulariser psi and its prox, the round counter, the checks; :class:`FedMid` and
+    :class:`FedDualAvg` give the two rounds.
 
     ``prox_{s psi}`` is: H_tau for the constraint ``||x||_0 <= tau`` (per class row for
     softmax, or over the whole model with ``sparsity_scope="global"``); hard
@@ -34,28 +36,11 @@ class FederatedComposite(Algorithm):
     ``x = soft(v) / (1 + mu)``, a scaling); for the l0 penalty it is the composition of
     the two, not the joint prox.
 
-    FedMid (Yuan et al. 2021, Alg. 2 with the squared-norm mirror map), round t::
-
-        client:  x <- prox_{eta_c psi}(x - eta_c g(x)),  K steps from x_t
-        server:  x_{t+1} = prox_{eta_s eta_c psi}(x_t + eta_s mean_i(x_i - x_t))
-
-    With the l0 constraint and eta_s = 1 this is exactly FedIter-HT (Tong et al. 2022,
-    Alg. 2).
-
-    FedDualAvg (Yuan et al. 2021, Alg. 1), round t, dual state z (model = its prox)::
-
-        client:  z_0 = z_t;  x_k = prox_{eta~_{t,k} psi}(z_k);  z_{k+1} = z_k - eta_c g(x_k)
-        server:  z_{t+1} = z_t + eta_s mean_i(z_i - z_t)
-                 x_{t+1} = prox_{eta~_{t+1,0} psi}(z_{t+1})
-
-    with ``eta~_{t,k} = eta_s eta_c K t + eta_c k``. Uploads and the broadcast of the dual
-    are dense (z is not sparse); FedMid's uploads are sparse under the l0 constraint.
     The mean is p-weighted over the uploads that arrived (docs/decisions.md, section 3).
     """
 
-    def __init__(self, name, *, sparsity, client_lr, server_lr, local_steps, batch_size,
+    def __init__(self, *, sparsity, client_lr, server_lr, local_steps, batch_size,
                  regularizer, penalty, sparsity_scope="row", radius=None):
-        self.name = name
         self.regularizer = check_choice("regularizer", regularizer, REGULARIZERS)
         self.sparsity_scope = check_scope(sparsity_scope)
         if regularizer != "l0_constraint" and sparsity_scope != "row":
@@ -79,9 +64,6 @@ class FederatedComposite(Algorithm):
         self.local_steps = check_int("local_steps", local_steps, minimum=1)
         check_steps(local_steps=self.local_steps)
         self.batch_size = check_int("batch_size", batch_size, minimum=1, allow_none=True)
-        self.dual = name == "fed_dual_avg"
-        self.upload_encoding = "dense" if self.dual or regularizer != "l0_constraint" else "sparse"
-        self.broadcast_encoding = "dense" if self.dual else "sparse"
 
     def hyperparameters(self):
         return {"sparsity": self.sparsity, "client_lr": self.client_lr,
@@ -112,49 +94,94 @@ class FederatedComposite(Algorithm):
     def init(self, problem, seed=0):
         state = super().init(problem, seed)
         state["round"] = 0
-        if self.dual:
-            state["dual"] = state["model"].clone()
         return state
-
-    def broadcast(self, state, clients):
-        return state["dual"] if self.dual else state["model"]
 
     def client_config(self, state):
         return {"round": state["round"]}
 
+
+class FedMid(FederatedComposite):
+    """FedMid, federated mirror descent (Yuan et al. 2021, Alg. 2 with the squared-norm
+    mirror map), round t::
+
+        client:  x <- prox_{eta_c psi}(x - eta_c g(x)),  K steps from x_t
+        server:  x_{t+1} = prox_{eta_s eta_c psi}(x_t + eta_s mean_i(x_i - x_t))
+
+    With the l0 constraint and eta_s = 1 this is exactly FedIter-HT (Tong et al. 2022,
+    Alg. 2). Its uploads are sparse under the l0 constraint (dense under a penalty); see
+    :class:`FederatedComposite` for psi, its prox and the l2 ball.
+    """
+
+    name = "fed_mid"
+
+    def __init__(self, **composite):
+        super().__init__(**composite)
+        self.upload_encoding = "sparse" if self.regularizer == "l0_constraint" else "dense"
+
     def client_update(self, payload: torch.Tensor, ctx: ClientContext):
         eta = self.client_lr
-        v = payload_rows(payload, ctx.size)
-        base = self.server_lr * eta * self.local_steps * ctx.config["round"]
+        x = payload_rows(payload, ctx.size)
         for k in range(self.local_steps):
             X, y, w = ctx.batch(k, self.batch_size)
-            if self.dual:
-                x = self.prox(v, base + eta * k)
-                v = v - eta * ctx.problem.grad(x, X, y, w)
-            else:
-                v = self.prox(v - eta * ctx.problem.grad(v, X, y, w), eta)
-        return v, None, {}
+            x = self.prox(x - eta * ctx.problem.grad(x, X, y, w), eta)
+        return x, None, {}
 
     def aggregate(self, state, uploads, cohort):
-        t = state["round"] + 1
-        if self.dual:
-            z = state["dual"] + self.server_lr * (weighted_mean(uploads, cohort)
-                                                  - state["dual"])
-            step = self.server_lr * self.client_lr * self.local_steps * t
-            return {**state, "dual": z, "model": self.prox(z, step), "round": t}
         mean = weighted_mean(uploads, cohort)
         # eta_s = 1 is plain averaging; skip x_t + (mean - x_t), which can round differently.
         x = mean if self.server_lr == 1.0 else \
             state["model"] + self.server_lr * (mean - state["model"])
-        return {**state, "model": self.prox(x, self.server_lr * self.client_lr), "round": t}
+        return {**state, "model": self.prox(x, self.server_lr * self.client_lr),
+                "round": state["round"] + 1}
+
+
+class FedDualAvg(FederatedComposite):
+    """FedDualAvg (Yuan et al. 2021, Alg. 1), round t, dual state z (model = its prox)::
+
+        client:  z_0 = z_t;  x_k = prox_{eta~_{t,k} psi}(z_k);  z_{k+1} = z_k - eta_c g(x_k)
+        server:  z_{t+1} = z_t + eta_s mean_i(z_i - z_t)
+                 x_{t+1} = prox_{eta~_{t+1,0} psi}(z_{t+1})
+
+    with ``eta~_{t,k} = eta_s eta_c K t + eta_c k``. Uploads and the broadcast of the dual
+    are dense (z is not sparse); see :class:`FederatedComposite` for psi, its prox and
+    the l2 ball.
+    """
+
+    name = "fed_dual_avg"
+    upload_encoding = "dense"
+    broadcast_encoding = "dense"
+
+    def init(self, problem, seed=0):
+        state = super().init(problem, seed)
+        state["dual"] = state["model"].clone()
+        return state
+
+    def broadcast(self, state, clients):
+        return state["dual"]
+
+    def client_update(self, payload: torch.Tensor, ctx: ClientContext):
+        eta = self.client_lr
+        z = payload_rows(payload, ctx.size)
+        base = self.server_lr * eta * self.local_steps * ctx.config["round"]  # eta~_{t,0}
+        for k in range(self.local_steps):
+            X, y, w = ctx.batch(k, self.batch_size)
+            x = self.prox(z, base + eta * k)
+            z = z - eta * ctx.problem.grad(x, X, y, w)
+        return z, None, {}
+
+    def aggregate(self, state, uploads, cohort):
+        t = state["round"] + 1
+        z = state["dual"] + self.server_lr * (weighted_mean(uploads, cohort) - state["dual"])
+        step = self.server_lr * self.client_lr * self.local_steps * t
+        return {**state, "dual": z, "model": self.prox(z, step), "round": t}
 
 
 def fed_mid(*, sparsity: int | None = None, client_lr: float = 0.01, server_lr: float = 1.0,
             local_steps: int = 5, batch_size: int | None = None,
             regularizer: str = "l0_constraint", penalty: float = 0.0,
-            sparsity_scope: str = "row", radius: float | None = None) -> FederatedComposite:
+            sparsity_scope: str = "row", radius: float | None = None) -> FedMid:
     """FedMid (Yuan, Zaheer, Reddi 2021) with a sparsity regulariser (see
-    :class:`FederatedComposite`); Jeong et al. 2024's baseline uses the l0 constraint.
+    :class:`FedMid`); Jeong et al. 2024's baseline uses the l0 constraint.
 
     Parameters
     ----------
@@ -170,22 +197,20 @@ def fed_mid(*, sparsity: int | None = None, client_lr: float = 0.01, server_lr: 
     radius : R of the l2 ball (``Pi_R`` after every prox, at the clients and the
         server); None = no ball.
     """
-    return FederatedComposite("fed_mid", sparsity=sparsity, client_lr=client_lr,
-                              server_lr=server_lr, local_steps=local_steps,
-                              batch_size=batch_size, regularizer=regularizer, penalty=penalty,
-                              sparsity_scope=sparsity_scope, radius=radius)
+    return FedMid(sparsity=sparsity, client_lr=client_lr, server_lr=server_lr,
+                  local_steps=local_steps, batch_size=batch_size, regularizer=regularizer,
+                  penalty=penalty, sparsity_scope=sparsity_scope, radius=radius)
 
 
 def fed_dual_avg(*, sparsity: int | None = None, client_lr: float = 0.01,
                  server_lr: float = 1.0, local_steps: int = 5, batch_size: int | None = None,
                  regularizer: str = "l0_constraint", penalty: float = 0.0,
                  sparsity_scope: str = "row", radius: float | None = None
-                 ) -> FederatedComposite:
+                 ) -> FedDualAvg:
     """FedDualAvg (Yuan, Zaheer, Reddi 2021) with a sparsity regulariser (see
-    :class:`FederatedComposite`). Parameters as :func:`fed_mid`; the ball acts on the
+    :class:`FedDualAvg`). Parameters as :func:`fed_mid`; the ball acts on the
     primal points ``x = Pi_R(prox(z))`` (the dual z is an unconstrained sum of
     gradients)."""
-    return FederatedComposite("fed_dual_avg", sparsity=sparsity, client_lr=client_lr,
-                              server_lr=server_lr, local_steps=local_steps,
-                              batch_size=batch_size, regularizer=regularizer, penalty=penalty,
-                              sparsity_scope=sparsity_scope, radius=radius)
+    return FedDualAvg(sparsity=sparsity, client_lr=client_lr, server_lr=server_lr,
+                      local_steps=local_steps, batch_size=batch_size, regularizer=regularizer,
+                      penalty=penalty, sparsity_scope=sparsity_scope, radius=radius)

@@ -147,8 +147,9 @@ def _handshake(grid: Grid, nodes: list[int], job: Job, refusals: _Refusals,
     if not nodes:
         return {}
     timeout, poll = float(job.flower["round_timeout"]), float(job.flower["poll_interval"])
-    msgs = [Message(RecordDict({codec.TASK: ConfigRecord({"seed": job.seed})}), node,
-                    MessageType.QUERY, group_id="handshake") for node in nodes]
+    # The query carries nothing: every node already holds the job (seed included).
+    msgs = [Message(RecordDict(), node, MessageType.QUERY, group_id="handshake")
+            for node in nodes]
     replies = exchange(grid, msgs, timeout, poll)
     claims: dict[int, list[dict]] = {}
     for i, node in enumerate(nodes):
