@@ -141,3 +141,18 @@ def test_scope_and_radius_validation():
         fs.algorithms.fed_dual_avg(regularizer="l1", penalty=0.1, sparsity_scope="global")
     with pytest.raises(ConfigError, match="radius=-1.0"):
         fs.algorithms.fed_dual_avg(sparsity=3, radius=-1.0)
+
+
+def test_fed_mid_and_fed_dual_avg_are_two_classes_of_one_regulariser():
+    # Each round is its own class: only FedDualAvg keeps and broadcasts a dual, and only
+    # FedMid's uploads under the l0 constraint are sparse.
+    data, problem = _two_clients(), fs.problems.least_squares()
+    mid = fs.algorithms.fed_mid(sparsity=1).bind(problem, data)
+    dual = fs.algorithms.fed_dual_avg(sparsity=1).bind(problem, data)
+    assert isinstance(mid, fs.algorithms.FedMid) and isinstance(dual, fs.algorithms.FedDualAvg)
+    assert isinstance(mid, fs.algorithms.FederatedComposite)
+    assert "dual" not in mid.init(problem) and "dual" in dual.init(problem)
+    assert (mid.upload_encoding, mid.broadcast_encoding) == ("sparse", "sparse")
+    assert (dual.upload_encoding, dual.broadcast_encoding) == ("dense", "dense")
+    l1 = fs.algorithms.fed_mid(regularizer="l1", penalty=1.0)
+    assert l1.upload_encoding == "dense"
