@@ -8,9 +8,10 @@ One round, whatever runs the clients::
     valid    = received & upload_problems(...) is empty      wrong shape, NaN/inf, too far
     delivered = valid & channel.delivered(seed, t, clients)
     state    = algorithm.aggregate(state, uploads with undelivered rows zeroed, cohort)
-    record   = bytes, deliveries, rejections, evaluation every ``eval_every`` rounds,
+    record   = evaluation every ``eval_every`` rounds, bytes, deliveries, rejections,
                then the clients' declared diagnostics under names no server field has
 
+and, before the first round, the initial record (:meth:`RoundLoop.initial_record`),
 so records, byte totals, upload validation and the divergence stop exist once. The
 runtimes differ only in ``execute`` (how uploads are produced) and ``evaluate`` (where
 the data is).
@@ -40,7 +41,7 @@ import torch
 from tqdm.auto import tqdm
 
 from . import rng
-from ._validation import ConfigError
+from ._validation import ConfigError, check_int
 from .algorithms.base import Algorithm, Cohort
 from .client_store import ClientStore
 from .comm import payload_bytes
@@ -215,9 +216,16 @@ class RoundLoop:
     seed, per_round : client sampling (``per_round`` None = every client).
     channel : ``delivered(seed, round, clients) -> (S,) bool``.
     execute : ``(round, clients, payload, config, state_rows) -> Replies``.
-    evaluate : ``(model, state, store) -> dict`` of metrics of the global model.
+    evaluate : ``(model, state, store, round) -> dict`` of metrics of the global model
+        after ``round`` rounds (0: before training); called only where
+        :meth:`evaluates` says so.
     store : per-client state (simulator) or an empty store (state lives on the nodes).
-    eval_every : evaluate every k rounds and at the last (1 = every round).
+    eval_every : when ``evaluate`` runs: k >= 1 every k rounds and at the last (1 =
+        every round); 0 at the last round only; -1 never. Before training (the initial
+        record) unless -1.
+    every_round : ``model -> dict`` of fields recorded in every record, the initial one
+        included, whether or not the model is evaluated (Flower: the server's own
+        ``nnz`` and ``density``, which need no node); None = none.
     max_update_norm : reject uploads farther than this from the broadcast (None = off).
     max_update_ratio : reject uploads farther than this many times the round's median
         distance to the broadcast (None = off); see :func:`upload_problems`.
@@ -243,8 +251,10 @@ class RoundLoop:
     max_update_norm: float | None = None
     max_update_ratio: float | None = None
     stop_on_nonfinite_upload: bool = True
+    every_round: Callable[[torch.Tensor], dict] | None = None
 
     def __post_init__(self):
+        check_int("eval_every", self.eval_every, minimum=-1)
         declared = tuple(getattr(self.algorithm, "client_metrics", ()))
         taken = sorted(set(declared) & SERVER_FIELDS)
         if taken:
@@ -252,6 +262,29 @@ class RoundLoop:
                               "server records itself; give the diagnostics other names")
         self.declared = declared
         self._warned: set[str] = set()
+
+    def evaluates(self, round: int, rounds: int) -> bool:
+        """Whether the model after ``round`` of ``rounds`` rounds is evaluated (round 0:
+        the initial record); see ``eval_every``."""
+        if self.eval_every < 0:
+            return False
+        return round == 0 or round == rounds or \
+            (self.eval_every > 0 and round % self.eval_every == 0)
+
+    def initial_record(self, state: dict, rounds: int) -> dict:
+        """The record of round 0, before any training: the evaluation of the initial
+        model (unless ``eval_every`` is -1), the ``every_round`` fields and zero
+        traffic. Both runtimes store it as ``history.initial``."""
+        model = self.algorithm.model(state)
+        record: dict = {"round": 0}
+        if self.evaluates(0, rounds):
+            record.update(self.evaluate(model, state, self.store, 0))
+        if self.every_round is not None:
+            record.update(self.every_round(model))
+        record.update({"bytes_up": 0, "bytes_down": 0, "bytes_up_total": 0,
+                       "bytes_down_total": 0, "bytes_total": 0, "clients_sampled": 0,
+                       "delivered": 0, "seconds": 0.0, "elapsed": 0.0})
+        return record
 
     def run(self, state: dict, history: History, start: int, rounds: int, *,
             save: Callable[[int, dict], None] | None = None, checkpoint_every: int = 10,
@@ -306,8 +339,10 @@ class RoundLoop:
                 up_total, down_total = up_total + replies.bytes_up, down_total + bytes_down
                 elapsed += seconds
                 record = {"round": t + 1}
-                if (t + 1) % self.eval_every == 0 or t + 1 == rounds:
-                    record.update(self.evaluate(model, state, self.store))
+                if self.evaluates(t + 1, rounds):
+                    record.update(self.evaluate(model, state, self.store, t + 1))
+                if self.every_round is not None:
+                    record.update(self.every_round(model))
                 record.update({
                     "bytes_up": int(replies.bytes_up), "bytes_down": bytes_down,
                     "bytes_up_total": int(up_total), "bytes_down_total": int(down_total),
