@@ -268,7 +268,8 @@ def _grid_executor(grid: Grid, job: Job, algorithm, table: dict[int, dict],
                 bytes_down += codec.put(content, codec.PAYLOAD, payload[row],
                                         algorithm.broadcast_encoding)
             content[codec.TASK] = ConfigRecord({
-                "round": t, "partition_id": pid, "upload_encoding": algorithm.upload_encoding})
+                codec.ROUND: t, codec.PARTITION_ID: pid,
+                codec.UPLOAD_ENCODING: algorithm.upload_encoding})
             msgs.append(Message(content, node, MessageType.TRAIN, group_id=str(t + 1)))
             rows.append(row)
         uploads = torch.zeros(S, P, dtype=payload.dtype)
