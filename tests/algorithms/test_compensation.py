@@ -40,7 +40,8 @@ def _run(rows, schedule):
     models = []
     h = fs.simulate(wrapped, fs.problems.least_squares(), _data(len(rows)),
                     rounds=len(schedule), channel=ScheduledChannel(torch.tensor(schedule)),
-                    callback=lambda record, state: models.append(state["model"].tolist()))
+                    callback=lambda record, state: models.append(
+                        state["inner"]["model"].tolist()))
     return h, models
 
 

@@ -141,7 +141,8 @@ def _personal_model(rt: _Runtime, context: Context, model: torch.Tensor
     client_state = _client_state(rt, context)
     if rt.initial is None:
         rt.initial = rt.algorithm.init(rt.problem, rt.job.seed)
-    personal = rt.algorithm.personalized({**rt.initial, "model": model}, client_state)
+    personal = rt.algorithm.personalized(rt.algorithm.with_global_model(rt.initial, model),
+                                         client_state)
     if personal is None:
         return None
     # (1, P) for this client; a per-client fallback of the server (N, P) broadcasts to
