@@ -220,7 +220,7 @@ def simulate(algorithm: Algorithm, problem: Problem, data: FederatedDataset, *, 
         exceeds this; None = accept all finite uploads.
     max_update_ratio : reject (as undelivered) uploads farther from the broadcast than
         this many times the round's median distance (>= 1; None = no such bound; the
-        Flower server's default is 100, see :func:`fedsparse.rounds.upload_problems`).
+        Flower server's default is 100, see :func:`fedsparse.screening.upload_problems`).
     callback : called as ``callback(record, state)`` after every round.
     loggers : experiment trackers to log the run to (:mod:`fedsparse.loggers`): a name
         ("tensorboard", "mlflow", "wandb"), a ``fedsparse.loggers.Logger``, or a list of

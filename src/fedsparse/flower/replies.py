@@ -17,7 +17,7 @@ Handshake (``query``) reply, record :data:`~fedsparse.flower.codec.NODE`:
   uploads near the other clients' updates, so its weight cannot carry the average away;
 * ``feature_shape``: 1 to 8 positive integers with at most ``MAX_ELEMENTS`` entries in
   all;
-* ``stat.<name>``: at most :data:`~fedsparse.rounds.MAX_CLIENT_METRICS` statistics,
+* ``stat.<name>``: at most :data:`~fedsparse.screening.MAX_CLIENT_METRICS` statistics,
   each a finite number >= 0 (e.g. the smoothness L_i).
 
 Evaluate reply, record :data:`~fedsparse.flower.codec.METRICS`: ``weight`` and
@@ -34,7 +34,7 @@ from numbers import Integral, Real
 
 from flwr.app import ConfigRecord, MetricRecord
 
-from ..rounds import MAX_CLIENT_METRICS, MAX_METRIC_NAME, shown
+from ..screening import MAX_CLIENT_METRICS, MAX_METRIC_NAME, shown
 from . import codec
 
 #: The most training examples one node may claim (2^31): a larger count is a lie that

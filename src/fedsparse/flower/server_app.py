@@ -65,7 +65,8 @@ from ..channels import checked_channel
 from ..client_store import ClientStore, has_personal_models
 from ..history import History
 from ..metrics import MODEL_FIELDS
-from ..rounds import Replies, RoundLoop, cut
+from ..rounds import Replies, RoundLoop
+from ..screening import cut
 from . import codec
 from .job import Job, job_from_config
 from .replies import Refused, evaluation, node_info
