@@ -161,3 +161,57 @@ def test_the_relative_bound_in_the_simulator(data):
 def test_max_update_ratio_is_checked(data, bad):
     with pytest.raises(ConfigError, match="max_update_ratio"):
         _run(Scripted(), data, max_update_ratio=bad)
+
+
+# ------------------------------------------- the evaluation schedule and the initial record
+
+
+def _schedule_loop(algorithm, data, eval_every, every_round=None):
+    """A RoundLoop whose ``evaluate`` notes the rounds it is told."""
+    from fedsparse.client_store import ClientStore
+    from fedsparse.rounds import Replies, RoundLoop
+
+    bound = algorithm.bind(fs.problems.least_squares(), data)
+    told = []
+
+    def execute(t, clients, payload, config, rows):
+        S = int(clients.shape[0])
+        return Replies(uploads=payload.expand(S, -1).clone(),
+                       received=torch.ones(S, dtype=torch.bool), bytes_up=0)
+
+    def evaluate(model, state, store, round):
+        told.append(round)
+        return {"objective": float(round)}
+
+    loop = RoundLoop(bound, data.weights, 0, None, fs.channels.PerfectChannel(), execute,
+                     evaluate, ClientStore(None), eval_every=eval_every,
+                     every_round=every_round)
+    return loop, bound, told
+
+
+@pytest.mark.parametrize("eval_every, rounds_told", [
+    (1, [0, 1, 2, 3, 4, 5, 6, 7]), (3, [0, 3, 6, 7]), (0, [0, 7]), (-1, [])])
+def test_the_loop_decides_when_to_evaluate_and_tells_the_round(data, eval_every, rounds_told):
+    loop, bound, told = _schedule_loop(Scripted(), data, eval_every)
+    history = fs.History()
+    state = bound.init(fs.problems.least_squares())
+    history.initial = loop.initial_record(state, 7)
+    loop.run(state, history, 0, 7, progress=False)
+    assert told == rounds_told
+    evaluated = [r["round"] for r in [history.initial, *history.records] if "objective" in r]
+    assert evaluated == rounds_told
+    assert all(r["objective"] == r["round"] for r in history.records if "objective" in r)
+
+
+def test_the_initial_record_has_zero_traffic_and_the_every_round_fields(data):
+    loop, bound, told = _schedule_loop(Scripted(), data, -1,
+                                       every_round=lambda model: {"nnz": 5})
+    initial = loop.initial_record(bound.init(fs.problems.least_squares()), 4)
+    assert told == [] and initial["round"] == 0 and initial["nnz"] == 5
+    assert all(initial[k] == 0 for k in ("bytes_up", "bytes_down", "bytes_total",
+                                         "clients_sampled", "delivered"))
+
+
+def test_eval_every_below_minus_one_is_refused(data):
+    with pytest.raises(ConfigError, match="eval_every"):
+        _schedule_loop(Scripted(), data, -2)

@@ -8,9 +8,10 @@ One round, whatever runs the clients::
     valid    = received & upload_problems(...) is empty      wrong shape, NaN/inf, too far
     delivered = valid & channel.delivered(seed, t, clients)
     state    = algorithm.aggregate(state, uploads with undelivered rows zeroed, cohort)
-    record   = bytes, deliveries, rejections, evaluation every ``eval_every`` rounds,
+    record   = evaluation every ``eval_every`` rounds, bytes, deliveries, rejections,
                then the clients' declared diagnostics under names no server field has
 
+and, before the first round, the initial record (:meth:`RoundLoop.initial_record`),
 so records, byte totals, upload validation and the divergence stop exist once. The
 runtimes differ only in ``execute`` (how uploads are produced) and ``evaluate`` (where
 the data is).
@@ -18,9 +19,9 @@ the data is).
 What the server measured always wins. The clients' diagnostics (``info`` of
 :meth:`~fedsparse.algorithms.Algorithm.client_update`) reach the record only under the
 names the algorithm declares in ``client_metrics``, as finite numbers (see
-:func:`screen_client_metrics`), and an algorithm may not declare a name the server
-records itself (:data:`SERVER_FIELDS`). A Flower client that sends ``rejected: 0``
-therefore cannot hide its own rejection.
+:func:`~fedsparse.screening.screen_client_metrics`), and an algorithm may not declare a
+name the server records itself (:data:`SERVER_FIELDS`). A Flower client that sends
+``rejected: 0`` therefore cannot hide its own rejection.
 
 A non-finite upload is divergence only when it is delivered: an upload the channel
 lost never reached the server and changes nothing (simulator). On Flower a non-finite
@@ -30,7 +31,6 @@ upload is the failed upload of one client.
 from __future__ import annotations
 
 import logging
-import math
 import time
 import warnings
 from collections.abc import Callable
@@ -40,16 +40,23 @@ import torch
 from tqdm.auto import tqdm
 
 from . import rng
-from ._validation import ConfigError
+from ._validation import ConfigError, check_int
 from .algorithms.base import Algorithm, Cohort
 from .client_store import ClientStore
 from .comm import payload_bytes
 from .history import History
 from .metrics import MODEL_FIELDS
+from .screening import (  # noqa: F401  (also importable from here, as before)
+    MAX_CLIENT_METRICS,
+    MAX_METRIC_NAME,
+    NONFINITE,
+    cut,
+    screen_client_metrics,
+    shown,
+    upload_problems,
+)
 
 log = logging.getLogger("fedsparse")
-#: Why an upload with NaN or inf values is rejected.
-NONFINITE = "non-finite values (NaN or inf)"
 #: The fields of a round record that the server measures (the loop, the evaluation of
 #: the global and personalised models); a client diagnostic may not take these names.
 SERVER_FIELDS = frozenset({
@@ -58,54 +65,6 @@ SERVER_FIELDS = frozenset({
     "nnz", "density", "evaluations_dropped", "eval_clients", *MODEL_FIELDS,
     *(f"{m}_se" for m in ("objective", "accuracy", "test_objective", "test_accuracy")),
     *(f"personal_{m}" for m in ("objective", "accuracy", "test_objective", "test_accuracy"))})
-#: At most this many diagnostics per client reply, each name at most this long: what a
-#: remote client sends is bounded before it is looked at.
-MAX_CLIENT_METRICS = 64
-MAX_METRIC_NAME = 64
-
-
-def cut(text, limit: int = 200) -> str:
-    """``str(text)`` cut to ``limit`` characters: what a remote peer sent, in a log line or
-    an error message, is never echoed whole."""
-    text = str(text)
-    return text if len(text) <= limit else text[:limit] + f"...({len(text)} chars)"
-
-
-def shown(value, limit: int = 40) -> str:
-    """``repr(value)`` cut to ``limit`` characters (see :func:`cut`)."""
-    return cut(repr(value), limit)
-
-
-def screen_client_metrics(metrics, declared) -> tuple[dict[str, float], list[str]]:
-    """The diagnostics of one client (or a mean over clients) that may be recorded.
-
-    Parameters
-    ----------
-    metrics : mapping name -> value, as the client sent it.
-    declared : the names the algorithm declares (``algorithm.client_metrics``).
-
-    Returns
-    -------
-    accepted : {name: float} for the declared names with a finite real value.
-    refused : one line per refused entry (name, value and why, cut short); a mapping
-        of more than :data:`MAX_CLIENT_METRICS` entries is refused whole, in one line.
-    """
-    if len(metrics) > MAX_CLIENT_METRICS:
-        return {}, [f"{len(metrics)} diagnostics (at most {MAX_CLIENT_METRICS} are read)"]
-    accepted: dict[str, float] = {}
-    refused: list[str] = []
-    for name, value in metrics.items():
-        if not isinstance(name, str) or len(name) > MAX_METRIC_NAME or name not in declared:
-            refused.append(f"{shown(name)}: not in its client_metrics {tuple(declared)}")
-        elif isinstance(value, bool) or not isinstance(value, int | float):
-            refused.append(f"{name!r}={shown(value)}: not a number")
-        elif not math.isfinite(float(value)):
-            refused.append(f"{name!r}={value!r}: not finite")
-        else:
-            accepted[name] = float(value)
-    return accepted, refused
-
-
 class DivergenceError(RuntimeError):
     """The model became non-finite. ``history`` holds every finite round, and
     ``history.model`` the last finite model."""
@@ -154,49 +113,6 @@ def sample_clients(seed: int, round: int, num_clients: int, per_round: int | Non
     return torch.sort(chosen).values
 
 
-def upload_problems(uploads: torch.Tensor, received: torch.Tensor, payload: torch.Tensor,
-                    max_update_norm: float | None, max_update_ratio: float | None = None
-                    ) -> dict[int, str]:
-    """{row: reason} for received uploads that must not reach the model.
-
-    An upload is rejected when it is non-finite, farther than ``max_update_norm`` (l2)
-    from what its client was sent, or farther than ``max_update_ratio`` times the
-    round's median distance: the lower median over the received finite uploads, so with
-    more honest clients than hostile ones it is an honest client's distance. No relative
-    bound applies in a round whose median distance is zero (most clients sent back what
-    they were sent), and a lone upload is its own median.
-
-    Parameters
-    ----------
-    uploads : (S, P); received : (S,) bool; payload : (P,) or (S, P) the broadcast.
-    max_update_norm : absolute bound on the distance (None = none).
-    max_update_ratio : bound relative to the round's median distance (None = none).
-    """
-    out: dict[int, str] = {}
-    rows = torch.nonzero(received).flatten()
-    if rows.numel() == 0:
-        return out
-    got = uploads[rows]
-    finite = torch.isfinite(got).all(-1).cpu()
-    for r in rows[~finite].tolist():
-        out[int(r)] = NONFINITE
-    if (max_update_norm is None and max_update_ratio is None) or not finite.any():
-        return out
-    sent = payload[rows] if payload.ndim == 2 else payload
-    dist = torch.linalg.vector_norm((got - sent).to(torch.float64), dim=-1).cpu()
-    median = float(dist[finite].median())
-    for r, d, ok in zip(rows.tolist(), dist.tolist(), finite.tolist(), strict=True):
-        if not ok:
-            continue
-        if max_update_norm is not None and d > max_update_norm:
-            out[int(r)] = f"distance {d:.4g} to the broadcast exceeds max_update_norm=" \
-                          f"{max_update_norm:g}"
-        elif max_update_ratio is not None and median > 0 and d > max_update_ratio * median:
-            out[int(r)] = f"distance {d:.4g} to the broadcast exceeds max_update_ratio=" \
-                          f"{max_update_ratio:g} times the round's median distance {median:.4g}"
-    return out
-
-
 def broadcast_bytes(payload: torch.Tensor, encoding: str, clients: int) -> int:
     """Bytes sent down: one payload per client (a shared (P,) payload is sent S times)."""
     if payload.ndim == 1:
@@ -215,12 +131,20 @@ class RoundLoop:
     seed, per_round : client sampling (``per_round`` None = every client).
     channel : ``delivered(seed, round, clients) -> (S,) bool``.
     execute : ``(round, clients, payload, config, state_rows) -> Replies``.
-    evaluate : ``(model, state, store) -> dict`` of metrics of the global model.
+    evaluate : ``(model, state, store, round) -> dict`` of metrics of the global model
+        after ``round`` rounds (0: before training); called only where
+        :meth:`evaluates` says so.
     store : per-client state (simulator) or an empty store (state lives on the nodes).
-    eval_every : evaluate every k rounds and at the last (1 = every round).
+    eval_every : when ``evaluate`` runs: k >= 1 every k rounds and at the last (1 =
+        every round); 0 at the last round only; -1 never. Before training (the initial
+        record) unless -1.
+    every_round : ``model -> dict`` of fields recorded in every record, the initial one
+        included, whether or not the model is evaluated (Flower: the server's own
+        ``nnz`` and ``density``, which need no node); None = none.
     max_update_norm : reject uploads farther than this from the broadcast (None = off).
     max_update_ratio : reject uploads farther than this many times the round's median
-        distance to the broadcast (None = off); see :func:`upload_problems`.
+        distance to the broadcast (None = off); see
+        :func:`~fedsparse.screening.upload_problems`.
     stop_on_nonfinite_upload : True (simulator): a delivered NaN/inf upload means the
         run diverged and stops it (a lost one changes nothing); False (Flower): it is
         the failed upload of one client.
@@ -243,8 +167,10 @@ class RoundLoop:
     max_update_norm: float | None = None
     max_update_ratio: float | None = None
     stop_on_nonfinite_upload: bool = True
+    every_round: Callable[[torch.Tensor], dict] | None = None
 
     def __post_init__(self):
+        check_int("eval_every", self.eval_every, minimum=-1)
         declared = tuple(getattr(self.algorithm, "client_metrics", ()))
         taken = sorted(set(declared) & SERVER_FIELDS)
         if taken:
@@ -252,6 +178,29 @@ class RoundLoop:
                               "server records itself; give the diagnostics other names")
         self.declared = declared
         self._warned: set[str] = set()
+
+    def evaluates(self, round: int, rounds: int) -> bool:
+        """Whether the model after ``round`` of ``rounds`` rounds is evaluated (round 0:
+        the initial record); see ``eval_every``."""
+        if self.eval_every < 0:
+            return False
+        return round == 0 or round == rounds or \
+            (self.eval_every > 0 and round % self.eval_every == 0)
+
+    def initial_record(self, state: dict, rounds: int) -> dict:
+        """The record of round 0, before any training: the evaluation of the initial
+        model (unless ``eval_every`` is -1), the ``every_round`` fields and zero
+        traffic. Both runtimes store it as ``history.initial``."""
+        model = self.algorithm.model(state)
+        record: dict = {"round": 0}
+        if self.evaluates(0, rounds):
+            record.update(self.evaluate(model, state, self.store, 0))
+        if self.every_round is not None:
+            record.update(self.every_round(model))
+        record.update({"bytes_up": 0, "bytes_down": 0, "bytes_up_total": 0,
+                       "bytes_down_total": 0, "bytes_total": 0, "clients_sampled": 0,
+                       "delivered": 0, "seconds": 0.0, "elapsed": 0.0})
+        return record
 
     def run(self, state: dict, history: History, start: int, rounds: int, *,
             save: Callable[[int, dict], None] | None = None, checkpoint_every: int = 10,
@@ -306,8 +255,10 @@ class RoundLoop:
                 up_total, down_total = up_total + replies.bytes_up, down_total + bytes_down
                 elapsed += seconds
                 record = {"round": t + 1}
-                if (t + 1) % self.eval_every == 0 or t + 1 == rounds:
-                    record.update(self.evaluate(model, state, self.store))
+                if self.evaluates(t + 1, rounds):
+                    record.update(self.evaluate(model, state, self.store, t + 1))
+                if self.every_round is not None:
+                    record.update(self.every_round(model))
                 record.update({
                     "bytes_up": int(replies.bytes_up), "bytes_down": bytes_down,
                     "bytes_up_total": int(up_total), "bytes_down_total": int(down_total),

@@ -220,7 +220,7 @@ def simulate(algorithm: Algorithm, problem: Problem, data: FederatedDataset, *, 
         exceeds this; None = accept all finite uploads.
     max_update_ratio : reject (as undelivered) uploads farther from the broadcast than
         this many times the round's median distance (>= 1; None = no such bound; the
-        Flower server's default is 100, see :func:`fedsparse.rounds.upload_problems`).
+        Flower server's default is 100, see :func:`fedsparse.screening.upload_problems`).
     callback : called as ``callback(record, state)`` after every round.
     loggers : experiment trackers to log the run to (:mod:`fedsparse.loggers`): a name
         ("tensorboard", "mlflow", "wandb"), a ``fedsparse.loggers.Logger``, or a list of
@@ -325,7 +325,7 @@ def simulate(algorithm: Algorithm, problem: Problem, data: FederatedDataset, *, 
         return PersonalModels(bound, state, store, data.num_clients, dim) \
             if personalised else None
 
-    def measure(model, state, store) -> dict:
+    def measure(model, state, store, round: int) -> dict:
         personal = personal_models(state, store)
         if sampled is not None:
             return sampled(model, personal)
@@ -334,10 +334,11 @@ def simulate(algorithm: Algorithm, problem: Problem, data: FederatedDataset, *, 
             out.update(evaluate_personal(problem, data, personal))
         return out
 
-    history.initial = {"round": 0, **measure(bound.model(state), state, store),
-                       "bytes_up": 0, "bytes_down": 0, "bytes_up_total": 0,
-                       "bytes_down_total": 0, "bytes_total": 0, "clients_sampled": 0,
-                       "delivered": 0, "seconds": 0.0, "elapsed": 0.0}
+    loop = RoundLoop(bound, data.weights, seed, clients_per_round, run_channel,
+                     _client_executor(bound, problem, data, seed, client_batch), measure, store,
+                     eval_every=eval_every, max_update_norm=max_update_norm,
+                     max_update_ratio=max_update_ratio)
+    history.initial = loop.initial_record(state, rounds)
     start = 0
     ckpt_path = Path(checkpoint) if checkpoint is not None else None
     if resume:
@@ -360,10 +361,6 @@ def simulate(algorithm: Algorithm, problem: Problem, data: FederatedDataset, *, 
                 "initial": history.initial, "fingerprint": fingerprint})
 
     tracking = _tracking(loggers, algorithm, history, device, callback)
-    loop = RoundLoop(bound, data.weights, seed, clients_per_round, run_channel,
-                     _client_executor(bound, problem, data, seed, client_batch), measure, store,
-                     eval_every=eval_every, max_update_norm=max_update_norm,
-                     max_update_ratio=max_update_ratio)
     try:
         with single_threaded_blas(), _memory.keep_freed_memory():
             state = loop.run(state, history, start, rounds, save=save,

@@ -40,7 +40,8 @@ def _run(rows, schedule):
     models = []
     h = fs.simulate(wrapped, fs.problems.least_squares(), _data(len(rows)),
                     rounds=len(schedule), channel=ScheduledChannel(torch.tensor(schedule)),
-                    callback=lambda record, state: models.append(state["model"].tolist()))
+                    callback=lambda record, state: models.append(
+                        state["inner"]["model"].tolist()))
     return h, models
 
 
@@ -144,3 +145,21 @@ def test_group_channel_forces_one_arrival_per_group_and_a_full_first_round():
             safari_channel(bad, groups)
     with pytest.raises(ConfigError, match="groups"):
         GroupChannel(fs.channels.PerfectChannel(), [0.5, 1.5])
+
+
+def test_the_wrapped_state_is_nested_and_the_attributes_are_the_inner_ones():
+    inner = fs.algorithms.fed_iter_ht(sparsity=1, step_size=0.1)  # thresholds locally
+    problem, data = fs.problems.least_squares(), _data(4)
+    wrapped = fs.algorithms.similarity_compensation(inner).bind(problem, data)
+    state = wrapped.init(problem)
+    assert set(state) == {"inner", "similarity", "compensated", "dropped"}
+    assert set(state["inner"]) == set(wrapped.inner.init(problem))
+    for name in ("name", "requires", "upload_encoding", "broadcast_encoding",
+                 "stateful_clients", "clients_per_round", "client_metrics"):
+        assert getattr(wrapped, name) == getattr(wrapped.inner, name), name
+    assert wrapped.upload_encoding == "sparse"  # set by the inner algorithm's builder
+    model = torch.arange(2, dtype=torch.float64)
+    moved = wrapped.with_global_model(state, model)
+    assert torch.equal(wrapped.model(moved), model)
+    assert moved["similarity"] is state["similarity"]
+    assert not torch.equal(wrapped.model(state), model)  # the input is left as it was

@@ -207,10 +207,10 @@ class DenseReference(SimilarityCompensation):
         out, delivered = uploads.clone(), cohort.delivered.clone()
         out[lost[ok]] = uploads[got[pick[ok]]] if ok.any() else out[lost[ok]]
         delivered[lost[ok]] = True
-        inner = self.inner.aggregate(self._inner_state(state), out,
+        inner = self.inner.aggregate(state["inner"], out,
                                      Cohort(cohort.round, cohort.clients, cohort.weights,
                                             delivered))
-        return {**inner, "similarity": rho, "compensated": int(ok.sum()),
+        return {"inner": inner, "similarity": rho, "compensated": int(ok.sum()),
                 "dropped": int((~ok).sum())}
 
 

@@ -398,6 +398,14 @@ class Algorithm:
         """The (P,) global model to evaluate."""
         return state["model"]
 
+    def with_global_model(self, state: ServerState, model: torch.Tensor) -> ServerState:
+        """``state`` with its global model set to ``model`` (P,); ``state`` is not modified.
+
+        A Flower node receives only the global model; to ask :meth:`personalized` for its
+        own model it stands in for the server's state with its initial state holding
+        ``model``. A wrapper sets it in the state of the algorithm it wraps."""
+        return {**state, "model": model}
+
     def round_metrics(self, state: ServerState) -> dict[str, float]:
         """Scalars the server records about the round it just aggregated (e.g. how many lost
         uploads a compensation replaced); empty by default."""

@@ -36,7 +36,9 @@ distances with a binary search (O(L R log M)); a record the wrapper did not buil
 The distances are computed pair by pair (not from ``|x|^2 + |y|^2 - 2 x.y``, which loses
 the digits that tell close uploads apart and is not exactly symmetric), so a pair's
 distance does not depend on which client is lost. The record lives in the server state
-on the CPU (the uploads' device computes the distances) and is checkpointed with it.
+on the CPU (the uploads' device computes the distances) and is checkpointed with it,
+beside the wrapped algorithm's state, which is nested whole under ``"inner"``
+(:mod:`fedsparse.algorithms.wrapper`).
 """
 
 from __future__ import annotations
@@ -45,15 +47,17 @@ import torch
 
 from .._validation import ConfigError, fail
 from .base import Algorithm, Cohort
+from .wrapper import INNER, Wrapper
 
-#: The state entries the wrapper adds to its inner algorithm's.
-_OWN = ("similarity", "compensated", "dropped")
 #: The largest N whose pair keys u * N + v fit in int64.
 MAX_CLIENTS = 3_037_000_499
 
 
-class SimilarityCompensation(Algorithm):
+class SimilarityCompensation(Wrapper):
     """``inner`` with lost uploads replaced by their most similar received ones.
+
+    Its server state is ``{"inner": <inner's state>, "similarity": <the record>,
+    "compensated": int, "dropped": int}`` (:mod:`fedsparse.algorithms.wrapper`).
 
     Parameters
     ----------
@@ -61,8 +65,7 @@ class SimilarityCompensation(Algorithm):
     """
 
     def __init__(self, inner: Algorithm):
-        if not isinstance(inner, Algorithm):
-            raise fail("algorithm", type(inner).__name__, "must be a fedsparse Algorithm")
+        super().__init__(inner)
         if not inner.uploads_are_models:
             raise fail("algorithm", inner.name, "uploads no models (its uploads are not in the "
                        "model space), so distances between them mean nothing; similarity "
@@ -71,26 +74,12 @@ class SimilarityCompensation(Algorithm):
             # two records of one upload stream would both fill the same lost rows
             raise fail("algorithm", inner.name, "is already wrapped with similarity "
                        "compensation (safari() compensates unless compensation=False)")
-        self.inner = inner
-        self.name = inner.name
-        self.requires = inner.requires
-        self.upload_encoding = inner.upload_encoding
-        self.broadcast_encoding = inner.broadcast_encoding
-        self.stateful_clients = inner.stateful_clients
-        self.clients_per_round = inner.clients_per_round
-        self.client_metrics = inner.client_metrics
 
     def hyperparameters(self):
         return {**self.inner.hyperparameters(), "compensation": True}
 
     def __repr__(self):
         return f"similarity_compensation({self.inner!r})"
-
-    def statistics(self, problem, split):
-        return self.inner.statistics(problem, split)
-
-    def sequential_steps(self):
-        return self.inner.sequential_steps()
 
     def state_bytes(self, num_clients, model_size, itemsize):
         # The sparse record starts empty and grows by at most S (S - 1) / 2 pairs of 16
@@ -104,38 +93,16 @@ class SimilarityCompensation(Algorithm):
             raise fail("num_clients", spec.num_clients, f"must be at most {MAX_CLIENTS} "
                        "with similarity compensation (its record keys a pair of clients u, "
                        "v by u * N + v, an int64)")
-        self.inner = self.inner.bind(problem, spec, stats)
+        super()._bind(problem, spec, stats)
         self._built = None  # the pairs of the record the last round built (trusted)
 
     def init(self, problem, seed=0):
-        state = dict(self.inner.init(problem, seed))
-        state["similarity"] = empty_record()
-        state["compensated"] = 0
-        state["dropped"] = 0
-        return state
-
-    def init_clients(self, problem, clients, seed=0):
-        return self.inner.init_clients(problem, clients, seed)
-
-    def _inner_state(self, state):
-        return {k: v for k, v in state.items() if k not in _OWN}
-
-    def broadcast(self, state, clients):
-        return self.inner.broadcast(self._inner_state(state), clients)
-
-    def client_config(self, state):
-        return self.inner.client_config(self._inner_state(state))
-
-    def client_update(self, payload, ctx):
-        return self.inner.client_update(payload, ctx)
-
-    def model(self, state):
-        return self.inner.model(self._inner_state(state))
-
-    def personalized(self, state, client_state, clients=None):
-        return self.inner.personalized(self._inner_state(state), client_state, clients)
+        return {**super().init(problem, seed), "similarity": empty_record(), "compensated": 0,
+                "dropped": 0}
 
     def round_metrics(self, state):
+        # its own counts only, not the inner algorithm's: what compensated runs have
+        # always recorded
         return {"compensated": state["compensated"], "dropped": state["dropped"]}
 
     def aggregate(self, state, uploads, cohort):
@@ -148,10 +115,10 @@ class SimilarityCompensation(Algorithm):
         sim = update_similarity(record, uploads, cohort, N)
         self._built = sim["pairs"]
         uploads, delivered, dropped = substitute(sim, uploads, cohort, N)
-        inner = self.inner.aggregate(self._inner_state(state), uploads,
+        inner = self.inner.aggregate(state[INNER], uploads,
                                      Cohort(cohort.round, cohort.clients, cohort.weights,
                                             delivered, cohort.seed))
-        return {**inner, "similarity": sim,
+        return {INNER: inner, "similarity": sim,
                 "compensated": int(delivered.sum() - cohort.delivered.sum()),
                 "dropped": dropped}
 

@@ -58,6 +58,7 @@ from pathlib import Path
 import tomli_w
 
 from .._validation import ConfigError, check_int, fail
+from ..algorithms.wrapper import innermost_state
 from ..history import History
 from ..rounds import DivergenceError
 from .config import METRICS, RUN_KEYS, resolve_runs
@@ -410,7 +411,7 @@ class DivergenceGuard:
                     f"round {record['round']}: the objective {value:.4g} grew past "
                     f"{self.factor:g} times its round-1 value {self.reference:.4g}: pruned "
                     "as diverging", History(records=list(self.records),
-                                            model=state["model"].detach().clone()),
+                                            model=innermost_state(state)["model"].detach().clone()),
                     record["round"])
         self.records.append(record)
 

@@ -141,7 +141,8 @@ def _personal_model(rt: _Runtime, context: Context, model: torch.Tensor
     client_state = _client_state(rt, context)
     if rt.initial is None:
         rt.initial = rt.algorithm.init(rt.problem, rt.job.seed)
-    personal = rt.algorithm.personalized({**rt.initial, "model": model}, client_state)
+    personal = rt.algorithm.personalized(rt.algorithm.with_global_model(rt.initial, model),
+                                         client_state)
     if personal is None:
         return None
     # (1, P) for this client; a per-client fallback of the server (N, P) broadcasts to
@@ -184,10 +185,11 @@ def make_client_app(job: Job | None = None) -> ClientApp:
     def query(msg: Message, context: Context) -> Message:
         rt = _runtime(job, job_key, context)
         node = rt.node
-        info = {"partition_id": node.partition_id, "num_partitions": node.num_partitions,
-                "count": int(node.train.counts[0]), codec.WEIGHT: float(node.weight),
-                "feature_shape": list(DataSpec.of(_local_dataset(node)).feature_shape),
-                "dtype": str(node.train.X.dtype), "source": node.source}
+        info = {codec.PARTITION_ID: node.partition_id,
+                codec.NUM_PARTITIONS: node.num_partitions,
+                codec.COUNT: int(node.train.counts[0]), codec.WEIGHT: float(node.weight),
+                codec.FEATURE_SHAPE: list(DataSpec.of(_local_dataset(node)).feature_shape),
+                codec.DTYPE: str(node.train.X.dtype), codec.SOURCE: node.source}
         # The statistics the server's algorithm.bind needs (e.g. L_i for an "auto" step),
         # computed here on the node's own data: the server never sees the data.
         for name, value in rt.algorithm.statistics(rt.problem, node.train).items():
@@ -198,18 +200,18 @@ def make_client_app(job: Job | None = None) -> ClientApp:
     def train(msg: Message, context: Context) -> Message:
         rt = _runtime(job, job_key, context)
         meta = msg.content[codec.TASK]
-        expected = int(meta["partition_id"])
+        expected = int(meta[codec.PARTITION_ID])
         if expected != rt.node.partition_id:
             raise RuntimeError(f"the server sent client {expected}'s work to the node holding "
                                f"partition {rt.node.partition_id}")
         payload, _ = codec.get(msg.content, codec.PAYLOAD)
         ctx = ClientContext(rt.problem, rt.node.train, torch.tensor([rt.node.partition_id]),
-                            int(meta["round"]), rt.job.seed, state=_client_state(rt, context),
+                            int(meta[codec.ROUND]), rt.job.seed, state=_client_state(rt, context),
                             config=_config(msg.content, rt.device))
         uploads, new_state, info = rt.algorithm.client_update(payload.to(rt.device), ctx)
         _store_state(context, new_state)
         content = RecordDict()
-        codec.put(content, codec.UPLOAD, uploads[0], str(meta["upload_encoding"]))
+        codec.put(content, codec.UPLOAD, uploads[0], str(meta[codec.UPLOAD_ENCODING]))
         metrics = {k: float(v) for k, v in info.items()}
         metrics[codec.NUM_EXAMPLES] = int(rt.node.train.counts[0])
         content[codec.METRICS] = MetricRecord(metrics)

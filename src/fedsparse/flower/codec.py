@@ -53,6 +53,19 @@ METRICS = "metrics"
 NODE = "node"
 #: train: round, partition id and upload encoding (a ConfigRecord).
 TASK = "fedsparse"
+#: In :data:`TASK`: the round (0-based), the fedsparse client id the work is for, and the
+#: encoding the upload is to be sent in.
+ROUND = "round"
+PARTITION_ID = "partition_id"
+UPLOAD_ENCODING = "upload_encoding"
+#: In :data:`NODE` (the handshake): the node's partition id (:data:`PARTITION_ID`), the
+#: number of partitions it was told of, its training examples, the feature shape of
+#: one example (a list of ints), the dtype of its data and where its data came from.
+NUM_PARTITIONS = "num_partitions"
+COUNT = "count"
+FEATURE_SHAPE = "feature_shape"
+DTYPE = "dtype"
+SOURCE = "source"
 #: train: the algorithm's client config, scalars (ConfigRecord) and tensors (ArrayRecord).
 CONFIG = "config"
 CONFIG_ARRAYS = "config.arrays"
@@ -62,6 +75,7 @@ NUM_EXAMPLES = "num-examples"
 TEST_EXAMPLES = "test-examples"
 WEIGHT = "weight"
 STAT_PREFIX = "stat."
+
 
 def _as_rows(x: torch.Tensor) -> torch.Tensor:
     if x.ndim == 0:

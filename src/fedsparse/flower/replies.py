@@ -17,7 +17,7 @@ Handshake (``query``) reply, record :data:`~fedsparse.flower.codec.NODE`:
   uploads near the other clients' updates, so its weight cannot carry the average away;
 * ``feature_shape``: 1 to 8 positive integers with at most ``MAX_ELEMENTS`` entries in
   all;
-* ``stat.<name>``: at most :data:`~fedsparse.rounds.MAX_CLIENT_METRICS` statistics,
+* ``stat.<name>``: at most :data:`~fedsparse.screening.MAX_CLIENT_METRICS` statistics,
   each a finite number >= 0 (e.g. the smoothness L_i).
 
 Evaluate reply, record :data:`~fedsparse.flower.codec.METRICS`: ``weight`` and
@@ -34,7 +34,7 @@ from numbers import Integral, Real
 
 from flwr.app import ConfigRecord, MetricRecord
 
-from ..rounds import MAX_CLIENT_METRICS, MAX_METRIC_NAME, shown
+from ..screening import MAX_CLIENT_METRICS, MAX_METRIC_NAME, shown
 from . import codec
 
 #: The most training examples one node may claim (2^31): a larger count is a lie that
@@ -110,19 +110,19 @@ def node_info(content, num_clients: int) -> dict:
         naming the first field that fails its check (see the module docstring).
     """
     info = _record(content, codec.NODE, (ConfigRecord,))
-    pid = integer(info, "partition_id", 0, num_clients - 1)
-    num = _field(info, "num_partitions")
+    pid = integer(info, codec.PARTITION_ID, 0, num_clients - 1)
+    num = _field(info, codec.NUM_PARTITIONS)
     if num != num_clients or isinstance(num, bool):
-        raise Refused(f"num_partitions={shown(num)}, but the job has {num_clients} clients")
-    count = integer(info, "count", 1, MAX_EXAMPLES)
-    weight = number(info, "weight", low=0.0, high=float(count), low_open=True)
-    shape = _field(info, "feature_shape")
+        raise Refused(f"{codec.NUM_PARTITIONS}={shown(num)}, but the job has {num_clients} clients")
+    count = integer(info, codec.COUNT, 1, MAX_EXAMPLES)
+    weight = number(info, codec.WEIGHT, low=0.0, high=float(count), low_open=True)
+    shape = _field(info, codec.FEATURE_SHAPE)
     if (not isinstance(shape, list) or not 1 <= len(shape) <= MAX_FEATURE_AXES
             or not all(isinstance(n, Integral) and not isinstance(n, bool) and n >= 1
                        for n in shape)
             or math.prod(shape) > codec.MAX_ELEMENTS):
-        raise Refused(f"feature_shape={shown(shape)} is not 1 to {MAX_FEATURE_AXES} positive "
-                      f"integers with at most {codec.MAX_ELEMENTS} entries")
+        raise Refused(f"{codec.FEATURE_SHAPE}={shown(shape)} is not 1 to {MAX_FEATURE_AXES} "
+                      f"positive integers with at most {codec.MAX_ELEMENTS} entries")
     names = [k for k in info if isinstance(k, str) and k.startswith(codec.STAT_PREFIX)]
     if len(names) > MAX_CLIENT_METRICS:
         raise Refused(f"{len(names)} statistics (at most {MAX_CLIENT_METRICS})")

@@ -31,8 +31,9 @@ One run:
    metrics) is recorded only under the names the algorithm declares
    (``algorithm.client_metrics``), as finite numbers; the record's own fields are the
    server's;
-4. the global model is evaluated on the nodes every ``flower.evaluate_every`` rounds and
-   at the end (never if it is -1); an evaluate reply that fails its checks (no weight,
+4. the global model is evaluated on the nodes before training, every
+   ``flower.evaluate_every`` rounds and at the end (never if it is -1; the round loop's
+   ``eval_every`` decides, as in the simulator); an evaluate reply that fails its checks (no weight,
    a weight other than the handshake's, a non-finite or negative objective, ...) is
    left out of the average, logged, and counted in the record's
    ``evaluations_dropped`` (present where it is not 0). The history is saved to
@@ -64,7 +65,8 @@ from ..channels import checked_channel
 from ..client_store import ClientStore, has_personal_models
 from ..history import History
 from ..metrics import MODEL_FIELDS
-from ..rounds import Replies, RoundLoop, cut
+from ..rounds import Replies, RoundLoop
+from ..screening import cut
 from . import codec
 from .job import Job, job_from_config
 from .replies import Refused, evaluation, node_info
@@ -268,7 +270,8 @@ def _grid_executor(grid: Grid, job: Job, algorithm, table: dict[int, dict],
                 bytes_down += codec.put(content, codec.PAYLOAD, payload[row],
                                         algorithm.broadcast_encoding)
             content[codec.TASK] = ConfigRecord({
-                "round": t, "partition_id": pid, "upload_encoding": algorithm.upload_encoding})
+                codec.ROUND: t, codec.PARTITION_ID: pid,
+                codec.UPLOAD_ENCODING: algorithm.upload_encoding})
             msgs.append(Message(content, node, MessageType.TRAIN, group_id=str(t + 1)))
             rows.append(row)
         uploads = torch.zeros(S, P, dtype=payload.dtype)
@@ -337,7 +340,6 @@ def run_on_grid(grid: Grid, job: Job, *, callback: Callable | None = None) -> Hi
     """
     fl = job.flower
     timeout, poll = float(fl["round_timeout"]), float(fl["poll_interval"])
-    every = int(fl["evaluate_every"])
     problem = job.build_problem()
     algorithm = job.build_algorithm()
     N = job.num_clients
@@ -383,35 +385,21 @@ def run_on_grid(grid: Grid, job: Job, *, callback: Callable | None = None) -> Hi
                               "clients_per_round": per_round, "rounds": job.rounds,
                               "runtime": "flower", "nodes": len(table),
                               "refused_nodes": refusals.reasons})
-    rounds_done = []
 
-    def measure(model, t: int) -> dict:
+    def evaluate(model, state, store, round: int) -> dict:
         # The simulator's record fields (None where the server cannot know them: it has
         # no ground truth, and no accuracy for a regression problem).
         out = dict.fromkeys(MODEL_FIELDS)
-        metrics, dropped = _evaluate(grid, table, model, t, timeout, poll, personal)
+        metrics, dropped = _evaluate(grid, table, model, round, timeout, poll, personal)
         out.update(metrics)
         if dropped:
             out["evaluations_dropped"] = dropped
         return out
 
-    def evaluate(model, state, store) -> dict:
-        t = len(rounds_done)
-        rounds_done.append(t)
-        out: dict = {}
-        if every >= 0 and (t + 1 == job.rounds or (every and (t + 1) % every == 0)):
-            out.update(measure(model, t))
-        out["nnz"] = int((model != 0).sum())
-        out["density"] = out["nnz"] / model.numel()
-        return out
-
-    model = bound.model(state)
-    nnz = int((model != 0).sum())
-    history.initial = {"round": 0, **(measure(model, -1) if every >= 0 else {}),
-                       "nnz": nnz, "density": nnz / model.numel(),
-                       "bytes_up": 0, "bytes_down": 0, "bytes_up_total": 0,
-                       "bytes_down_total": 0, "bytes_total": 0, "clients_sampled": 0,
-                       "delivered": 0, "seconds": 0.0, "elapsed": 0.0}
+    def support(model) -> dict:
+        # the server holds the model: its support is known every round, evaluated or not
+        nnz = int((model != 0).sum())
+        return {"nnz": nnz, "density": nnz / model.numel()}
 
     def logged(record, state):
         log(INFO, "fedsparse: round %d/%d: %d/%d delivered, %d rejected, %d B up, %d B down",
@@ -424,8 +412,10 @@ def run_on_grid(grid: Grid, job: Job, *, callback: Callable | None = None) -> Hi
                      checked_channel(job.build_channel(), N),
                      _grid_executor(grid, job, bound, table, refusals, weights,
                                     feature_shape),
-                     evaluate, ClientStore(None), max_update_norm=max_norm,
-                     max_update_ratio=max_ratio, stop_on_nonfinite_upload=False)
+                     evaluate, ClientStore(None), eval_every=int(fl["evaluate_every"]),
+                     max_update_norm=max_norm, max_update_ratio=max_ratio,
+                     stop_on_nonfinite_upload=False, every_round=support)
+    history.initial = loop.initial_record(state, job.rounds)
     state = loop.run(state, history, 0, job.rounds, callback=logged, progress=False)
     history.model = bound.model(state)
     return history
@@ -446,13 +436,13 @@ def _put_config(content: RecordDict, config: dict) -> None:
         content[codec.CONFIG_ARRAYS] = codec.tensors_to_record(arrays)
 
 
-def _evaluate(grid: Grid, table: dict, model: torch.Tensor, t: int, timeout: float,
+def _evaluate(grid: Grid, table: dict, model: torch.Tensor, round: int, timeout: float,
               poll: float, personal: bool) -> tuple[dict, int]:
-    """Objective (and accuracy) of ``model`` over the online nodes whose replies pass
-    :func:`~fedsparse.flower.replies.evaluation`: sum_i p_i f_i(x) with the handshake's
-    weights renormalised over them, like the simulator's evaluation; and, when the nodes
-    hold personalised models, ``personal_*`` (train) and ``personal_test_*`` metrics
-    micro-averaged by the nodes' example counts.
+    """Objective (and accuracy) of ``model``, the model after ``round`` rounds, over the
+    online nodes whose replies pass :func:`~fedsparse.flower.replies.evaluation`:
+    sum_i p_i f_i(x) with the handshake's weights renormalised over them, like the
+    simulator's evaluation; and, when the nodes hold personalised models, ``personal_*``
+    (train) and ``personal_test_*`` metrics micro-averaged by the nodes' example counts.
 
     Returns
     -------
@@ -465,7 +455,7 @@ def _evaluate(grid: Grid, table: dict, model: torch.Tensor, t: int, timeout: flo
     content = RecordDict()
     codec.put(content, codec.MODEL, model, "auto")
     msgs = [Message(copy.deepcopy(content) if i else content, info["node_id"],
-                    MessageType.EVALUATE, group_id=f"eval-{t + 1}")
+                    MessageType.EVALUATE, group_id=f"eval-{round}")
             for i, info in enumerate(asked)]
     replies = exchange(grid, msgs, timeout, poll)
     rows: list[dict] = []
@@ -482,10 +472,10 @@ def _evaluate(grid: Grid, table: dict, model: torch.Tensor, t: int, timeout: flo
             except Refused as exc:
                 why = str(exc)
         log(WARNING, "fedsparse: round %d: evaluation of node %s (client %d) left out: %s",
-            t + 1, info["node_id"], info["partition_id"], why)
+            round, info["node_id"], info["partition_id"], why)
     if len(rows) < len(table):
         log(WARNING, "fedsparse: evaluation at round %d: %d of %d node(s) counted; the "
-            "metrics are over those", t + 1, len(rows), len(table))
+            "metrics are over those", round, len(rows), len(table))
     dropped = len(asked) - len(rows)
     out: dict = {}
     if not rows:
