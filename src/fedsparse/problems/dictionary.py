@@ -13,6 +13,7 @@ import torch
 
 from .._validation import ConfigError
 from .base import Problem, gram_lambda_max
+from .linear import LinearProblem
 
 
 class DictionaryProblem(Problem):
@@ -20,7 +21,8 @@ class DictionaryProblem(Problem):
 
     Parameters
     ----------
-    problem : a linear-score problem (least squares, logistic, softmax).
+    problem : a :class:`~fedsparse.problems.linear.LinearProblem` (least squares,
+        logistic, softmax); its link is the wrapper's link.
     dictionary : (d, m) tensor or :class:`fedsparse.sparsity.Dictionary`.
 
     Notes
@@ -36,11 +38,15 @@ class DictionaryProblem(Problem):
 
         if isinstance(problem, DictionaryProblem):
             raise ConfigError("a DictionaryProblem cannot wrap another DictionaryProblem")
+        if not isinstance(problem, LinearProblem):
+            raise ConfigError(f"problem={problem!r} is invalid: a dictionary needs a linear "
+                              "problem (least_squares, logistic, softmax), whose scores are "
+                              "linear in the model")
         self.base = problem
         self.dictionary = dictionary if isinstance(dictionary, Dictionary) else \
             Dictionary(dictionary)
         self.name = f"{problem.name}@dictionary"
-        self.base_name = problem.name
+        self.link = problem.link
         self.blocks = problem.blocks
         self.task = problem.task
         self.capabilities = problem.capabilities
