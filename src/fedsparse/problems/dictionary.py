@@ -99,6 +99,15 @@ class DictionaryProblem(Problem):
         return self.base.curvature_scale() * lam + self.base.l2() * \
             torch.linalg.matrix_norm(A, ord=2) ** 2
 
+    def restricted_solve(self, index, valid, X, y, w, init=None, *, method: str = "exact",
+                         tol: float = 1e-10, max_iter: int = 100):
+        """:meth:`~fedsparse.problems.linear.LinearProblem.restricted_solve` over the chosen
+        atoms: the same solvers on the features ``X A`` (coefficients (S, k))."""
+        from .restricted import solve_restricted
+
+        return solve_restricted(self, index, valid, X, y, w, init, method=method, tol=tol,
+                                max_iter=max_iter)
+
     def restricted_features(self, index, X):
         A = self.dictionary.matrix_on(X.device).to(X.dtype)
         m = A.shape[1]

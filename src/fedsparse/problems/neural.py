@@ -321,9 +321,6 @@ class NeuralProblem(Problem):
             return losses[0], hits[0]
         return torch.cat(losses), torch.cat(hits)
 
-    def lipschitz(self, X, w, iterations: int = 50):
-        raise ConfigError(f"{self!r} has no Lipschitz bound: give a numeric step_size")
-
     # ------------------------------------------------------------------ internals
     def _check_params(self, params) -> torch.Tensor:
         if not isinstance(params, torch.Tensor) or params.ndim not in (1, 2) \
