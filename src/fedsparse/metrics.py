@@ -17,7 +17,6 @@ import torch
 from ._validation import check_int, fail
 from .client_store import PersonalModels
 from .data.federated import ClientSplit, FederatedDataset
-from .data.pooled import PooledRows
 from .problems.base import Problem
 from .sparsity import support_scores
 
@@ -69,10 +68,8 @@ def client_means(problem: Problem, split: ClientSplit, model: torch.Tensor,
     N = split.num_clients
     loss_sum = torch.zeros(N, dtype=torch.float64, device=device)
     correct_sum: torch.Tensor | None = torch.zeros(N, dtype=torch.float64, device=device)
-    flatten = not getattr(problem, "pooled_ok", False)
     for owner, Xc, yc in split.iter_chunks(max_examples):
-        if flatten:  # a linear model reads every example as one vector of d features
-            Xc = Xc.reshape(Xc.shape[0], -1)
+        Xc = problem.prepare_features(Xc)  # a linear model reads one vector of d features
         with torch.no_grad():  # metrics only: no graph kept alive across chunks
             loss, correct = problem.example_metrics(model, Xc, yc)
         loss_sum.index_add_(0, owner, loss.to(torch.float64))
@@ -92,12 +89,6 @@ def _chunked_split_metrics(problem: Problem, split: ClientSplit, model: torch.Te
     client_weights = client_weights.to(device=loss.device, dtype=torch.float64)
     objective = float(client_weights @ loss)
     return objective, (None if acc is None else float(client_weights @ acc))
-
-
-def _chunked(problem: Problem, data: FederatedDataset) -> bool:
-    """True if the chunked per-example path evaluates (problem, data)."""
-    return bool(getattr(problem, "pooled_ok", False)) or any(
-        isinstance(s.X, PooledRows) for s in (data.train, data.test) if s is not None)
 
 
 def evaluate(problem: Problem, data: FederatedDataset, model: torch.Tensor, *,
@@ -126,7 +117,7 @@ def evaluate(problem: Problem, data: FederatedDataset, model: torch.Tensor, *,
     None where not defined), ``nnz`` (int) and ``density`` (float).
     """
     max_examples = check_int("max_examples", max_examples, minimum=1)
-    if _chunked(problem, data):
+    if problem.chunked_evaluation(data):
         def metrics(split, weights):
             return _chunked_split_metrics(problem, split, model, weights, max_examples)
     else:
@@ -169,7 +160,6 @@ def _personal_split(problem: Problem, split: ClientSplit, models: torch.Tensor,
                     max_examples: int) -> tuple[float, float | None]:
     """Example-weighted mean loss and accuracy of client i's model on client i's data."""
     counts = split.counts
-    flatten = not getattr(problem, "pooled_ok", False)
     loss_sum = torch.zeros((), dtype=torch.float64)
     correct_sum: torch.Tensor | None = torch.zeros((), dtype=torch.float64)
     for a, b in _client_groups(counts.tolist(), max_examples):
@@ -178,9 +168,7 @@ def _personal_split(problem: Problem, split: ClientSplit, models: torch.Tensor,
         part = split.select(slice(a, b))
         width = int(part.counts.max())
         index = torch.arange(width, device=counts.device).expand(b - a, width)
-        Xc = part.gather(index)
-        if flatten and isinstance(Xc, torch.Tensor) and Xc.ndim > 3:
-            Xc = Xc.reshape(b - a, width, -1)  # linear models read (S, b, d)
+        Xc = problem.prepare_features(part.gather(index), batch_dims=2)
         yc, w = part.y[:, :width], part.mean_weights()[:, :width]
         n = part.counts.to(torch.float64)
         with torch.no_grad():

@@ -34,7 +34,7 @@ import torch
 from . import rng
 from .data.federated import FederatedDataset
 from .data.lazy import LazyFederatedDataset, client_subset
-from .metrics import _chunked, client_means, evaluate, evaluate_personal
+from .metrics import client_means, evaluate, evaluate_personal
 from .problems.base import Problem
 
 __all__ = ["SE_FIELDS", "eval_sample", "make_evaluator"]
@@ -73,7 +73,7 @@ def ratio_se(values: torch.Tensor | None, q: torch.Tensor, estimate: float | Non
 
 def _sampled(problem: Problem, sub: FederatedDataset, model: torch.Tensor, N: int,
              personal: torch.Tensor | None) -> dict:
-    chunked = _chunked(problem, sub)
+    chunked = problem.chunked_evaluation(sub)
     # The chunked path of evaluate() is exactly q @ client_means: computed once here for
     # the estimate and its spread. The stacked path (linear problems) is cheap.
     out = evaluate(problem, _model_only(sub) if chunked else sub, model)

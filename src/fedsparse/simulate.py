@@ -284,8 +284,7 @@ def simulate(algorithm: Algorithm, problem: Problem, data: FederatedDataset, *, 
     lazy = isinstance(data, LazyFederatedDataset)
     if dtype is not None and dtype != data.dtype:
         data = data.to(dtype)
-    if not getattr(problem, "pooled_ok", False) and hasattr(data, "padded"):
-        data = data.padded(flatten=True)  # linear models read the padded (N, n_max, d) layout
+    data = problem.prepare(data)  # linear models read the padded (N, n_max, d) layout
     if device is not None and device.type != "cpu":
         data = data.to_device(device)
     channel = channel or PerfectChannel()

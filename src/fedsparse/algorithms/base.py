@@ -469,8 +469,7 @@ def lipschitz_statistics(step_size, problem: Problem, split: ClientSplit
     if "lipschitz" not in problem.capabilities:
         raise fail("step_size", "auto", f"needs a Lipschitz estimate, which {problem.name} "
                    "does not provide; give a number")
-    if not isinstance(split.X, (torch.Tensor, SparseRows)):  # pooled rows: pad them
-        split = split.padded(flatten=True)
+    split = problem.prepare(split)  # pooled rows: padded, as linear models read them
     return {"lipschitz": problem.lipschitz(split.X, split.mean_weights())}
 
 

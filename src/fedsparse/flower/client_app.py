@@ -77,9 +77,9 @@ def _runtime(default_job: Job | None, default_key: dict | None, context: Context
         problem = job.build_problem()
         device = _node_device(node_config)
         node = load_node_data(job, node_config)
-        if not problem.pooled_ok:  # linear models read the padded (1, n, d) layout
-            node = replace(node, train=node.train.padded(flatten=True),
-                           test=None if node.test is None else node.test.padded(flatten=True))
+        # linear models read the padded (1, n, d) layout
+        node = replace(node, train=problem.prepare(node.train),
+                       test=None if node.test is None else problem.prepare(node.test))
         if device.type != "cpu":  # once: every message of this process reuses them
             node = replace(node, train=node.train.to_device(device),
                            test=None if node.test is None else node.test.to_device(device))

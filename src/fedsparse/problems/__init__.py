@@ -1,9 +1,23 @@
-"""Learning problems: losses and gradients batched over clients and examples."""
+"""Learning problems: losses and gradients batched over clients and examples.
 
-from .base import Problem
+:class:`Problem` is the protocol the library calls; :class:`LinearProblem` is a linear
+model driven by one per-example link (:mod:`.links`), :class:`NeuralProblem` a torch
+network, :class:`DictionaryProblem` a linear problem seen through a dictionary.
+"""
+
 from .dictionary import DictionaryProblem
-from .linear import LeastSquares, Logistic, Softmax, least_squares, logistic, softmax
+from .linear import (
+    LeastSquares,
+    LinearProblem,
+    Logistic,
+    Softmax,
+    least_squares,
+    logistic,
+    softmax,
+)
+from .links import BinaryLogistic, Link, SoftmaxCrossEntropy, SquaredError
 from .neural import NeuralProblem, neural, neural_from_spec
+from .protocol import Problem
 
 
 def neural_model(*, model: dict, path: str = "auto", chunk_clients: int | None = None
@@ -18,8 +32,9 @@ def neural_model(*, model: dict, path: str = "auto", chunk_clients: int | None =
 REGISTRY = {"least_squares": least_squares, "logistic": logistic, "softmax": softmax,
             "neural": neural_model}
 
-__all__ = ["REGISTRY", "DictionaryProblem", "LeastSquares", "Logistic", "NeuralProblem",
-           "Problem", "Softmax",
+__all__ = ["REGISTRY", "BinaryLogistic", "DictionaryProblem", "LeastSquares",
+           "LinearProblem", "Link", "Logistic", "NeuralProblem", "Problem", "Softmax",
+           "SoftmaxCrossEntropy", "SquaredError",
            "least_squares",
            "logistic",
            "neural",

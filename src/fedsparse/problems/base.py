@@ -1,10 +1,9 @@
-"""The Problem interface: a loss, its gradient and optional capabilities.
+"""The :class:`Problem` protocol (defined in :mod:`.protocol`) and the batched linear algebra
+of linear models: scores, transposed products, the fused gradient, power iteration, and
+the label checks of the classification problems.
 
-Every method is batched over a leading client axis S and over (padded) examples:
-``X`` is (S, b, d), ``y`` is (S, b) and ``w`` is (S, b) example weights (1/n_i on a
-client's real or sampled examples, 0 on padding), so ``loss`` is each client's
-weighted mean loss. ``params`` is (S, P), one model per client, or (P,), one model
-shared by all.
+Shapes follow the protocol: ``X`` (S, b, d) dense or :class:`SparseRows`, ``w`` (S, b)
+example weights, ``params`` (S, d) one model per client or (d,) shared.
 """
 
 from __future__ import annotations
@@ -15,135 +14,11 @@ import torch
 from .. import rng as rng_mod
 from .._validation import ConfigError
 from ..data.sparse_rows import SparseRows
+from .protocol import Problem
 
-
-class Problem:
-    """Base class of the learning problems (least squares, logistic, softmax)."""
-
-    name = "problem"
-    #: Rows the flat parameter vector is cut into for per-block sparsity (softmax: classes).
-    blocks = 1
-    #: What an algorithm may ask of this problem (checked by the builders).
-    capabilities: frozenset[str] = frozenset({"grad", "lipschitz"})
-    #: "regression" or "classification": decides which metrics are recorded.
-    task = "regression"
-
-    def param_dim(self, feature_dim: int) -> int:
-        """Length P of the flat parameter vector for ``feature_dim`` features."""
-        return feature_dim * self.blocks
-
-    def check_data(self, data) -> None:
-        """Raise a clear error if the data set does not fit this problem (e.g. label set)."""
-
-    def init_params(self, feature_dim: int, seed: int, dtype: torch.dtype) -> torch.Tensor:
-        """(P,) initial model of every algorithm: 0 for linear models (seed unused)."""
-        return torch.zeros(self.param_dim(feature_dim), dtype=dtype)
-
-    def loss(self, params, X, y, w) -> torch.Tensor:  # pragma: no cover - interface
-        """(S,) weighted mean loss per client."""
-        raise NotImplementedError
-
-    def grad(self, params, X, y, w) -> torch.Tensor:  # pragma: no cover - interface
-        """(S, P) gradient of each client's loss."""
-        raise NotImplementedError
-
-    def accuracy(self, params, X, y, w) -> torch.Tensor | None:
-        """(S,) weighted accuracy per client, or None for regression."""
-        return None
-
-    def curvature_scale(self) -> float:
-        """Bound on the second derivative of the per-example loss in the linear score."""
-        return 1.0
-
-    def l2(self) -> float:
-        return 0.0
-
-    def restricted_features(self, index: torch.Tensor, X: torch.Tensor
-                            ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Features of the parameters ``index`` (S, k): ``Z`` (S, n, k) and class rows (S, k).
-
-        The flat parameter ``q`` multiplies feature ``q % d`` in the score of class row
-        ``q // d`` (one row unless ``blocks > 1``).
-        """
-        d = X.shape[-1]
-        Z = torch.gather(X, 2, (index % d).unsqueeze(1).expand(-1, X.shape[1], -1))
-        return Z, torch.div(index, d, rounding_mode="floor")
-
-    def restricted_metric(self, index: torch.Tensor, valid: torch.Tensor):
-        """Gram matrix (S, k, k) of the restricted directions for the l2 term; None = identity."""
-        return None
-
-    def restricted_solve(self, index: torch.Tensor, valid: torch.Tensor, X: torch.Tensor,
-                         y: torch.Tensor, w: torch.Tensor, init: torch.Tensor | None = None, *,
-                         method: str = "exact", tol: float = 1e-10, max_iter: int = 100
-                         ) -> tuple[torch.Tensor, dict]:
-        """Minimise each client's loss over the parameters ``index`` (the others held at 0).
-
-        Jeong et al. 2024 (FedGradMP), Alg. 1: ``b = argmin f_i(x), x in R(A_Gamma_hat)``; Alg. 2
-        solves it to accuracy delta (``tol``). Requires the ``restricted_solve`` capability.
-
-        Parameters
-        ----------
-        index : (S, k) int64 flat parameter positions per client (padded).
-        valid : (S, k) bool, False on padding.
-        X, y, w : (S, n, d), (S, n), (S, n) the client data and example weights.
-        init : (S, k) starting coefficients (warm start for iterative methods) or None.
-        method : "exact" (least squares: Cholesky with one refinement step, SVD-based
-            lstsq where that is ill-conditioned; logistic/softmax: Newton to 1e-10),
-            "newton" (damped Newton to ``tol``) or "gd" (gradient descent with step
-            1/L_restricted until the step is at most ``tol``).
-        tol, max_iter : stopping rule of the iterative methods.
-
-        Returns
-        -------
-        coef : (S, k) minimiser's values at ``index`` (0 on padding).
-        info : {"inner_iterations": mean iterations used over the clients}.
-        """
-        if "restricted_solve" not in self.capabilities:
-            raise ConfigError(f"problem {self.name!r} has no restricted_solve capability")
-        from .restricted import solve_restricted
-
-        return solve_restricted(self, index, valid, X, y, w, init, method=method, tol=tol,
-                                max_iter=max_iter)
-
-    def lipschitz(self, X, w, iterations: int = 50) -> torch.Tensor:
-        """(S,) smoothness constants L_i of each client's loss, by power iteration.
-
-        ``L_i = curvature_scale * lambda_max(sum_j w_j z_j z_j^T) + l2``.
-        """
-        return self.curvature_scale() * gram_lambda_max(X, w, iterations) + self.l2()
-
-    # Model-track additions: every problem, linear or neural, exposes its flat layout and
-    # per-example metrics for chunked evaluation.
-
-    #: True if loss/grad/accuracy are only called on small dense chunks gathered from a pooled
-    #: data layout (neural problems); linear problems keep the padded (N, n_max, d) layout.
-    pooled_ok = False
-
-    def layout(self, feature_dim: int):
-        """The :class:`~fedsparse.models.ParamLayout` of the flat vector: one dense tensor."""
-        from ..models.layout import ParamLayout
-
-        return ParamLayout.dense(self.param_dim(feature_dim))
-
-    def example_metrics(self, params, X, y) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Per-example loss and correctness of one shared model on a chunk of examples.
-
-        Each example is evaluated as a one-example client of weight 1, so that
-        ``sum_j w_j loss_j`` equals :meth:`loss` whenever the weights sum to 1.
-
-        Parameters
-        ----------
-        params : (P,) shared model; X : (n, *feature_shape); y : (n,) targets.
-
-        Returns
-        -------
-        loss : (n,) per-example loss; correct : (n,) bool, or None for regression.
-        """
-        ones = torch.ones(X.shape[0], 1, dtype=params.dtype, device=params.device)
-        loss = self.loss(params, X.unsqueeze(1), y.unsqueeze(1), ones)
-        acc = self.accuracy(params, X.unsqueeze(1), y.unsqueeze(1), ones)
-        return loss, None if acc is None else acc > 0.5
+__all__ = ["Problem", "check_dense_features", "check_labels", "class_scores",
+           "class_weighted_transpose", "gram_lambda_max", "gram_times", "label_splits",
+           "linear_gradient", "scores", "weighted_transpose"]
 
 
 def gram_lambda_max(X, w, iterations: int = 50) -> torch.Tensor:

@@ -13,6 +13,7 @@ import torch
 
 from .._validation import ConfigError
 from .base import Problem, gram_lambda_max
+from .linear import LinearProblem
 
 
 class DictionaryProblem(Problem):
@@ -20,7 +21,8 @@ class DictionaryProblem(Problem):
 
     Parameters
     ----------
-    problem : a linear-score problem (least squares, logistic, softmax).
+    problem : a :class:`~fedsparse.problems.linear.LinearProblem` (least squares,
+        logistic, softmax); its link is the wrapper's link.
     dictionary : (d, m) tensor or :class:`fedsparse.sparsity.Dictionary`.
 
     Notes
@@ -36,11 +38,15 @@ class DictionaryProblem(Problem):
 
         if isinstance(problem, DictionaryProblem):
             raise ConfigError("a DictionaryProblem cannot wrap another DictionaryProblem")
+        if not isinstance(problem, LinearProblem):
+            raise ConfigError(f"problem={problem!r} is invalid: a dictionary needs a linear "
+                              "problem (least_squares, logistic, softmax), whose scores are "
+                              "linear in the model")
         self.base = problem
         self.dictionary = dictionary if isinstance(dictionary, Dictionary) else \
             Dictionary(dictionary)
         self.name = f"{problem.name}@dictionary"
-        self.base_name = problem.name
+        self.link = problem.link
         self.blocks = problem.blocks
         self.task = problem.task
         self.capabilities = problem.capabilities
@@ -92,6 +98,15 @@ class DictionaryProblem(Problem):
         lam = gram_lambda_max(X @ A, w, iterations)
         return self.base.curvature_scale() * lam + self.base.l2() * \
             torch.linalg.matrix_norm(A, ord=2) ** 2
+
+    def restricted_solve(self, index, valid, X, y, w, init=None, *, method: str = "exact",
+                         tol: float = 1e-10, max_iter: int = 100):
+        """:meth:`~fedsparse.problems.linear.LinearProblem.restricted_solve` over the chosen
+        atoms: the same solvers on the features ``X A`` (coefficients (S, k))."""
+        from .restricted import solve_restricted
+
+        return solve_restricted(self, index, valid, X, y, w, init, method=method, tol=tol,
+                                max_iter=max_iter)
 
     def restricted_features(self, index, X):
         A = self.dictionary.matrix_on(X.device).to(X.dtype)

@@ -52,6 +52,7 @@ from torch.func import functional_call, grad, replace_all_batch_norm_modules_, v
 from .._memory import client_chunk, eval_chunk
 from .._validation import ConfigError, check_choice, check_int, fail
 from ..models.layout import ParamLayout
+from ._mlp import mlp_grad, mlp_layers
 from ._stacked import stackable, stacked_grad, stacked_logits
 from .base import Problem, check_dense_features, check_labels
 
@@ -143,7 +144,7 @@ class NeuralProblem(Problem):
         self._batch_stats = any(isinstance(m, nn.modules.batchnorm._BatchNorm)
                                 for m in template.modules())
         self._has_conv = any(isinstance(m, nn.modules.conv._ConvNd) for m in template.modules())
-        self._mlp = _mlp_layers(template, self._layout) if path in ("auto", "mlp") else None
+        self._mlp = mlp_layers(template, self._layout) if path in ("auto", "mlp") else None
         self._stacked = stackable(template) if path in ("auto", "stacked") else None
         if path == "stacked" and self._stacked is None:
             raise fail("path", path, "needs an nn.Sequential convolutional network of Conv2d, "
@@ -321,9 +322,6 @@ class NeuralProblem(Problem):
             return losses[0], hits[0]
         return torch.cat(losses), torch.cat(hits)
 
-    def lipschitz(self, X, w, iterations: int = 50):
-        raise ConfigError(f"{self!r} has no Lipschitz bound: give a numeric step_size")
-
     # ------------------------------------------------------------------ internals
     def _check_params(self, params) -> torch.Tensor:
         if not isinstance(params, torch.Tensor) or params.ndim not in (1, 2) \
@@ -470,7 +468,7 @@ class NeuralProblem(Problem):
                 p = params if params.ndim == 1 else params[rows]
                 args = (module, kind, p, X[rows], y[rows], w[rows])
                 if kind == "grad" and self._mlp is not None:
-                    res = _mlp_grad(self._mlp, p, X[rows], y[rows], w[rows])
+                    res = mlp_grad(self._mlp, p, X[rows], y[rows], w[rows])
                 else:
                     res = run(*args)
                 if differentiable:
@@ -586,76 +584,6 @@ class NeuralProblem(Problem):
 # 422 ms; 2 threads: 790 / 3,291 / 1,731 ms. The rule above still decides for the others
 # (ResNet-20: residual blocks are not sequential).
 _LOOP_MIN_ROWS = 12
-
-
-def _mlp_layers(module: nn.Module, layout: ParamLayout):
-    """``[(weight slice, bias slice or None, (out, in)), ...]`` when ``module`` is a plain
-    ReLU MLP (``nn.Sequential`` of an optional ``Flatten``, then ``Linear`` layers with a
-    ``ReLU`` between each two): the networks of Liu et al. 2023. None otherwise."""
-    if type(module) is not nn.Sequential:
-        return None
-    parts = list(module.named_children())
-    if parts and isinstance(parts[0][1], nn.Flatten):
-        parts = parts[1:]
-    kinds = [type(m) for _, m in parts]
-    if not kinds or len(kinds) % 2 == 0 or any(
-            k is not (nn.Linear if i % 2 == 0 else nn.ReLU) for i, k in enumerate(kinds)):
-        return None
-    layers = []
-    for name, m in parts[::2]:
-        bias = layout.slice(f"{name}.bias") if m.bias is not None else None
-        layers.append((layout.slice(f"{name}.weight"), bias, (m.out_features, m.in_features)))
-    return layers
-
-
-def _mlp_grad(layers, p: torch.Tensor, X: torch.Tensor, y: torch.Tensor, w: torch.Tensor
-              ) -> torch.Tensor:
-    """(s, P) gradients of ``sum_j w_j CE_j`` for s clients of a plain ReLU MLP, by the
-    closed-form backward pass with batched matrix products (no autograd).
-
-    Per-client weights make every layer a ``bmm`` of (s, b, in) by (s, in, out); the
-    backward needs no input gradient of the first layer. Same numbers as autograd up to
-    rounding (tested), several times faster than ``vmap(grad(...))`` on CPU.
-
-    Every layer's weights are read in place as (s, out, in) views of the (s, P) rows (batch
-    stride P; the batched products take strided operands without copying them); biases
-    enter the products (``baddbmm``) and ReLU's backward is one fused kernel, so the only
-    pass over s x P memory besides the products is the write of the gradient.
-    """
-    s, b = X.shape[:2]
-    shared = p.ndim == 1
-
-    def weight(sl, shape):
-        return p[sl].view(shape).expand(s, *shape) if shared else p[:, sl].view(s, *shape)
-
-    h = X.reshape(s, b, -1)
-    inputs, z = [], None
-    for i, (wsl, bsl, shape) in enumerate(layers):
-        if i:
-            h = z.relu_()  # z itself is not needed again
-        inputs.append(h)
-        W = weight(wsl, shape).transpose(-1, -2)
-        if bsl is None:
-            z = torch.bmm(h, W)
-        else:
-            bias = (p[bsl].expand(s, -1) if shared else p[:, bsl]).unsqueeze(1)
-            z = torch.baddbmm(bias, h, W)
-    delta = torch.softmax(z, dim=-1)
-    delta.scatter_add_(-1, y.unsqueeze(-1), -torch.ones_like(delta[..., :1]))
-    delta.mul_(w.unsqueeze(-1))
-    out = torch.empty(s, p.shape[-1], dtype=p.dtype, device=p.device)
-    for i in range(len(layers) - 1, -1, -1):
-        wsl, bsl, shape = layers[i]
-        # A product written straight into the strided block (out=) is several times
-        # slower than a contiguous one plus a copy on 2 threads (measured): copy instead.
-        out[:, wsl] = torch.bmm(delta.transpose(1, 2), inputs[i]).reshape(s, -1)
-        if bsl is not None:
-            torch.sum(delta, 1, out=out[:, bsl])
-        if i:
-            # ReLU's backward: the incoming gradient where the layer's output was positive.
-            delta = torch.ops.aten.threshold_backward(torch.bmm(delta, weight(wsl, shape)),
-                                                      inputs[i], 0)
-    return out
 
 
 def _auto_path(X: torch.Tensor, has_conv: bool) -> str:

@@ -7,18 +7,22 @@ restricted problem is described by
 * ``index`` (S, k) int64 positions in the flat parameter vector (padded),
 * ``valid`` (S, k) bool, False on padding (clients whose support is smaller than k),
 
-and, after :meth:`Problem.restricted_features`, by restricted features ``Z`` (S, n, k)
-(column q of client s is the feature that multiplies parameter ``index[s, q]``) and the
-class row ``cls`` (S, k) each parameter belongs to (always 0 for a single linear score).
+and, after :meth:`~fedsparse.problems.linear.LinearProblem.restricted_features`, by
+restricted features ``Z`` (S, n, k) (column q of client s is the feature that multiplies
+parameter ``index[s, q]``) and the class row ``cls`` (S, k) each parameter belongs to
+(always 0 for a single linear score).
 Padding columns of ``Z`` are zero, so they never touch the loss; the solvers keep their
 coefficients at exactly 0.
 
+Every loss, gradient and Hessian below is built from the problem's per-example link
+(:mod:`fedsparse.problems.links`): the solvers do not know which loss they minimise.
+
 Solvers (all batched over the S clients, no Python loop over clients):
 
-* ``exact`` — least squares: weighted linear least squares, Cholesky on the normal
-  equations plus one refinement step, falling back per client to LAPACK ``gelsd`` (SVD,
-  minimum-norm) when the Gram matrix is singular or ill-conditioned; logistic /
-  softmax: damped Newton to 1e-10.
+* ``exact`` — a quadratic link without l2 (least squares): weighted linear least
+  squares, Cholesky on the normal equations plus one refinement step, falling back per
+  client to LAPACK ``gelsd`` (SVD, minimum-norm) when the Gram matrix is singular or
+  ill-conditioned; any other link: damped Newton to 1e-10.
 * ``newton`` — damped Newton with a backtracking (Armijo) line search.
 * ``gd`` — gradient descent with step ``1 / L_restricted`` (L by power iteration on the
   restricted Hessian bound) until the step is at most ``tol`` (Jeong et al. 2024, Sec. IV-A).
@@ -56,17 +60,17 @@ def mask_to_index(mask: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tenso
     return order, torch.gather(mask, -1, order)
 
 
-def _kind(problem) -> str:
-    # A DictionaryProblem reports the loss it wraps.
-    return getattr(problem, "base_name", problem.name)
-
-
 def _scores(problem, c: torch.Tensor, Z: torch.Tensor, cls: torch.Tensor) -> torch.Tensor:
-    """Linear scores: (S, n) for one class row, (S, n, C) logits for softmax."""
+    """Linear scores: (S, n) for one class row, (S, n, C) logits of C class rows."""
     if problem.blocks == 1:
         return torch.bmm(Z, c.unsqueeze(-1)).squeeze(-1)
     onehot = F.one_hot(cls, problem.blocks).to(Z.dtype)          # (S, k, C)
     return torch.bmm(Z * c.unsqueeze(1), onehot)                   # (S, n, C)
+
+
+def _per_param(scores: torch.Tensor, cls: torch.Tensor) -> torch.Tensor:
+    """(S, n, k): each parameter's column of the per-class values (S, n, C)."""
+    return torch.gather(scores, -1, cls.unsqueeze(1).expand(-1, scores.shape[1], -1))
 
 
 def _penalty(problem, c, metric):
@@ -82,44 +86,35 @@ def restricted_loss_grad(problem, c: torch.Tensor, Z: torch.Tensor, cls: torch.T
                          ) -> tuple[torch.Tensor, torch.Tensor]:
     """Loss (S,) and gradient (S, k) of the restricted problem at coefficients ``c`` (S, k).
 
+    The loss is ``sum_n w_n l(s_n, y_n)`` for the scores ``s`` of the restricted model and
+    the problem's link ``l``; its gradient ``d/dc_q = sum_n w_n l'(s_n)_{cls_q} Z_nq``.
     ``metric`` (S, k, k) is the Gram matrix of the restricted directions for the l2 term
     ``(l2/2) ||x||^2 = (l2/2) c^T M c`` (None = identity: plain coordinates).
     """
-    kind = _kind(problem)
+    link = problem.link
     s = _scores(problem, c, Z, cls)
-    if kind == "least_squares":
-        r = s - y
-        loss = 0.5 * (w * r * r).sum(-1)
-        coef = w * r
+    loss = link.value(s, y, w).sum(-1)
+    coef = link.derivative(s, y, w)                     # (S, n) or (S, n, C)
+    if problem.blocks == 1:
         grad = torch.bmm(coef.unsqueeze(1), Z).squeeze(1)
-    elif kind == "logistic":
-        pos = (y > 0).to(s.dtype)
-        loss = (w * (F.softplus(s) - pos * s)).sum(-1)
-        grad = torch.bmm((w * (torch.sigmoid(s) - pos)).unsqueeze(1), Z).squeeze(1)
-    else:  # softmax
-        logp = torch.log_softmax(s, -1)
-        loss = -(w * logp.gather(-1, y.long().unsqueeze(-1)).squeeze(-1)).sum(-1)
-        resid = torch.softmax(s, -1) - F.one_hot(y.long(), problem.blocks).to(s.dtype)
-        # d loss / d c_q = sum_n w_n resid[n, cls_q] Z[n, q]
-        per_param = torch.gather(resid, -1, cls.unsqueeze(1).expand(-1, Z.shape[1], -1))
-        grad = (w.unsqueeze(-1) * per_param * Z).sum(1)
+    else:
+        grad = (_per_param(coef, cls) * Z).sum(1)
     pen, pen_grad = _penalty(problem, c, metric)
     return loss + pen, grad + pen_grad
 
 
 def restricted_hessian(problem, c, Z, cls, y, w, metric=None) -> torch.Tensor:
-    """(S, k, k) Hessian of the restricted problem at ``c`` (see :func:`restricted_loss_grad`)."""
-    kind = _kind(problem)
+    """(S, k, k) Hessian of the restricted problem at ``c`` (see :func:`restricted_loss_grad`).
+
+    One score: ``Z^T diag(w l'') Z``. C classes, ``l'' = diag(p) - p p^T``:
+    ``H_qq' = sum_n w_n Z_nq Z_nq' (p_n,r [r = r'] - p_n,r p_n,r')``, r = cls_q, r' = cls_q'.
+    """
+    link = problem.link
     s = _scores(problem, c, Z, cls)
-    if kind == "least_squares":
-        H = torch.bmm(Z.transpose(1, 2) * w.unsqueeze(1), Z)
-    elif kind == "logistic":
-        p = torch.sigmoid(s)
-        H = torch.bmm(Z.transpose(1, 2) * (w * p * (1 - p)).unsqueeze(1), Z)
+    if problem.blocks == 1:
+        H = torch.bmm(Z.transpose(1, 2) * link.curvature(s, y, w).unsqueeze(1), Z)
     else:
-        # H_qq' = sum_n w_n Z_nq Z_nq' (p_n,r [r = r'] - p_n,r p_n,r'), r = cls_q, r' = cls_q'.
-        prob = torch.softmax(s, -1)
-        P = torch.gather(prob, -1, cls.unsqueeze(1).expand(-1, Z.shape[1], -1))  # (S, n, k)
+        P = _per_param(link.curvature(s, y), cls)                    # (S, n, k)
         ZP = Z * P
         same = (cls.unsqueeze(-1) == cls.unsqueeze(-2)).to(Z.dtype)
         H = torch.bmm(ZP.transpose(1, 2) * w.unsqueeze(1), Z) * same \
@@ -260,8 +255,7 @@ def solve_restricted(problem, index: torch.Tensor, valid: torch.Tensor, X: torch
     S, k = index.shape
     c0 = torch.zeros(S, k, dtype=X.dtype, device=Z.device) if init is None \
         else init.to(X.dtype) * valid
-    kind = _kind(problem)
-    if method == "exact" and kind == "least_squares" and not problem.l2():
+    if method == "exact" and problem.link.quadratic and not problem.l2():
         coef = _lstsq_exact(Z, y, w, valid)
         return coef, {"inner_iterations": 1.0}
     if method in ("exact", "newton"):

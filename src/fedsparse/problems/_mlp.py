@@ -1,0 +1,86 @@
+"""The closed-form gradient of a plain ReLU MLP for S clients at once (no autograd).
+
+A network of ``Linear`` layers with a ``ReLU`` between each two (the networks of Liu et
+al. 2023, :func:`fedsparse.models.mlp`) has a backward pass short enough to write out:
+with per-client weights every layer is a batched matrix product, and the backward needs
+no input gradient of the first layer. :class:`~fedsparse.problems.neural.NeuralProblem`
+takes this path for gradients whenever its module has that shape; the tests compare it
+with autograd.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ..models.layout import ParamLayout
+
+
+def mlp_layers(module: nn.Module, layout: ParamLayout):
+    """``[(weight slice, bias slice or None, (out, in)), ...]`` when ``module`` is a plain
+    ReLU MLP (``nn.Sequential`` of an optional ``Flatten``, then ``Linear`` layers with a
+    ``ReLU`` between each two): the networks of Liu et al. 2023. None otherwise."""
+    if type(module) is not nn.Sequential:
+        return None
+    parts = list(module.named_children())
+    if parts and isinstance(parts[0][1], nn.Flatten):
+        parts = parts[1:]
+    kinds = [type(m) for _, m in parts]
+    if not kinds or len(kinds) % 2 == 0 or any(
+            k is not (nn.Linear if i % 2 == 0 else nn.ReLU) for i, k in enumerate(kinds)):
+        return None
+    layers = []
+    for name, m in parts[::2]:
+        bias = layout.slice(f"{name}.bias") if m.bias is not None else None
+        layers.append((layout.slice(f"{name}.weight"), bias, (m.out_features, m.in_features)))
+    return layers
+
+
+def mlp_grad(layers, p: torch.Tensor, X: torch.Tensor, y: torch.Tensor, w: torch.Tensor
+             ) -> torch.Tensor:
+    """(s, P) gradients of ``sum_j w_j CE_j`` for s clients of a plain ReLU MLP, by the
+    closed-form backward pass with batched matrix products (no autograd).
+
+    Per-client weights make every layer a ``bmm`` of (s, b, in) by (s, in, out); the
+    backward needs no input gradient of the first layer. Same numbers as autograd up to
+    rounding (tested), several times faster than ``vmap(grad(...))`` on CPU.
+
+    Every layer's weights are read in place as (s, out, in) views of the (s, P) rows (batch
+    stride P; the batched products take strided operands without copying them); biases
+    enter the products (``baddbmm``) and ReLU's backward is one fused kernel, so the only
+    pass over s x P memory besides the products is the write of the gradient.
+    """
+    s, b = X.shape[:2]
+    shared = p.ndim == 1
+
+    def weight(sl, shape):
+        return p[sl].view(shape).expand(s, *shape) if shared else p[:, sl].view(s, *shape)
+
+    h = X.reshape(s, b, -1)
+    inputs, z = [], None
+    for i, (wsl, bsl, shape) in enumerate(layers):
+        if i:
+            h = z.relu_()  # z itself is not needed again
+        inputs.append(h)
+        W = weight(wsl, shape).transpose(-1, -2)
+        if bsl is None:
+            z = torch.bmm(h, W)
+        else:
+            bias = (p[bsl].expand(s, -1) if shared else p[:, bsl]).unsqueeze(1)
+            z = torch.baddbmm(bias, h, W)
+    delta = torch.softmax(z, dim=-1)
+    delta.scatter_add_(-1, y.unsqueeze(-1), -torch.ones_like(delta[..., :1]))
+    delta.mul_(w.unsqueeze(-1))
+    out = torch.empty(s, p.shape[-1], dtype=p.dtype, device=p.device)
+    for i in range(len(layers) - 1, -1, -1):
+        wsl, bsl, shape = layers[i]
+        # A product written straight into the strided block (out=) is several times
+        # slower than a contiguous one plus a copy on 2 threads (measured): copy instead.
+        out[:, wsl] = torch.bmm(delta.transpose(1, 2), inputs[i]).reshape(s, -1)
+        if bsl is not None:
+            torch.sum(delta, 1, out=out[:, bsl])
+        if i:
+            # ReLU's backward: the incoming gradient where the layer's output was positive.
+            delta = torch.ops.aten.threshold_backward(torch.bmm(delta, weight(wsl, shape)),
+                                                      inputs[i], 0)
+    return out
