@@ -4,12 +4,18 @@ Every loader returns NumPy arrays (or a SciPy CSR matrix for LibSVM text) and
 never a torch tensor: turn them into a federated data set with the partitioners in
 :mod:`fedsparse.data.partition` and :func:`~fedsparse.data.partition.from_partitions`.
 
-Formats
--------
-* IDX (MNIST, Fashion-MNIST, EMNIST): :func:`read_idx`, :func:`load_idx`.
-* LibSVM / svmlight text (E2006-tfidf, RCV1, MNIST, ...): :func:`load_libsvm`.
-* CIFAR-10/100 python pickles, read with a restricted unpickler: :func:`load_cifar`.
-* LEAF JSON (FEMNIST, Shakespeare, ...), natural per-writer clients: :func:`load_leaf`.
+Formats, one module each
+------------------------
+* IDX (MNIST, Fashion-MNIST, EMNIST): :func:`read_idx`, :func:`load_idx` (``idx``).
+* LibSVM / svmlight text (E2006-tfidf, RCV1, MNIST, ...): :func:`load_libsvm`
+  (``libsvm``).
+* CIFAR-10/100 python pickles, read with a restricted unpickler: :func:`load_cifar`
+  (``cifar``; the unpickler in ``safe_pickle``).
+* LEAF JSON (FEMNIST, Shakespeare, ...), natural per-writer clients: :func:`load_leaf`
+  (``leaf``).
+
+What they share (the error, decompression, bounded reading) is in ``_common``; every
+name is importable from this package.
 
 Compressed files (gzip, bzip2, xz) are recognised by their first bytes, never by
 their suffix. A missing file raises :class:`FileNotFoundError`; a malformed one raises
