@@ -3,7 +3,7 @@
 Every partitioner is seeded (``seed`` goes to :func:`numpy.random.default_rng`) and
 returns a list of 1-D int64 index arrays, one per client, with no example given to
 two clients. :func:`describe_partition` reports per-client sizes and the client x
-label histogram, :func:`plot_partition` draws that histogram, and
+label histogram (:func:`fedsparse.report.plot_partition` draws it), and
 :func:`from_partitions` turns ``(X, y, parts)`` into a
 :class:`~fedsparse.data.federated.FederatedDataset` with a per-client train/test split.
 
@@ -23,7 +23,6 @@ A bad argument, or a split that cannot be made, raises
 
 from __future__ import annotations
 
-import os
 from numbers import Real
 
 import numpy as np
@@ -39,7 +38,6 @@ __all__ = [
     "partition_groups",
     "partition_iid",
     "partition_label_skew",
-    "plot_partition",
 ]
 
 
@@ -497,48 +495,6 @@ def describe_partition(parts, y=None) -> dict:
             for i, (s, h) in enumerate(zip(sizes, hist, strict=True))]
     out["table"] = "\n".join([header + f", {classes.size} labels, {out['unassigned']} "
                               "unassigned", head, *rows])
-    return out
-
-
-def plot_partition(parts, y, path, *, title=None):
-    """Save a heat map of the client x label counts as a PNG.
-
-    Parameters
-    ----------
-    parts : list of 1-D int arrays
-    y : array-like, (n,)
-    path : str or path-like
-        Output file; parent directories are created.
-    title : str, optional
-
-    Returns
-    -------
-    pathlib.Path of the written file.
-    """
-    from pathlib import Path
-
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    d = describe_partition(parts, y)
-    hist = d["histogram"]
-    n_clients, n_labels = hist.shape
-    fig = Figure(figsize=(max(4.0, 0.35 * n_labels + 2.5), max(3.0, min(12.0, 0.12 * n_clients
-                                                                         + 2.0))))
-    FigureCanvasAgg(fig)
-    ax = fig.add_subplot(1, 1, 1)
-    im = ax.imshow(hist, aspect="auto", interpolation="nearest", cmap="viridis")
-    fig.colorbar(im, ax=ax, label="examples")
-    ax.set_xlabel("label")
-    ax.set_ylabel("client")
-    if n_labels <= 30:
-        ax.set_xticks(np.arange(n_labels))
-        ax.set_xticklabels([str(c) for c in d["classes"]])
-    ax.set_title(title or f"{n_clients} clients x {n_labels} labels")
-    fig.tight_layout()
-    out = Path(os.fspath(path))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, format="png", dpi=100)
     return out
 
 
