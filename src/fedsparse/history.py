@@ -11,15 +11,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-#: Words that make a metric "higher is better" (accuracy, support precision/recall/F1);
-#: every other metric (objective, errors, bytes, density) is lower-is-better.
-HIGHER_IS_BETTER_WORDS = ("accuracy", "f1", "precision", "recall")
-
-
-def higher_is_better(metric: str) -> bool:
-    """True for accuracy-like metrics (names containing accuracy, f1, precision or
-    recall), which are maximised; losses, errors and costs are minimised."""
-    return any(word in metric for word in HIGHER_IS_BETTER_WORDS)
+# Both names stay importable from here, where they were first defined.
+from .metric_names import HIGHER_IS_BETTER_WORDS as HIGHER_IS_BETTER_WORDS
+from .metric_names import higher_is_better
 
 
 @dataclass
@@ -147,7 +141,7 @@ class History:
         matplotlib.axes.Axes
             the axes drawn on, with axis labels set (bytes in KB/MB/GB, integer rounds).
         """
-        from .report.plots import draw_history
+        from .report.axes import draw_history
 
         if ax is None:
             import matplotlib.pyplot as plt
@@ -163,7 +157,7 @@ class History:
 
             raise fail("band", band, '"std", "ci95" or None')
         if logy is None:
-            from .report.plots import auto_log
+            from .report.axes import auto_log
 
             logy = auto_log(metric, self.column(metric, with_initial=True))
         draw_history(ax, self, y=metric, x=x, label=label or metric, band=band, logy=logy,

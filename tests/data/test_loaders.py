@@ -319,7 +319,7 @@ def test_libsvm_regression_targets_match_sklearn(tmp_path):
 
 
 def test_libsvm_batched_number_parsing():
-    from fedsparse.data.loaders import _parse_pairs
+    from fedsparse.data.loaders.libsvm import _parse_pairs
 
     chunks = [b"1:2 3:4.5", b"", b"7:-1e3", b"8:9"]
     for budget in (1, 5, 12, 1 << 20):
@@ -767,8 +767,9 @@ def test_loader_messages_name_the_real_arguments():
     import re
 
     from fedsparse.data import loaders, named, real
+    from fedsparse.data.loaders import _common, cifar, idx, leaf, libsvm, safe_pickle
 
-    for module in (loaders, named, real):
+    for module in (loaders, _common, idx, libsvm, safe_pickle, cifar, leaf, named, real):
         source = inspect.getsource(module)
         for func_name, func in inspect.getmembers(module, inspect.isfunction):
             if func.__module__ != module.__name__:

@@ -1,4 +1,4 @@
-"""Partitioners: invariants, seeding, clear errors, description, plot, from_partitions."""
+"""Partitioners: invariants, seeding, clear errors, description, from_partitions."""
 
 from __future__ import annotations
 
@@ -16,7 +16,6 @@ from fedsparse.data.partition import (
     partition_groups,
     partition_iid,
     partition_label_skew,
-    plot_partition,
 )
 
 
@@ -246,10 +245,10 @@ def test_clusters_property(clusters, ppc, cpc, clients, seed):
     assert (describe_partition(parts, y)["labels_per_client"] == cpc).all()
 
 
-# -------------------------------------------------------------- describe and plot
+# ------------------------------------------------------------------- description
 
 
-def test_describe_and_plot(tmp_path):
+def test_describe():
     y = np.array(["cat", "dog", "cat", "eel", "dog"])
     parts = [np.array([0, 1]), np.array([2, 3, 4])]
     d = describe_partition(parts, y)
@@ -260,8 +259,6 @@ def test_describe_and_plot(tmp_path):
     assert describe_partition([np.array([0, 0])])["duplicates"] == 1
     with pytest.raises(ValueError, match="outside"):
         describe_partition([np.array([9])], y)
-    out = plot_partition(parts, y, tmp_path / "sub" / "p.png")
-    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 # ---------------------------------------------------------------- from_partitions

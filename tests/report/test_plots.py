@@ -60,7 +60,7 @@ def test_reference_line_and_note_say_where_f_star_comes_from():
 
 
 def test_a_narrow_log_axis_labels_only_2_and_5_between_decades():
-    from fedsparse.report.plots import _plain_2_5
+    from fedsparse.report.axes import _plain_2_5
 
     assert [_plain_2_5(v) for v in (0.02, 0.03, 0.05, 0.07, 200, 300)] == \
         ["0.02", "", "0.05", "", "200", ""]

@@ -22,7 +22,6 @@ from .partition import (
     partition_groups,
     partition_iid,
     partition_label_skew,
-    plot_partition,
 )
 from .pooled import PooledRows
 from .real import federated_real, libsvm_file
@@ -62,7 +61,6 @@ __all__ = [
     "partition_groups",
     "partition_iid",
     "partition_label_skew",
-    "plot_partition",
     "GENERATORS",
     "ClientSplit",
     "FederatedDataset",

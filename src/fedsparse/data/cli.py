@@ -3,7 +3,7 @@
 ``fedsparse data describe digits --partition label_skew --clients 20
 --labels-per-client 2 --seed 0 --plot out.png`` prints every client's size and label
 histogram (:func:`~fedsparse.data.partition.describe_partition`) and optionally saves
-the client x label heat map (:func:`~fedsparse.data.partition.plot_partition`).
+the client x label heat map (:func:`~fedsparse.report.partition_plots.plot_partition`).
 
 ``fedsparse data write digits --partition dirichlet --clients 50 --out DIR`` writes the
 split in the on-disk format (:mod:`fedsparse.data.ondisk`) that training reads a client
@@ -45,7 +45,8 @@ def _partition_kwargs(args) -> dict:
 
 def cmd_describe(args) -> int:
     """Load, partition, print the description; returns the exit status."""
-    from .partition import describe_partition, plot_partition
+    from ..report.partition_plots import plot_partition
+    from .partition import describe_partition
     from .real import _scale, load_named, make_partition
 
     X, y = load_named(args.dataset, path=args.path, seed=args.seed,

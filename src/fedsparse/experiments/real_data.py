@@ -42,6 +42,8 @@ from .config import (
     resolve_runs,
     slugify,
 )
+from .libsvm_sets import LABELS as LABELS  # importable from here, where it was first defined
+from .libsvm_sets import LIBSVM_SETS, libsvm_config
 from .registry import CONFIG_DIR, register_experiment
 from .runner import run_experiment
 from .seeds import device_fields
@@ -258,19 +260,6 @@ def fig6_fashion_mnist(out, *, quick: bool = False, rounds: int | None = None,
                     rounds=rounds, seeds=seeds, resume=resume, device=device)
 
 
-#: The LibSVM stand-ins: (panel, loader, problem table, tau, step sizes by algorithm).
-#: Steps: the lowest round-50 objective over the paper's grid [10, 1, 0.6, 0.3, 0.1, 0.06,
-#: 0.03, 0.01, 0.001], by ``run_sweep(libsvm_config(paths, rounds=50),
-#: {"algorithm.step_size": grid})`` (see docs/results/real-data.md).
-LIBSVM_SETS = (
-    ("breast_cancer (logistic, d = 30)", "breast_cancer", {"kind": "logistic"}, 10,
-     {"distributed_iht": 10.0, "fed_ht": 10.0, "fed_iter_ht": 10.0}),
-    ("diabetes (least squares, d = 10)", "diabetes", {"kind": "least_squares"}, 5,
-     {"distributed_iht": 1.0, "fed_ht": 0.3, "fed_iter_ht": 0.3}),
-)
-LABELS = {"distributed_iht": "Distributed-IHT", "fed_ht": "Fed-HT", "fed_iter_ht": "FedIter-HT"}
-
-
 def write_svmlight(out: Path) -> dict[str, Path]:
     """scikit-learn's breast_cancer and diabetes as one-based svmlight files in ``out``."""
     try:
@@ -287,36 +276,6 @@ def write_svmlight(out: Path) -> dict[str, Path]:
         paths[name] = out / f"{name}.svm"
         dump_svmlight_file(X, y, str(paths[name]), zero_based=False)
     return paths
-
-
-def libsvm_config(paths: dict[str, Path], rounds: int = 200) -> dict:
-    """The config a user would write for E2006 / RCV1, pointed at the converted files.
-
-    The small data sets get 25 clients from 10 K-means clusters cut into 5 parts (the
-    paper's 20 parts would leave K-means clusters of 16 examples with empty parts).
-    """
-    runs = []
-    for panel, name, problem, tau, steps in LIBSVM_SETS:
-        for kind, label in LABELS.items():
-            algo = {"kind": kind, "sparsity": tau, "step_size": steps[kind], "batch_size": 8}
-            if kind != "distributed_iht":
-                algo["local_steps"] = 5
-            runs.append({"panel": panel, "label": label, "problem": problem, "algorithm": algo,
-                         "data": {"kind": "libsvm_file", "path": str(paths[name]),
-                                  "partition": "clusters", "num_clients": 25,
-                                  "num_clusters": 10, "parts_per_cluster": 5,
-                                  "clusters_per_client": 2, "scale": "maxabs",
-                                  "test_fraction": 0.2, "seed": 0,
-                                  "standardize_target": problem["kind"] == "least_squares"}})
-    return {"title": "Tong et al. 2022 Fig. 6, LibSVM path: real data converted to svmlight",
-            "description": "breast_cancer (logistic, tau = 10) and diabetes (least squares, "
-                           "tau = 5) written as svmlight files and read back as CSR; 25 "
-                           "clients from K-means clusters; K = 5 local steps of 8 examples.",
-            "paper_claim": "FedIter-HT performs consistently better across all data sets.",
-            "defaults": {"rounds": rounds, "seed": 0, "dtype": "float64"},
-            "runs": runs,
-            "compare": {"reference": "Distributed-IHT", "at_rounds": [50, 100, 200]},
-            "plot": {"y": ["objective", "test_accuracy"], "x": ["round"]}}
 
 
 @register_experiment("fig6-libsvm", paper="000",

@@ -25,6 +25,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from .libsvm_sets import LIBSVM_SETS, libsvm_config
+
 CONFIG_DIR = Path(__file__).parent / "configs"
 
 
@@ -380,8 +382,6 @@ def shown_config(name: str) -> tuple[str, str]:
         return header, name_papers(tomls[info.config].read_text())
     if name == "fig6-libsvm":
         import tomli_w
-
-        from .real_data import LIBSVM_SETS, libsvm_config
 
         paths = {n: Path("OUT/data") / f"{n}.svm" for _, n, *_ in LIBSVM_SETS}
         header += ("# It writes scikit-learn's data sets as svmlight files into OUT/data, "

@@ -38,6 +38,7 @@ from ..manifest import (
     start_manifest,
     write_manifest,
 )
+from ..metric_names import higher_is_better
 from ..report.plots import plot_panels
 from ..simulate import DivergenceError, simulate
 from .claims import format_verdicts, verdicts
@@ -138,11 +139,6 @@ def tracked_params(run: dict) -> dict:
 
     return {"label": run.get("label", ""), "panel": run.get("panel", ""),
             **{k: run[k] for k in (*PARAM_KEYS, "device") if k in run}}
-
-
-def higher_is_better(metric: str) -> bool:
-    """Accuracy-like metrics (accuracy, precision, recall, F1) are maximised."""
-    return any(word in metric for word in ("accuracy", "precision", "recall", "f1"))
 
 
 def rounds_to_reach(history: History, target: float, metric: str = "objective") -> int | None:

@@ -1,0 +1,93 @@
+"""From a partition to a federated data set: each client's rows, split into train and
+test."""
+
+from __future__ import annotations
+
+from numbers import Real
+
+import numpy as np
+
+from ..._validation import ConfigError
+from .. import federated
+from ..sparse_rows import is_sparse_matrix
+
+__all__ = ["from_partitions"]
+
+
+def from_partitions(X, y, parts, *, test_fraction=0.2, seed=0, dtype=None, name="partitioned"):
+    """Build a :class:`~fedsparse.data.federated.FederatedDataset` from a partition.
+
+    Each client's indices are shuffled with the seed and split: ``round(test_fraction
+    * n_i)`` test examples, clipped to ``1 .. n_i - 1`` so that every client keeps at
+    least one training and one test example (``test_fraction=0`` gives no test split).
+    A SciPy sparse ``X`` stays sparse: each client receives its CSR row slice.
+
+    Parameters
+    ----------
+    X : ndarray, torch.Tensor or scipy.sparse matrix, (n, d) or (n, *feature_shape)
+        Dense examples keep their shape: images (n, C, H, W) reach ``from_arrays`` as
+        per-client (n_i, C, H, W) arrays.
+    y : array-like, (n,)
+    parts : list of 1-D int arrays (e.g. from a partitioner)
+    test_fraction : float in [0, 1), default 0.2
+    seed : int or None
+    dtype : torch.dtype, optional
+        Passed on to ``from_arrays`` (its default when None).
+    name : str
+        Data set name used in reports.
+
+    Returns
+    -------
+    FederatedDataset
+    """
+    if isinstance(test_fraction, bool) or not isinstance(test_fraction, Real) \
+            or not 0 <= test_fraction < 1:
+        raise ConfigError(f"test_fraction={test_fraction!r} is invalid: must be in [0, 1)")
+    if len(parts) == 0:
+        raise ConfigError("parts=[] is invalid: need at least one client")
+    sparse = is_sparse_matrix(X)
+    if sparse:
+        X = X.tocsr()
+    elif not hasattr(X, "detach"):
+        X = np.asarray(X)
+    if hasattr(y, "detach"):
+        y = y.detach().cpu().numpy()
+    y = np.asarray(y)
+    n = X.shape[0]
+    if y.shape != (n,):
+        raise ConfigError(f"y has shape {y.shape}; expected ({n},), one target per row of X")
+    rng = np.random.default_rng(seed)
+
+    def rows(idx):
+        if sparse:
+            return X[idx]
+        if hasattr(X, "detach"):
+            import torch
+
+            return X[torch.as_tensor(idx)]
+        return X[idx]
+
+    xs, ys, txs, tys = [], [], [], []
+    for i, p in enumerate(parts):
+        p = np.asarray(p, dtype=np.int64).reshape(-1)
+        if p.size and (p.min() < 0 or p.max() >= n):
+            raise ConfigError(f"parts[{i}] holds indices outside 0..{n - 1}")
+        need = 2 if test_fraction > 0 else 1
+        if p.size < need:
+            raise ConfigError(f"parts[{i}] has {p.size} examples; each client needs at least "
+                             f"{need} ({'one train and one test' if need == 2 else 'one'})")
+        p = rng.permutation(p)
+        n_test = 0
+        if test_fraction > 0:
+            n_test = int(min(max(round(test_fraction * p.size), 1), p.size - 1))
+        train, test = p[n_test:], p[:n_test]
+        xs.append(rows(train))
+        ys.append(y[train])
+        if n_test:
+            txs.append(rows(test))
+            tys.append(y[test])
+    kwargs = {} if dtype is None else {"dtype": dtype}
+    if test_fraction > 0:
+        kwargs.update(test_xs=txs, test_ys=tys)
+    # through the module at call time, so that a replaced federated.from_arrays is used
+    return federated.from_arrays(xs, ys, name=name, **kwargs)
