@@ -77,7 +77,8 @@ def data_seed(run: dict) -> int | None:
     return data.get("seed", _default_data_seed(data.get("kind")))
 
 
-def _data_key(run: dict) -> str:
+def data_key(run: dict) -> str:
+    """What identifies a resolved run's data set: runs with equal keys share one."""
     return json.dumps([run["data"], run["dtype"]], sort_keys=True)
 
 
@@ -92,21 +93,26 @@ def _data_on(run: dict, data_cache: dict, device):
     data = _data(run, data_cache)
     if device.type == "cpu":
         return data
-    key = (_data_key(run), str(device))
+    key = (data_key(run), str(device))
     if key not in data_cache:
         data_cache[key] = data.to_device(device)
     return data_cache[key]
 
 
 def execute_run(run: dict, out: Path | None, *, data_cache: dict, resume: bool = False,
-                progress: bool | None = None, loggers=None, callback=None
-                ) -> tuple[History, str | None]:
+                progress: bool | None = None, loggers=None, callback=None,
+                eval_every: int = 1, prepare_data=None) -> tuple[History, str | None]:
     """Build and simulate one resolved run; returns (history, divergence message or None).
 
     ``loggers`` (:mod:`fedsparse.loggers`) track it under its folder name with its
-    hyper-parameters; ``callback(record, state)`` is called after every round."""
+    hyper-parameters; ``callback(record, state)`` is called after every round; the models
+    are evaluated every ``eval_every`` rounds and at the last. ``prepare_data(run, data)``,
+    if given, returns the data this run uses instead of the cached data set (which it
+    must not change), e.g. the data with other client weights."""
     device = run_device(run)
     data = _data_on(run, data_cache, device)
+    if prepare_data is not None:
+        data = prepare_data(run, data)
     problem = build_problem(run["problem"])
     algorithm = build_algorithm(run["algorithm"])
     run_dir = None if out is None else out / run["slug"]
@@ -118,7 +124,7 @@ def execute_run(run: dict, out: Path | None, *, data_cache: dict, resume: bool =
                            channel=build_channel(run.get("channel")), checkpoint=checkpoint,
                            checkpoint_every=run.get("checkpoint_every", 10), resume=resume,
                            progress=progress, loggers=tracking, device=device,
-                           eval_clients=run.get("eval_clients"),
+                           eval_every=eval_every, eval_clients=run.get("eval_clients"),
                            client_state_memory=run.get("client_state_memory"))
         error = None
     except DivergenceError as exc:
@@ -229,7 +235,7 @@ def check_runs_buildable(config: dict, runs: list[dict], data_cache: dict) -> No
 
 
 def _data(run: dict, data_cache: dict):
-    key = _data_key(run)
+    key = data_key(run)
     if key not in data_cache:
         data_cache[key] = build_data(run["data"], DTYPES[run["dtype"]])
     return data_cache[key]
