@@ -8,45 +8,22 @@ are only built when one of them runs, so ``fedsparse --help`` answers at once.
 from __future__ import annotations
 
 import argparse
-import datetime
 import difflib
 import importlib.util
 import inspect
 import json
-import re
 import shlex
 import sys
 import time
-import tomllib
 from pathlib import Path
 
 from ._validation import ConfigError
+from .cli_common import DEFAULT_EXPERIMENT, parse_value, resolve_experiment, suggest
 
-DEFAULT_EXPERIMENT = "fedht-default"
 #: What a command run under :func:`_guarded` returns when Ctrl-C stopped it.
 INTERRUPTED = object()
-#: A number TOML does not accept but a user types (".5", "1.", "1E3").
-_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
-
-
-def _parse_value(text: str):
-    """A ``--set`` value: a TOML value (``3``, ``0.1``, ``1e-3``, ``true``, ``"text"``,
-    ``[1, 2]``, ``{kind = "bernoulli", probability = 0.5}``); anything else is the text
-    itself as a string (``auto``, ``/path/to/file``)."""
-    text = text.strip()
-    if text in ("True", "False"):  # Python spelling of TOML's true/false
-        return text == "True"
-    try:
-        doc = tomllib.loads(f"v = {text}")
-    except tomllib.TOMLDecodeError:
-        doc = None
-    # a date, or a second line smuggling in more keys, is not a --set value: keep the text
-    if doc is not None and len(doc) == 1 and not isinstance(
-            doc["v"], datetime.date | datetime.time):
-        return doc["v"]
-    if _NUMBER.fullmatch(text):
-        return float(text)
-    return text
+#: The ``--set`` parser under its earlier name here.
+_parse_value = parse_value
 
 
 def _assignment(text: str) -> tuple[str, object]:
@@ -55,35 +32,13 @@ def _assignment(text: str) -> tuple[str, object]:
     key, value = text.split("=", 1)
     if not key.strip():
         raise argparse.ArgumentTypeError(f"expected FIELD=VALUE, got {text!r} (no FIELD)")
-    return key.strip(), _parse_value(value)
+    return key.strip(), parse_value(value)
 
 
 def _grid(text: str) -> tuple[str, list]:
     key, value = _assignment(text)
     values = list(value) if isinstance(value, list | tuple) else [value]
     return key, values
-
-
-def _suggest(name: str, known) -> str:
-    close = difflib.get_close_matches(name, list(known), n=3, cutoff=0.6)
-    return f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
-
-
-def resolve_experiment(name_or_path: str | None) -> tuple[str, dict | None, object]:
-    """(name, TOML config or None, Python experiment or None) for a name or a file path."""
-    from .experiments.config import load_config
-    from .experiments.registry import python_experiments, toml_experiments
-
-    name = name_or_path or DEFAULT_EXPERIMENT
-    if name.endswith(".toml") or "/" in name or Path(name).exists():
-        return Path(name).stem, load_config(name), None  # says what is wrong with the path
-    tomls, pythons = toml_experiments(), python_experiments()
-    if name in tomls:
-        return name, load_config(tomls[name]), None
-    if name in pythons:
-        return name, None, pythons[name]
-    raise ConfigError(f"experiment {name!r} is neither a config file nor a named experiment."
-                      f"{_suggest(name, [*tomls, *pythons])} `fedsparse list` shows them all.")
 
 
 def _apply_overrides(config: dict, assignments, rounds, device: str | None = None) -> dict:
@@ -368,7 +323,7 @@ def cmd_show(args) -> int:
         return 0
     known = [*toml_experiments(), *python_experiments()]
     if name not in known:
-        raise ConfigError(f"experiment {name!r} is not a named experiment.{_suggest(name, known)}"
+        raise ConfigError(f"experiment {name!r} is not a named experiment.{suggest(name, known)}"
                           " `fedsparse list` shows them all.")
     header, text = shown_config(name)
     first, _, rest = header.partition("\n")  # the device line after the header's first

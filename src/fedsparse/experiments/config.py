@@ -75,6 +75,12 @@ TABLE_KEYS = ("data", "problem", "algorithm", "channel", "flower")
 TOP_KEYS = ("title", "short_title", "description", "paper_claim", "fstar_rounds", "device",
             "defaults", "runs", "plot", "compare", "claims")
 PLOT_KEYS = ("y", "x", "logy", "band")
+#: The ``[flower]`` table of a run (how a Flower server runs it as a job,
+#: :mod:`fedsparse.flower.job`) and its defaults: its keys are checked here, where a
+#: config is read, and need no Flower installed.
+FLOWER_DEFAULTS: dict = {"round_timeout": 120.0, "wait_timeout": 120.0, "min_nodes": 0,
+                         "evaluate_every": 0, "out_dir": "", "poll_interval": 0.2,
+                         "max_update_norm": 0.0, "max_update_ratio": 100.0}
 COMPARE_KEYS = ("reference", "at_rounds", "metric")
 #: Every numeric field a round record can hold (:func:`fedsparse.metrics.evaluate`, the
 #: round loop, personalised models' ``personal_*`` metrics, and algorithms' diagnostics:
@@ -465,12 +471,6 @@ def resolve_runs(config: dict) -> list[dict]:
 
 
 def _check_flower(name: str, table: dict) -> None:
-    # The keys live with the Flower integration, which needs flwr; without it the table
-    # is only checked where it is used (``fedsparse flower app`` needs flwr as well).
-    try:
-        from ..flower.job import FLOWER_DEFAULTS
-    except ImportError:
-        return
     _check_keys(f"[{name}]", table, FLOWER_DEFAULTS)
 
 

@@ -40,7 +40,7 @@ from ..manifest import (
 )
 from ..report.plots import plot_panels
 from ..simulate import DivergenceError, simulate
-from .claims import format_verdicts, verdicts
+from .claims import format_verdicts, rounds_to_reach, verdicts
 from .config import (
     DTYPES,
     METRICS,
@@ -149,17 +149,6 @@ def tracked_params(run: dict) -> dict:
 def higher_is_better(metric: str) -> bool:
     """Accuracy-like metrics (accuracy, precision, recall, F1) are maximised."""
     return any(word in metric for word in ("accuracy", "precision", "recall", "f1"))
-
-
-def rounds_to_reach(history: History, target: float, metric: str = "objective") -> int | None:
-    """First round whose ``metric`` reaches ``target``: at most the target for losses and
-    errors, at least the target for accuracy-like metrics (None if never)."""
-    up = higher_is_better(metric)
-    for r in history.records:
-        v = r.get(metric)
-        if v is not None and (v >= target if up else v <= target):
-            return r["round"]
-    return None
 
 
 def recordable_metrics(data, problem, algorithm=None) -> set[str]:
