@@ -126,7 +126,7 @@ def _seed_comment(name: str) -> str:
 
 
 def cmd_sweep(args) -> int:
-    from .experiments.runner import prepare_output
+    from .experiments.output import prepare_output
     from .experiments.sweep import SWEEP_FILES, run_sweep
 
     if not args.grid:  # before loading anything: a sweep without a grid runs nothing
@@ -154,7 +154,7 @@ def cmd_sweep(args) -> int:
 
 
 def cmd_tune(args) -> int:
-    from .experiments.runner import prepare_output
+    from .experiments.output import prepare_output
     from .experiments.tune import parse_space, require_optuna, run_tune
 
     if not args.param:

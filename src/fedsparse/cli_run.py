@@ -112,7 +112,7 @@ def _command(args, out: Path, *, add: str | None = None, drop=("--force", "--res
 def _guarded(out: Path, created: bool, args, block, *, resumable: bool = True):
     """``block()`` under :func:`output_guard`; on Ctrl-C, print the exact command that
     continues (or, if nothing was kept, starts again) and return :data:`INTERRUPTED`."""
-    from .experiments.runner import FAILED, has_output, output_guard
+    from .experiments.output import FAILED, has_output, output_guard
 
     if resumable:
         resume, rerun = _command(args, out, add="--resume"), None
@@ -174,7 +174,8 @@ def _stamp_version(out: Path, device: str | None = None) -> None:
 
 def cmd_run(args) -> int:
     from .experiments.config import resolve_runs, select_runs
-    from .experiments.runner import output_patterns, prepare_output, run_experiment
+    from .experiments.output import output_patterns, prepare_output
+    from .experiments.runner import run_experiment
 
     device = _check_device(args)
     name, config, python_exp = resolve_experiment(args.experiment)
