@@ -553,7 +553,7 @@ def test_a_failure_while_marking_the_folder_keeps_the_real_error(tiny, tmp_path,
     the memory, not "Cannot allocate memory: '<out>'"."""
     import errno
 
-    from fedsparse.experiments import runner
+    from fedsparse.experiments import output, runner
 
     def exhausted(*args, **kwargs):
         raise MemoryError
@@ -562,7 +562,7 @@ def test_a_failure_while_marking_the_folder_keeps_the_real_error(tiny, tmp_path,
         raise OSError(errno.ENOMEM, os.strerror(errno.ENOMEM), str(out))
 
     monkeypatch.setattr(runner, "execute_run", exhausted)
-    monkeypatch.setattr(runner, "_mark_failed", no_memory)
+    monkeypatch.setattr(output, "_mark_failed", no_memory)
     out = tmp_path / "out"
     code, _, err = _run(["run", str(tiny), "--out", str(out), "--quiet"])
     assert code == 1 and "out of memory" in err.lower(), err

@@ -7,7 +7,8 @@ from __future__ import annotations
 import json
 
 from fedsparse.cli import main
-from fedsparse.experiments import fedmac as M
+from fedsparse.experiments import fedmac_runs
+from fedsparse.experiments import runner as R
 
 TIMING = {"seconds", "elapsed", "wall_clock_s", "fedsparse_version"}
 
@@ -30,25 +31,26 @@ def test_table1_takes_rounds_seeds_and_resumes_from_the_cli(tmp_path, capsys, mo
     assert whole["rounds"] == 3 and whole["seeds"] == 2 and whole["device"] == "cpu"
 
     # Ctrl-C in the second seed: the command to continue is printed and works
-    monkeypatch.setattr(M, "CHECKPOINT_EVERY", 2)
-    original, done = M.simulate, [0]
+    monkeypatch.setattr(fedmac_runs, "CHECKPOINT_EVERY", 2)
+    original, done = R.simulate, [0]
 
     def interrupted(*a, **kw):
-        inner = kw["callback"]
+        inner = kw.get("callback")
 
         def callback(record, state):
-            inner(record, state)
+            if inner is not None:
+                inner(record, state)
             done[0] += 1
             if done[0] == 6 * 3 + 2:
                 raise KeyboardInterrupt
 
         return original(*a, **{**kw, "callback": callback})
 
-    monkeypatch.setattr(M, "simulate", interrupted)
+    monkeypatch.setattr(R, "simulate", interrupted)
     cut = tmp_path / "cut"
     assert main([*args, "--out", str(cut)]) == 130
     assert "--resume" in capsys.readouterr().err
-    monkeypatch.setattr(M, "simulate", original)
+    monkeypatch.setattr(R, "simulate", original)
     assert main([*args, "--out", str(cut), "--resume"]) == 0
     resumed = json.loads((cut / "summary.json").read_text())
     assert _strip(resumed) == _strip(whole)

@@ -11,6 +11,7 @@ import pytest
 
 from fedsparse._validation import ConfigError
 from fedsparse.experiments import fedmac as M
+from fedsparse.experiments import fedmac_runs
 from fedsparse.experiments import runner as R
 from fedsparse.experiments import safari as S
 from fedsparse.experiments.registry import python_experiments
@@ -89,17 +90,17 @@ def test_safari_resumes_to_the_uninterrupted_summary(tmp_path, monkeypatch):
 
 
 def test_fedmac_resumes_to_the_uninterrupted_summary(tmp_path, monkeypatch):
-    monkeypatch.setattr(M, "CHECKPOINT_EVERY", 2)
+    monkeypatch.setattr(fedmac_runs, "CHECKPOINT_EVERY", 2)
     kw = {"quick": True, "rounds": 4, "seeds": 2, "log": lambda *_: None}
     whole = M.table1("fedmac-table1-synthetic", tmp_path / "whole", **kw)
     assert whole["device"] == "cpu" and whole["gpu"] is None
     assert whole["rounds"] == 4 and whole["seeds"] == 2 and whole["weighting"] == "uniform"
 
-    original = M.simulate
-    monkeypatch.setattr(M, "simulate", _interrupting(original, after=27))
+    original = R.simulate
+    monkeypatch.setattr(R, "simulate", _interrupting(original, after=27))
     with pytest.raises(Stop):  # seed 1 (after 6 methods x 4 rounds), round 3 of FedAvg
         M.table1("fedmac-table1-synthetic", tmp_path / "cut", **kw)
-    monkeypatch.setattr(M, "simulate", original)
+    monkeypatch.setattr(R, "simulate", original)
     M.table1("fedmac-table1-synthetic", tmp_path / "cut", resume=True, **kw)
     a = json.loads((tmp_path / "whole" / "summary.json").read_text())
     b = json.loads((tmp_path / "cut" / "summary.json").read_text())

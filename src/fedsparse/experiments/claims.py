@@ -122,9 +122,18 @@ def _value(history: History, metric: str, at: str) -> float | None:
     return max(values) if higher_is_better(metric) else min(values)
 
 
-def _reaches(claim: dict, runs: dict[str, History]) -> tuple[str, str]:
-    from .runner import rounds_to_reach
+def rounds_to_reach(history: History, target: float, metric: str = "objective") -> int | None:
+    """First round whose ``metric`` reaches ``target``: at most the target for losses and
+    errors, at least the target for accuracy-like metrics (None if never)."""
+    up = higher_is_better(metric)
+    for r in history.records:
+        v = r.get(metric)
+        if v is not None and (v >= target if up else v <= target):
+            return r["round"]
+    return None
 
+
+def _reaches(claim: dict, runs: dict[str, History]) -> tuple[str, str]:
     metric = claim.get("metric", "objective")
     ref, run = runs[claim["reference"]], runs[claim["run"]]
     at, within = claim["reference_round"], claim["within"]

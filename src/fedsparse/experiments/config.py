@@ -52,7 +52,6 @@ from __future__ import annotations
 
 import copy
 import difflib
-import inspect
 import re
 import tomllib
 from collections.abc import Iterable
@@ -62,7 +61,16 @@ import torch
 
 from .._validation import ConfigError, check_choice, check_int, fail
 from ..devices import DEFAULT_DEVICE, check_device_spec
+
+# the builders, importable from here as they always were
+from .builders import CHANNEL_KEYS as CHANNEL_KEYS
+from .builders import build_algorithm as build_algorithm
+from .builders import build_channel as build_channel
+from .builders import build_data as build_data
+from .builders import build_problem as build_problem
+from .builders import builder_arguments as builder_arguments
 from .claims import check_claim_labels, check_claims, claim_labels
+from .config_checks import check_keys, check_table, did_you_mean, unknown_key
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 RUN_KEYS = {"label", "panel", "rounds", "seed", "clients_per_round", "dtype", "channel", "data",
@@ -75,6 +83,12 @@ TABLE_KEYS = ("data", "problem", "algorithm", "channel", "flower")
 TOP_KEYS = ("title", "short_title", "description", "paper_claim", "fstar_rounds", "device",
             "defaults", "runs", "plot", "compare", "claims")
 PLOT_KEYS = ("y", "x", "logy", "band")
+#: The ``[flower]`` table of a run (how a Flower server runs it as a job,
+#: :mod:`fedsparse.flower.job`) and its defaults: its keys are checked here, where a
+#: config is read, and need no Flower installed.
+FLOWER_DEFAULTS: dict = {"round_timeout": 120.0, "wait_timeout": 120.0, "min_nodes": 0,
+                         "evaluate_every": 0, "out_dir": "", "poll_interval": 0.2,
+                         "max_update_norm": 0.0, "max_update_ratio": 100.0}
 COMPARE_KEYS = ("reference", "at_rounds", "metric")
 #: Every numeric field a round record can hold (:func:`fedsparse.metrics.evaluate`, the
 #: round loop, personalised models' ``personal_*`` metrics, and algorithms' diagnostics:
@@ -112,34 +126,6 @@ def deep_merge(base: dict, override: dict) -> dict:
         out[k] = deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) \
             else copy.deepcopy(v)
     return out
-
-
-def did_you_mean(name, choices: Iterable) -> str:
-    """`` (did you mean 'x'?)`` for the closest of ``choices`` to ``name``, or ""."""
-    choices = [str(c) for c in choices]
-    same = [c for c in choices if c.lower() == str(name).lower()]  # "b" for "B"
-    close = same or difflib.get_close_matches(str(name), choices, n=1, cutoff=0.6)
-    return f" (did you mean {close[0]!r}?)" if close else ""
-
-
-def unknown_key(where: str, key, allowed: Iterable) -> ConfigError:
-    """The error for a key ``where`` does not know, naming the allowed ones."""
-    allowed = sorted(str(a) for a in allowed)
-    return ConfigError(f"{where} has an unknown key {key!r}{did_you_mean(key, allowed)}; "
-                       f"allowed: {', '.join(allowed)}")
-
-
-def _check_keys(where: str, table: dict, allowed: Iterable) -> None:
-    allowed = tuple(allowed)
-    for key in table:
-        if key not in allowed:
-            raise unknown_key(where, key, allowed)
-
-
-def _check_table(name: str, value) -> dict:
-    if not isinstance(value, dict):
-        raise fail(name, value, "must be a table")
-    return value
 
 
 def check_metric(name: str, value) -> str:
@@ -195,23 +181,23 @@ def check_config(config: dict) -> dict:
         check_int("fstar_rounds", config["fstar_rounds"], minimum=1)
     if "device" in config:
         check_device_spec("device", config["device"])
-    _check_table("defaults", config.get("defaults", {}))
+    check_table("defaults", config.get("defaults", {}))
     runs = config.get("runs")
     if not runs:
         raise ConfigError("an experiment config needs at least one [[runs]] entry")
     if not isinstance(runs, list) or not all(isinstance(r, dict) for r in runs):
         raise fail("runs", runs, "must be an array of tables ([[runs]] entries)")
-    plot = _check_table("plot", config.get("plot", {}))
-    _check_keys("[plot]", plot, PLOT_KEYS)
+    plot = check_table("plot", config.get("plot", {}))
+    check_keys("[plot]", plot, PLOT_KEYS)
     for axis in ("y", "x"):
         if axis in plot:
             _metric_list(f"plot.{axis}", plot[axis])
     if not isinstance(plot.get("logy", False), bool):
         raise fail("plot.logy", plot["logy"], "must be true or false")
     check_choice("plot.band", plot.get("band", "std"), ("std", "ci95"))
-    compare = _check_table("compare", config.get("compare", {}))
+    compare = check_table("compare", config.get("compare", {}))
     if compare:
-        _check_keys("[compare]", compare, COMPARE_KEYS)
+        check_keys("[compare]", compare, COMPARE_KEYS)
         if not isinstance(compare.get("reference"), str):
             raise fail("compare.reference", compare.get("reference"),
                        "must name the label of the run to compare with")
@@ -243,7 +229,7 @@ def materialize_runs(config: dict) -> dict:
     """
     check_config(config)
     config = copy.deepcopy(config)
-    defaults = _check_table("defaults", config.get("defaults", {}))
+    defaults = check_table("defaults", config.get("defaults", {}))
     config["runs"] = [deep_merge(defaults, run) for run in config["runs"]]
     config["defaults"] = {}
     return config
@@ -423,12 +409,12 @@ def resolve_runs(config: dict) -> list[dict]:
             if table not in run:
                 raise ConfigError(f"runs[{i}] needs a [{table}] table with a kind "
                                   f"(in [defaults.{table}] or [runs.{table}])")
-            _check_table(f"runs[{i}].{table}", run[table])
+            check_table(f"runs[{i}].{table}", run[table])
             if "kind" not in run[table]:
                 raise ConfigError(f"runs[{i}] needs {table}.kind")
         for table in ("channel", "flower"):
             if run.get(table) is not None:
-                _check_table(f"runs[{i}].{table}", run[table])
+                check_table(f"runs[{i}].{table}", run[table])
         if run.get("flower"):
             _check_flower(f"runs[{i}].flower", run["flower"])
         run.setdefault("label", run["algorithm"]["kind"])
@@ -465,193 +451,8 @@ def resolve_runs(config: dict) -> list[dict]:
 
 
 def _check_flower(name: str, table: dict) -> None:
-    # The keys live with the Flower integration, which needs flwr; without it the table
-    # is only checked where it is used (``fedsparse flower app`` needs flwr as well).
-    try:
-        from ..flower.job import FLOWER_DEFAULTS
-    except ImportError:
-        return
-    _check_keys(f"[{name}]", table, FLOWER_DEFAULTS)
+    check_keys(f"[{name}]", table, FLOWER_DEFAULTS)
 
 
 def slugify(text: str) -> str:
     return re.sub(r"[^a-zA-Z0-9]+", "-", text).strip("-").lower() or "run"
-
-
-def _kwargs(table: dict) -> dict:
-    return {k: v for k, v in table.items() if k != "kind"}
-
-
-def builder_arguments(fn) -> tuple[str, ...] | None:
-    """The keyword arguments ``fn`` takes (None when it takes ``**kwargs``)."""
-    params = inspect.signature(fn).parameters.values()
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
-        return None
-    return tuple(p.name for p in params
-                 if p.kind in (inspect.Parameter.KEYWORD_ONLY,
-                               inspect.Parameter.POSITIONAL_OR_KEYWORD))
-
-
-def _build(table: str, registry: dict, spec: dict, **extra):
-    """``registry[spec["kind"]](**rest of spec, **extra)``; an unknown kind or keyword, or
-    a value the builder cannot take, is a ConfigError naming the table and the key."""
-    spec = _check_table(table, spec)
-    kind = spec.get("kind")
-    if not isinstance(kind, str) or kind not in registry:
-        raise fail(f"{table}.kind", kind, f"must be one of {', '.join(map(repr, registry))}"
-                   f"{did_you_mean(kind, registry)}")
-    fn, kwargs = registry[kind], _kwargs(spec)
-    allowed = builder_arguments(fn)
-    if allowed is not None:
-        allowed = [a for a in allowed if a not in extra]
-        for key in kwargs:
-            if key not in allowed:
-                why = (f"{table}.{key} is set by the run itself" if key in extra else
-                       f"{table} {kind!r} takes no argument {key!r}{did_you_mean(key, allowed)}")
-                raise ConfigError(f"{why}; its arguments: {', '.join(allowed) or '(none)'}")
-    try:
-        return fn(**kwargs, **extra)
-    except ConfigError:
-        raise
-    except ValueError as exc:  # e.g. a DataFormatError naming the file and the line
-        raise ConfigError(f"{table} {kind!r}: {exc}") from None
-    except (TypeError, RuntimeError, OverflowError) as exc:
-        # a value of the wrong type that slipped past the builder's own checks: name the
-        # table and its arguments rather than show a traceback from inside torch/numpy
-        raise ConfigError(f"{table} {kind!r} cannot be built from {kwargs}: "
-                          f"{type(exc).__name__}: {exc}") from None
-
-
-def build_data(spec: dict, dtype: torch.dtype):
-    """The FederatedDataset of a ``[data]`` table (``kind`` = a key of GENERATORS)."""
-    from .. import data as data_mod
-
-    path = spec.get("path") if isinstance(spec, dict) else None
-    hint = "; point it at your copy with --set data.path=/path/to/file"
-    if isinstance(path, str) and path and not Path(path).expanduser().exists():
-        raise ConfigError(f"data.path={path!r} does not exist{hint}")
-    try:
-        return _build("data", data_mod.GENERATORS, spec, dtype=dtype)
-    except ConfigError as exc:
-        if str(exc).startswith("path=None"):  # a data set read from a file, no path given
-            raise ConfigError(f"{exc}{hint}") from None
-        raise
-    except FileNotFoundError as exc:  # e.g. a named data set that is not installed
-        raise ConfigError(f"data {spec.get('kind')!r}: {exc}"
-                          f"{hint if isinstance(path, str) else ''}") from None
-
-
-def build_problem(spec: dict):
-    """The Problem of a ``[problem]`` table (``kind`` = a key of problems.REGISTRY)."""
-    from .. import problems
-
-    return _build("problem", problems.REGISTRY, spec)
-
-
-def build_algorithm(spec: dict):
-    """The Algorithm of an ``[algorithm]`` table (``kind`` = a key of algorithms.REGISTRY)."""
-    from .. import algorithms
-
-    return _build("algorithm", algorithms.REGISTRY, spec)
-
-
-#: The keys of each ``[channel]`` kind (:func:`build_channel`).
-CHANNEL_KEYS = {
-    "perfect": ("kind",),
-    "bernoulli": ("kind", "probability"),
-    "safari": ("kind", "probability", "groups", "num_clients", "num_groups",
-               "at_least_one_per_group", "full_first_round"),
-    "scheduled": ("kind", "delivered", "cycle"),
-}
-
-
-def _scheduled_channel(spec: dict, scheduled):
-    """A ``scheduled`` channel table checked before it reaches torch."""
-    rows = spec.get("delivered")
-    allowed = ("a list of rounds, each a list of 0/1 or true/false with one entry per "
-               "client, all rounds of the same length")
-    if not isinstance(rows, list) or not rows or not all(
-            isinstance(r, list) and r and len(r) == len(rows[0]) for r in rows):
-        raise fail("channel.delivered", rows, allowed)
-    if not all(v in (0, 1) and (isinstance(v, bool) or type(v) is int) for r in rows for v in r):
-        raise fail("channel.delivered", rows, allowed)
-    cycle = spec.get("cycle", False)
-    if not isinstance(cycle, bool):
-        raise fail("channel.cycle", cycle, "must be true or false")
-    return scheduled(torch.tensor(rows, dtype=torch.bool), cycle=cycle)
-
-
-def build_channel(spec: dict | None):
-    """The channel of a ``[channel]`` table (None when there is none: every upload arrives).
-
-    Kinds:
-
-    * ``perfect``: every upload arrives;
-    * ``bernoulli``: ``probability`` = one number in [0, 1] or one per client;
-    * ``scheduled``: a recorded delivery trace, ``delivered`` = one list of 0/1 (or
-      true/false) per round with one entry per client, repeated after its last round if
-      ``cycle = true`` (:class:`fedsparse.channels.ScheduledChannel`);
-    * ``safari``: the channel of Mao et al. 2022's experiments
-      (:func:`fedsparse.channels.safari_channel`): ``probability`` (a number, one per
-      client, or ``"asymmetric"``: 0.18 for group 0 and 0.6 for the rest, the public
-      code's variant), the client groups, and ``at_least_one_per_group`` /
-      ``full_first_round`` (both default true). The groups are either ``groups`` = one id
-      per client, or ``num_clients`` and ``num_groups``: consecutive blocks of clients
-      (:func:`fedsparse.data.partition.contiguous_groups`), the same rule as the data
-      table ``partition = "groups"`` with ``contiguous = true``, so the two agree when
-      they name the same numbers. A channel does not see the data set, so the numbers
-      are repeated in the channel table; a run whose data has more clients than the
-      channel has groups for stops with an error naming ``groups``.
-
-    Example::
-
-        channel = {kind = "safari", probability = 0.6, num_clients = 50, num_groups = 2}
-    """
-    from ..channels import BernoulliChannel, PerfectChannel, ScheduledChannel, safari_channel
-
-    if not spec:
-        return None
-    spec = _check_table("channel", spec)
-    kind = check_choice("channel.kind", spec.get("kind"), tuple(CHANNEL_KEYS))
-    _check_keys("[channel]", spec, CHANNEL_KEYS[kind])
-    if kind == "perfect":
-        return PerfectChannel()
-    if kind == "scheduled":
-        return _scheduled_channel(spec, ScheduledChannel)
-    if "probability" not in spec:
-        raise fail("channel.probability", None, f"a {kind} channel needs a probability in "
-                   "[0, 1]" + (' (or "asymmetric")' if kind == "safari" else ""))
-    if kind == "bernoulli":
-        return BernoulliChannel(spec["probability"])
-    if "groups" in spec:
-        if "num_clients" in spec or "num_groups" in spec:
-            raise fail("channel.groups", spec["groups"], "give either groups (one id per "
-                       "client) or num_clients and num_groups (consecutive blocks), not both")
-        groups = spec["groups"]
-        if not isinstance(groups, list) or not groups or not all(
-                isinstance(g, int) and not isinstance(g, bool) for g in groups):
-            raise fail("channel.groups", groups, "must be a list of integer group ids, one "
-                       "per client")
-    else:
-        from ..data.partition import contiguous_groups
-
-        missing = [k for k in ("num_clients", "num_groups") if k not in spec]
-        if missing:
-            raise fail(f"channel.{missing[0]}", None, "a safari channel needs its client "
-                       "groups: groups = [one id per client], or num_clients and num_groups "
-                       "(consecutive blocks, as the data's contiguous group split)")
-        groups = contiguous_groups(check_int("channel.num_clients", spec["num_clients"],
-                                             minimum=1),
-                                   check_int("channel.num_groups", spec["num_groups"],
-                                             minimum=1))
-    flags = {}
-    for key in ("at_least_one_per_group", "full_first_round"):
-        value = spec.get(key, True)
-        if not isinstance(value, bool):
-            raise fail(f"channel.{key}", value, "must be true or false")
-        flags[key] = value
-    probability = spec["probability"]
-    if isinstance(probability, str) and probability != "asymmetric":
-        raise fail("channel.probability", probability, 'must be a number in [0, 1], one '
-                   'per client, or "asymmetric"')
-    return safari_channel(probability, groups, **flags)

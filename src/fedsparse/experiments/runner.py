@@ -1,20 +1,16 @@
 """Run an experiment config: every run, its files, the plots and a summary.
 
-The output folder is guarded (:func:`prepare_output`, :func:`output_guard`): results
-already in it are never replaced silently, and a run that fails leaves either nothing or
-a ``FAILED`` file saying what went wrong.
+The output folder is guarded (:mod:`.output`: :func:`prepare_output`,
+:func:`output_guard`, importable from here as well): results already in it are never
+replaced silently, and a run that fails leaves either nothing or a ``FAILED`` file
+saying what went wrong.
 """
 
 from __future__ import annotations
 
-import contextlib
-import datetime
 import json
 import math
-import os
-import sys
 import time
-import traceback
 import warnings
 from pathlib import Path
 
@@ -25,23 +21,10 @@ from .._validation import ConfigError, fail
 from ..devices import DEFAULT_DEVICE, device_info, devices_info, resolve_device
 from ..history import History
 from ..loggers import resolve_loggers, track_run
-from ..manifest import (
-    BOOKKEEPING,
-    MANIFEST,
-    Manifest,
-    colliding,
-    describe,
-    inventory,
-    read_manifest,
-    recording,
-    remove_ours,
-    start_manifest,
-    write_manifest,
-)
 from ..metric_names import higher_is_better
 from ..report.plots import plot_panels
 from ..simulate import DivergenceError, simulate
-from .claims import format_verdicts, verdicts
+from .claims import format_verdicts, rounds_to_reach, verdicts
 from .config import (
     DTYPES,
     METRICS,
@@ -51,18 +34,26 @@ from .config import (
     build_problem,
     resolve_runs,
 )
+from .output import (
+    FAILED,
+    MARKER,
+    RUN_FILES,
+    check_out_dir,
+    failed_text,
+    has_output,
+    output_guard,
+    output_patterns,
+    plot_names,
+    prepare_output,
+)
 from .seeds import check_seeds, report_row, run_seeds, strict_json
 
-#: Written into every output folder a ``fedsparse run`` creates: the run's status (new,
-#: running, done, failed). What ``--force`` may remove is the manifest's to say
-#: (:mod:`fedsparse.manifest`), not this marker's.
-MARKER = ".fedsparse-run"
-#: Written into the output folder when a run fails: the error and how to continue.
-FAILED = "FAILED"
-#: Files of a run folder (:meth:`History.save`, checkpoints).
-RUN_FILES = ("history.jsonl", "history.csv", "model.npy", "checkpoint.pt", "config.json",
-             "personal_models.npy")
-#: Folders the experiment trackers (``--log``) write in an output folder.
+__all__ = ["FAILED", "MARKER", "RUN_FILES", "check_out_dir", "check_runs_buildable",
+           "data_key", "data_seed", "execute_run", "failed_text", "format_comparison",
+           "has_output", "higher_is_better", "output_guard", "output_patterns", "plot_names",
+           "prepare_output", "recordable_metrics", "rounds_to_reach", "run_device",
+           "run_experiment", "tracked_params"]
+
 #: Metrics that only some runs record (the rest are recorded by every run).
 _CONDITIONAL = {"accuracy", "test_objective", "test_accuracy", "rel_error",
                 "support_precision", "support_recall", "support_f1", "personal_objective",
@@ -78,7 +69,8 @@ def data_seed(run: dict) -> int | None:
     return data.get("seed", _default_data_seed(data.get("kind")))
 
 
-def _data_key(run: dict) -> str:
+def data_key(run: dict) -> str:
+    """What identifies a resolved run's data set: runs with equal keys share one."""
     return json.dumps([run["data"], run["dtype"]], sort_keys=True)
 
 
@@ -93,21 +85,26 @@ def _data_on(run: dict, data_cache: dict, device):
     data = _data(run, data_cache)
     if device.type == "cpu":
         return data
-    key = (_data_key(run), str(device))
+    key = (data_key(run), str(device))
     if key not in data_cache:
         data_cache[key] = data.to_device(device)
     return data_cache[key]
 
 
 def execute_run(run: dict, out: Path | None, *, data_cache: dict, resume: bool = False,
-                progress: bool | None = None, loggers=None, callback=None
-                ) -> tuple[History, str | None]:
+                progress: bool | None = None, loggers=None, callback=None,
+                eval_every: int = 1, prepare_data=None) -> tuple[History, str | None]:
     """Build and simulate one resolved run; returns (history, divergence message or None).
 
     ``loggers`` (:mod:`fedsparse.loggers`) track it under its folder name with its
-    hyper-parameters; ``callback(record, state)`` is called after every round."""
+    hyper-parameters; ``callback(record, state)`` is called after every round; the models
+    are evaluated every ``eval_every`` rounds and at the last. ``prepare_data(run, data)``,
+    if given, returns the data this run uses instead of the cached data set (which it
+    must not change), e.g. the data with other client weights."""
     device = run_device(run)
     data = _data_on(run, data_cache, device)
+    if prepare_data is not None:
+        data = prepare_data(run, data)
     problem = build_problem(run["problem"])
     algorithm = build_algorithm(run["algorithm"])
     run_dir = None if out is None else out / run["slug"]
@@ -119,7 +116,7 @@ def execute_run(run: dict, out: Path | None, *, data_cache: dict, resume: bool =
                            channel=build_channel(run.get("channel")), checkpoint=checkpoint,
                            checkpoint_every=run.get("checkpoint_every", 10), resume=resume,
                            progress=progress, loggers=tracking, device=device,
-                           eval_clients=run.get("eval_clients"),
+                           eval_every=eval_every, eval_clients=run.get("eval_clients"),
                            client_state_memory=run.get("client_state_memory"))
         error = None
     except DivergenceError as exc:
@@ -141,15 +138,6 @@ def tracked_params(run: dict) -> dict:
             **{k: run[k] for k in (*PARAM_KEYS, "device") if k in run}}
 
 
-def rounds_to_reach(history: History, target: float, metric: str = "objective") -> int | None:
-    """First round whose ``metric`` reaches ``target``: at most the target for losses and
-    errors, at least the target for accuracy-like metrics (None if never)."""
-    up = higher_is_better(metric)
-    for r in history.records:
-        v = r.get(metric)
-        if v is not None and (v >= target if up else v <= target):
-            return r["round"]
-    return None
 
 
 def recordable_metrics(data, problem, algorithm=None) -> set[str]:
@@ -225,7 +213,7 @@ def check_runs_buildable(config: dict, runs: list[dict], data_cache: dict) -> No
 
 
 def _data(run: dict, data_cache: dict):
-    key = _data_key(run)
+    key = data_key(run)
     if key not in data_cache:
         data_cache[key] = build_data(run["data"], DTYPES[run["dtype"]])
     return data_cache[key]
@@ -382,289 +370,3 @@ def _format_row(row: dict) -> str:
     if row["diverged"]:
         parts.append("DIVERGED")
     return " ".join(parts)
-
-
-# ---------------------------------------------------------------------------------------
-# The output folder: never replace results silently, never leave a half-written run
-# unmarked, never remove or overwrite a file fedsparse did not write (:mod:`..manifest`).
-
-
-def check_out_dir(out: str | Path, option: str = "--out") -> Path:
-    """``out`` is a directory, or a path where one can be created and written to.
-
-    Raises
-    ------
-    ConfigError
-        when ``out`` is a file, lies under a file, or its nearest existing parent is not
-        writable.
-    """
-    out = Path(out).expanduser()
-    if out.exists() and not out.is_dir():
-        raise fail(option, str(out), "is a file; give a directory")
-    parent = out.absolute()
-    while not parent.exists():
-        parent = parent.parent
-    if not parent.is_dir():
-        raise fail(option, str(out), f"cannot be created: {str(parent)!r} is a file")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise fail(option, str(out), f"cannot be written: {str(parent)!r} is not writable")
-    return out
-
-
-def _is_run_dir(path: Path) -> bool:
-    return path.is_dir() and any((path / f).exists() for f in RUN_FILES)
-
-
-def plot_names(config: dict) -> list[str]:
-    """The plot files :func:`run_experiment` may write for ``config``."""
-    plot = config.get("plot", {})
-    return [f"{y}_vs_{x}.png" for y in dict.fromkeys([*plot.get("y", ["objective"]), "rel_error"])
-            for x in plot.get("x", ["round", "bytes_total"])]
-
-
-def output_patterns(config: dict, slugs: list[str]) -> list[str]:
-    """Glob patterns (relative to the output folder) of every file :func:`run_experiment`
-    writes for ``config`` with run folders ``slugs``: what ``--force`` and ``--resume``
-    check against the files fedsparse did not write before anything starts."""
-    names = ["config.toml", "summary.json", FAILED, *plot_names(config)]
-    for slug in slugs:
-        names += [f"{slug}/{f}" for f in RUN_FILES] + [f"{slug}/seed-*/{f}" for f in RUN_FILES]
-    return names
-
-
-def has_output(out: Path) -> bool:
-    """``out`` holds anything besides fedsparse's bookkeeping."""
-    return bool(_entries(Path(out)))
-
-
-def _entries(out: Path) -> list[Path]:
-    """What ``out`` holds besides fedsparse's bookkeeping (marker and manifest)."""
-    if not out.is_dir():
-        return []
-    return [p for p in out.iterdir() if p.name not in (MARKER, *BOOKKEEPING)]
-
-
-def _describe(out: Path, limit: int = 6) -> str:
-    names = sorted(p.name + ("/" if p.is_dir() else "") for p in _entries(out))
-    more = f", ... ({len(names)} entries)" if len(names) > limit else ""
-    failed = " -- a FAILED run (see its FAILED file)" if (out / FAILED).exists() else ""
-    return ", ".join(names[:limit]) + more + failed
-
-
-def _why_kept(inv, paths: list[str]) -> str:
-    changed = set(inv.changed)
-    return describe([p + (" (changed since fedsparse wrote it)" if p in changed else
-                          " (not written by fedsparse)") for p in paths])
-
-
-def prepare_output(out: str | Path, *, resume: bool = False, force: bool = False,
-                   slugs: list[str] | None = None, resumable: bool = True,
-                   writes: list[str] | None = None, log=print) -> bool:
-    """Make ``out`` ready for a run, refusing to mix, silently replace or remove results.
-
-    * a new or empty folder is used as is (``resume`` is refused there: nothing to
-      continue, most likely a mistyped ``--out``);
-    * a non-empty folder is refused, unless ``resume`` (continue its runs from their
-      checkpoints: ``slugs`` are the run folders of the config, and a run folder of
-      another config in ``out`` is refused, since its results would be mixed with the new
-      ones) or ``force`` (replace the earlier output). Both apply only to a folder with
-      fedsparse's manifest; ``force`` removes exactly the files the manifest lists, unchanged
-      since fedsparse wrote them, and the folders it created once they are empty. The
-      user's own files and folders, and files changed since, are kept and listed (``log``).
-    * either way, the run is refused before anything is removed when a kept file lies
-      where the run writes (``writes``, glob patterns, :func:`output_patterns`); while it
-      runs, :func:`output_guard` refuses any write to a kept file.
-
-    Returns
-    -------
-    bool
-        True if ``out`` did not exist before (a failure may then remove it entirely).
-
-    Raises
-    ------
-    ConfigError
-        naming ``--resume`` (if ``resumable``: a sweep is not) and ``--force`` when
-        ``out`` already holds results, naming the files fedsparse did not write when
-        those options cannot apply.
-    """
-    out = check_out_dir(out)
-    if resume and force:
-        raise ConfigError("--resume and --force exclude each other: --resume continues the "
-                          "runs in --out, --force replaces them")
-    created = not out.exists()
-    entries = _entries(out)
-    if resume and not entries:
-        raise fail("--resume", str(out), ("does not exist" if created else "is empty")
-                   + ": nothing to continue there (check --out; without --resume a new run "
-                   "starts there)")
-    if entries:
-        if not (resume or force):
-            how = ("continue them with --resume, replace them with --force"
-                   if resumable else "replace them with --force")
-            raise fail("--out", str(out), f"already holds results ({_describe(out)}); "
-                       f"{how}, or choose another --out")
-        manifest = read_manifest(out)
-        if manifest is None:
-            older = ("; its status marker is from an earlier fedsparse that kept no manifest"
-                     if (out / MARKER).exists() else "")
-            raise fail("--out", str(out), f"holds files fedsparse did not write "
-                       f"({_describe(out)}): there is no manifest ({MANIFEST}) of files "
-                       f"fedsparse wrote here{older}, so --resume and --force do not apply: "
-                       "nothing was changed; choose an empty or new folder")
-        inv = inventory(out, manifest, bookkeeping={MARKER})
-        blocked = colliding(inv.kept, writes or [])
-        if blocked:
-            raise fail("--out", str(out), "this run would write over what fedsparse did not "
-                       f"write: {_why_kept(inv, blocked)}; nothing was removed: move them out "
-                       "of the folder or choose another --out")
-        if force:
-            remove_ours(out, inv)
-            (out / MARKER).unlink(missing_ok=True)
-            write_manifest(out, Manifest(folder_created=manifest.folder_created))
-            if inv.kept:
-                log(f"--force: removed the earlier output fedsparse wrote in {out}; kept "
-                    f"{_why_kept(inv, inv.kept)}")
-        elif slugs is not None:
-            stale = sorted(p.name for p in out.iterdir() if _is_run_dir(p)
-                           and p.name not in slugs)
-            if stale:
-                raise fail("--resume", str(out), f"holds runs this config does not have "
-                           f"({', '.join(stale)}), which would be mixed with its results; "
-                           "use --force to replace them or choose another --out")
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        start_manifest(out, folder_created=created)
-        if not (out / MARKER).exists():  # an existing one keeps the earlier run's status
-            _write_marker(out, "new")
-    except OSError as exc:
-        raise fail("--out", str(out), f"cannot be written: {exc.strerror}") from None
-    return created
-
-
-def _write_marker(out: Path, status: str, **extra) -> None:
-    info = {"status": status, "time": datetime.datetime.now().isoformat(timespec="seconds"),
-            **extra}
-    (out / MARKER).write_text(json.dumps(info, indent=2) + "\n")
-
-
-@contextlib.contextmanager
-def output_guard(out: str | Path, *, created: bool, resume_command: str | None = None,
-                 rerun_command: str | None = None):
-    """Run a block that writes into ``out``: record what it writes in the manifest, refuse
-    writes to files fedsparse did not write, and mark ``out`` done when the block succeeds.
-    When it raises, remove what it wrote if that is nothing but bookkeeping, or else write
-    ``out/FAILED`` with the error and how to go on; the block's own exception is what
-    propagates, whatever happens while marking the folder.
-
-    Parameters
-    ----------
-    created : ``out`` did not exist before the run (from :func:`prepare_output`): a
-        failure before any result is written then removes the folder itself.
-    resume_command : the exact command that continues the run (``... --resume``), or
-        None if it cannot be resumed (a sweep).
-    rerun_command : the exact command that starts it again.
-    """
-    out = Path(out).expanduser()
-    before = _snapshot(out)
-    marker = (out / MARKER).read_text() if (out / MARKER).exists() else None
-    if not out.is_dir():
-        yield out
-        return
-    start_manifest(out, folder_created=created)
-    protect = inventory(out, read_manifest(out), bookkeeping={MARKER}).kept
-    with recording(out, protect=protect, ignore={MARKER}) as written:
-        _write_marker(out, "running")
-        try:
-            yield out
-        except BaseException as exc:
-            if isinstance(exc, MemoryError):  # free what the failed frames still hold,
-                traceback.clear_frames(exc.__traceback__)  # so the folder can be marked
-            try:
-                if before and _snapshot(out) == before:
-                    # refused before writing anything (e.g. a checkpoint of another run on
-                    # --resume): the earlier results stay exactly as they were
-                    if marker is not None:
-                        (out / MARKER).write_text(marker)
-                else:
-                    _mark_failed(out, exc, created=created, written=written,
-                                 resume_command=resume_command, rerun_command=rerun_command)
-            except Exception as problem:  # out of memory, a full disk: the cause is exc
-                reason = getattr(problem, "strerror", None) or problem
-                print(f"fedsparse: note: could not mark {out} as failed ({reason})",
-                      file=sys.stderr)
-            raise
-        (out / FAILED).unlink(missing_ok=True)
-        _write_marker(out, "done")
-
-
-def _snapshot(out: Path) -> dict:
-    """{file: (size, modification time)} of everything in ``out`` but the bookkeeping
-    (marker, manifest)."""
-    if not out.is_dir():
-        return {}
-    skip = {out / MARKER, *(out / b for b in BOOKKEEPING)}
-    return {p: (st.st_size, st.st_mtime_ns) for p in out.rglob("*")
-            if p.is_file() and p not in skip for st in [p.stat()]}
-
-
-#: Files a failed run may have written that are no results (a run that wrote only these
-#: leaves no trace).
-_NO_RESULTS = {"config.toml", FAILED}
-
-
-def failed_text(what: str, *, resume_command: str | None, rerun_command: str | None) -> str:
-    """The ``FAILED`` file's text: what went wrong and the exact command to go on with."""
-    where = f"(from the folder {os.getcwd()})"
-    if resume_command:
-        how = (f"The runs that finished are complete; the others may be partial. Continue "
-               f"from the checkpoints with\n\n    {resume_command}\n\n{where}, or start "
-               "over by writing --force instead of --resume.\n")
-    elif rerun_command:
-        how = f"Start it again with\n\n    {rerun_command}\n\n{where}.\n"
-    else:
-        how = ("The runs that finished are complete; the others may be partial. Continue "
-               "with the same command and --resume, or start over with --force.\n")
-    return f"This run did not finish: {what}\n\n{how}"
-
-
-def _what(exc: BaseException) -> str:
-    if isinstance(exc, KeyboardInterrupt):
-        return "interrupted"
-    if isinstance(exc, MemoryError):
-        return "out of memory (MemoryError)"
-    return f"{type(exc).__name__}: {exc}"
-
-
-def _mark_failed(out: Path, exc: BaseException, *, created: bool, written=None,
-                 resume_command: str | None = None, rerun_command: str | None = None) -> None:
-    """Write ``out/FAILED`` (the error, the command that goes on) and mark the folder
-    failed; or, when the block wrote nothing but bookkeeping (``written``: what
-    :func:`fedsparse.manifest.recording` saw; None = judge by what the folder holds),
-    remove that and, if the run created the folder, the folder."""
-    if not out.is_dir():
-        return
-    files = set(written.files) if written is not None else set()
-    results = bool(files - _NO_RESULTS) if written is not None else \
-        any(p.name not in _NO_RESULTS for p in _entries(out))  # unknown: what is there
-    if not results:  # no result written yet: leave no trace
-        for rel in files:
-            (out / rel).unlink(missing_ok=True)
-        for rel in sorted(written.dirs if written is not None else (),
-                          key=lambda d: d.count("/"), reverse=True):
-            with contextlib.suppress(OSError):
-                (out / rel).rmdir()
-        if _entries(out):  # the user's files (or an earlier run's): the folder stays
-            _write_marker(out, "failed", error=_what(exc))
-            return
-        for name in (MARKER, *BOOKKEEPING):  # the folder is empty again
-            (out / name).unlink(missing_ok=True)
-        if created:
-            with contextlib.suppress(OSError):
-                out.rmdir()
-        return
-    what = _what(exc)
-    detail = "" if isinstance(exc, ConfigError | KeyboardInterrupt | MemoryError) else \
-        "\n" + "".join(traceback.format_exception(exc))
-    (out / FAILED).write_text(failed_text(what, resume_command=resume_command,
-                                          rerun_command=rerun_command) + detail)
-    _write_marker(out, "failed", error=what)

@@ -25,7 +25,7 @@ from __future__ import annotations
 import copy
 import inspect
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from .._validation import check_int
@@ -187,9 +187,61 @@ def seed_stats(mean: History, metrics=MODEL_METRICS) -> dict:
             "best": {m: spread(h.best(m) for h in kept) for m in names if m in BEST_METRICS}}
 
 
+def iter_replicates(runs: list[dict], seeds: int,
+                    execute: Callable[[dict], tuple[History, str | None]], *,
+                    first_seed: int = 0) -> Iterator[tuple[dict, History, str | None]]:
+    """Run replicates ``first_seed .. first_seed + seeds - 1`` of every run in ``runs``
+    (:func:`with_seed`) with ``execute``, replicate by replicate: every run of replicate
+    k before any run of replicate k + 1.
+
+    A generator, so that a caller that saves each replicate holds one at a time; a
+    partial run then already has every run on the first replicates, and more can be
+    added later with ``first_seed``.
+
+    Parameters
+    ----------
+    runs : resolved runs (:func:`fedsparse.experiments.config.resolve_runs`).
+    seeds : number of replicates.
+    execute : ``execute(seeded run) -> (History, divergence message or None)``, e.g.
+        :func:`fedsparse.experiments.runner.execute_run` with its output folder bound.
+    first_seed : the first replicate's k.
+
+    Yields
+    ------
+    (seeded run, its History with ``config["seed"]`` = its run seed, divergence message
+    or None)
+    """
+    seeds = check_seeds(seeds)
+    for k in range(first_seed, first_seed + seeds):
+        for run in runs:
+            seeded = with_seed(run, k)
+            history, error = execute(seeded)
+            history.config = {**history.config, "seed": seeded["seed"]}
+            yield seeded, history, error
+
+
+def average_seeds(histories: list[History], errors: list[str | None]
+                  ) -> tuple[History, list[str]]:
+    """The mean over replicates (:func:`mean_history`) and one message per diverged one.
+
+    Parameters
+    ----------
+    histories : one History per replicate (``config["seed"]`` = its run seed).
+    errors : per replicate, the divergence message or None.
+
+    Returns
+    -------
+    (mean History, ["seed <s>: <message>" per replicate the simulator stopped])
+    """
+    rounds = [divergence(h, e) for h, e in zip(histories, errors, strict=True)]
+    messages = [f"seed {h.config.get('seed')}: {e}"
+                for h, e in zip(histories, errors, strict=True) if e]
+    return mean_history(histories, rounds), messages
+
+
 def run_seeds(run: dict, n: int, execute: Callable[[dict], tuple[History, str | None]],
               out: Path | None = None) -> tuple[History, str | None]:
-    """Run replicates 0..n-1 of ``run`` (:func:`with_seed`) with ``execute`` and average.
+    """Run replicates 0..n-1 of ``run`` (:func:`iter_replicates`) and average.
 
     Parameters
     ----------
@@ -203,17 +255,8 @@ def run_seeds(run: dict, n: int, execute: Callable[[dict], tuple[History, str | 
     -------
     (mean History, message naming the diverged seeds or None)
     """
-    n = check_seeds(n)
-    histories, rounds, messages = [], [], []
-    for k in range(n):
-        seeded = with_seed(run, k)
-        history, error = execute(seeded)
-        history.config = {**history.config, "seed": seeded["seed"]}
-        histories.append(history)
-        rounds.append(divergence(history, error))
-        if error:
-            messages.append(f"seed {seeded['seed']}: {error}")
-    mean = mean_history(histories, rounds)
+    done = list(iter_replicates([run], n, execute))
+    mean, messages = average_seeds([h for _, h, _ in done], [e for _, _, e in done])
     if out is not None:
         mean.save(Path(out) / run["slug"])
     return mean, ("; ".join(messages) or None)

@@ -59,6 +59,7 @@ import tomli_w
 
 from .._validation import ConfigError, check_int, fail
 from ..algorithms.wrapper import innermost_state
+from ..cli_common import parse_value
 from ..history import History
 from ..rounds import DivergenceError
 from .config import METRICS, RUN_KEYS, resolve_runs
@@ -123,15 +124,13 @@ def parse_space(text: str, name: str = "param") -> Space:
     ConfigError
         naming ``name`` and the text, for any other form or an empty or reversed range.
     """
-    from ..cli import _parse_value
-
     forms = ("log(LOW, HIGH), uniform(LOW, HIGH), int(LOW, HIGH), logint(LOW, HIGH), "
              "choice(A, B, ...) or [A, B, ...]")
     if not isinstance(text, str):
         raise fail(name, text, f"must be one of {forms}")
     stripped = text.strip()
     if stripped.startswith("["):
-        values = _parse_value(stripped)
+        values = parse_value(stripped)
         if not isinstance(values, list) or not values:
             raise fail(name, text, f"must be one of {forms}")
         return Space("choice", choices=tuple(values))
@@ -139,7 +138,7 @@ def parse_space(text: str, name: str = "param") -> Space:
     if not match:
         raise fail(name, text, f"must be one of {forms}")
     kind, inner = match.groups()
-    args = [_parse_value(a) for a in _split_args(inner)]
+    args = [parse_value(a) for a in _split_args(inner)]
     if kind == "choice":
         if not args:
             raise fail(name, text, "choice(...) needs at least one value")

@@ -14,6 +14,7 @@ import tomllib
 from pathlib import Path
 
 from .._validation import ConfigError
+from ..cli_common import resolve_experiment
 from .app_project import connections, write_app_project
 from .job import flatten, job_from_config
 
@@ -143,8 +144,6 @@ def _check_run_given(config: dict, run) -> None:
 
 def _resolve_config(name_or_path: str) -> dict:
     """The TOML config of a named experiment or a file, as ``fedsparse run`` finds it."""
-    from ..cli import resolve_experiment
-
     name, config, _ = resolve_experiment(name_or_path)
     if config is None:
         raise ConfigError(f"experiment {name!r} is a Python experiment; Flower runs TOML "

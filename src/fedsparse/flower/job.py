@@ -46,7 +46,6 @@ import json
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
@@ -58,6 +57,7 @@ from ..data import GENERATORS
 from ..data.federated import ClientSplit, FederatedDataset, from_arrays
 from ..experiments.config import (
     DTYPES,
+    FLOWER_DEFAULTS,
     build_algorithm,
     build_channel,
     build_data,
@@ -71,10 +71,6 @@ from ..problems import REGISTRY as PROBLEMS
 
 #: ``data.kind`` meaning "each node brings its own file" (node config ``data-path``).
 NODE_DATA = "node"
-FLOWER_DEFAULTS: dict[str, Any] = {"round_timeout": 120.0, "wait_timeout": 120.0,
-                                   "min_nodes": 0, "evaluate_every": 0, "out_dir": "",
-                                   "poll_interval": 0.2, "max_update_norm": 0.0,
-                                   "max_update_ratio": 100.0}
 #: ``device`` and ``client_state_memory`` are accepted so an experiment config's runs are
 #: jobs as they are; under Flower each node computes on the device of its node config, not
 #: the job's, and keeps its own clients' state.

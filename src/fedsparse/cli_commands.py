@@ -1,0 +1,191 @@
+"""The ``fedsparse`` commands besides ``run``: ``list`` and ``show`` (what is there),
+``sweep`` and ``tune`` (many runs of one config), ``report`` (HTML pages of results).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from ._validation import ConfigError
+from .cli_common import DEFAULT_EXPERIMENT, resolve_experiment, suggest
+from .cli_run import (
+    INTERRUPTED,
+    _apply_overrides,
+    _check_device,
+    _check_log,
+    _guarded,
+    _seeds_text,
+)
+
+
+def cmd_list(args) -> int:
+    from .experiments.registry import INFO, PAPERS, experiment_rows
+
+    rows = experiment_rows(include_hidden=args.all)
+    bases = {info.config: name for name, info in INFO.items() if info.config}
+    table = []
+    for r in rows:
+        kind = "Python, --quick" if r.quick else r.kind
+        needs = ", ".join(n.short for n in r.needs) or "-"
+        what = r.title + (" (default)" if r.name == DEFAULT_EXPERIMENT else "")
+        if r.hidden and r.name in bases:
+            what += f" [the runs of {bases[r.name]}]"
+        gpu = (f"wanted ({r.gpu_runtime})" if r.gpu_runtime else "wanted") if r.gpu else "-"
+        table.append((r.paper, r.name, kind, r.runtime, gpu, needs, what))
+    widths = [max(len(t[i]) for t in table) for i in range(1, 6)]
+    heads = ("NAME", "TYPE", "RUNTIME", "GPU", "NEEDS")
+    widths = [max(w, len(h)) for w, h in zip(widths, heads, strict=True)]
+    paper = None
+    for row in table:
+        if row[0] != paper:
+            paper = row[0]
+            print(("\n" if paper != table[0][0] else "") + PAPERS.get(paper, paper or "other"))
+            print("  " + "  ".join(h.ljust(w) for h, w in zip(heads, widths, strict=True))
+                  + "  WHAT")
+        print("  " + "  ".join(c.ljust(w) for c, w in zip(row[1:6], widths, strict=True))
+              + "  " + row[6])
+    needs = {n.short: n for r in rows for n in r.needs}
+    print("\nTOML experiments take --set, --rounds, --only, --seeds, --resume, --device and "
+          "work with `fedsparse sweep`;\nPython experiments add steps a config cannot "
+          "express; they take --rounds, --seeds, --resume, --device\nand --quick (the same "
+          "steps at a reduced scale, "
+          "to check that everything runs: its numbers do not\nreproduce the paper's).\n"
+          "RUNTIME: the full run, roughly, on one CPU core.\n"
+          "GPU: \"wanted\" marks the long neural runs, which are worth --device cuda (the "
+          "default device is\nthe CPU); their GPU run times: not measured yet unless given "
+          "in brackets (fedsparse show NAME).")
+    if needs:
+        print("NEEDS:")
+        w = max(map(len, needs))
+        for short, need in needs.items():
+            have = need.available()
+            state = "" if have is None else ("  [installed]" if have else "  [missing]")
+            print(f"  {short.ljust(w)}  {need.how}{state}")
+    print("Parameters: fedsparse show NAME.  Run: fedsparse run NAME [--out DIR]."
+          + ("" if args.all else "  Also the configs behind Python experiments: "
+             "fedsparse list --all."))
+    return 0
+
+
+def cmd_show(args) -> int:
+    from .experiments.registry import (
+        name_papers,
+        python_experiments,
+        shown_config,
+        toml_experiments,
+    )
+
+    name = args.experiment
+    if name.endswith(".toml") or Path(name).is_file():
+        if not Path(name).is_file():
+            raise ConfigError(f"config file {name!r} does not exist")
+        sys.stdout.write(name_papers(Path(name).read_text()))
+        return 0
+    known = [*toml_experiments(), *python_experiments()]
+    if name not in known:
+        raise ConfigError(f"experiment {name!r} is not a named experiment.{suggest(name, known)}"
+                          " `fedsparse list` shows them all.")
+    header, text = shown_config(name)
+    first, _, rest = header.partition("\n")  # the device line after the header's first
+    head = f"{first}\n{_device_comment(name)}{rest}" if header else _device_comment(name)
+    sys.stdout.write(head + _seed_comment(name) + text)
+    return 0
+
+
+def _device_comment(name: str) -> str:
+    """A comment line saying whether ``name`` wants a GPU, with its measured run times."""
+    from .experiments.registry import INFO
+
+    info = INFO.get(name)
+    return "" if info is None else f"# Device: {info.device_note()}.\n"
+
+
+def _seed_comment(name: str) -> str:
+    """Comment lines saying which seed is which and their values in ``name``'s runs."""
+    from .experiments.config import load_config, resolve_runs
+    from .experiments.registry import INFO, toml_experiments
+
+    tomls = toml_experiments()
+    path = tomls.get(name) or tomls.get(getattr(INFO.get(name), "config", None) or "")
+    if path is None:
+        return ""
+    try:
+        runs = resolve_runs(load_config(path))
+    except ConfigError:
+        return ""
+    return ("# Seeds: `seed` is the run seed (client sampling, channel drops, mini-batches, a\n"
+            "# neural model's initialisation); `data.seed` draws the data (the synthetic problem,\n"
+            "# or the split and subsample of a real data set). Here: "
+            f"{_seeds_text(runs)}.\n"
+            "# --set seed=N changes only the run seed (a linear model trained on every client\n"
+            "# in every round, on full batches, over no channel, then gives the same numbers);\n"
+            "# --set data.seed=N changes the data; --seeds N repeats every run, adding 0..N-1\n"
+            "# to both.\n")
+
+
+def cmd_sweep(args) -> int:
+    from .experiments.output import prepare_output
+    from .experiments.sweep import SWEEP_FILES, run_sweep
+
+    if not args.grid:  # before loading anything: a sweep without a grid runs nothing
+        raise ConfigError("sweep needs at least one --grid FIELD=[V1, V2, ...], e.g. "
+                          "--grid 'algorithm.step_size=[0.01, 0.1, 1]'")
+    _check_log(args)
+    device = _check_device(args)
+    name, config, _ = resolve_experiment(args.experiment)
+    if config is None:
+        raise ConfigError(f"experiment {name!r} is a Python experiment; sweeps need a TOML config")
+    config = _apply_overrides(config, args.set, args.rounds, device)
+    grid = dict(args.grid)
+    out = Path(args.out or Path("runs") / f"{name}-sweep").expanduser()
+    created = prepare_output(out, force=args.force, resumable=False,  # never replaced silently
+                             writes=[*SWEEP_FILES, "FAILED"])
+    result = _guarded(out, created, args, lambda: run_sweep(
+        config, grid, out=out, metric=args.metric, maximize=args.maximize, seeds=args.seeds,
+        jobs=args.jobs, loggers=args.log), resumable=False)
+    if result is INTERRUPTED:
+        return 130
+    print(json.dumps(result["best"], indent=2))
+    print(f"wrote {out}/ : {', '.join(result['files'])}; `fedsparse run {out}/tuned.toml"
+          f"{f' --seeds {args.seeds}' if args.seeds else ''}` reruns the winners")
+    return 0
+
+
+def cmd_tune(args) -> int:
+    from .experiments.output import prepare_output
+    from .experiments.tune import parse_space, require_optuna, run_tune
+
+    if not args.param:
+        raise ConfigError("tune needs at least one --param FIELD=SPACE, e.g. --param "
+                          "'algorithm.step_size=log(1e-4, 1e-1)'")
+    require_optuna("fedsparse tune")
+    _check_log(args)
+    device = _check_device(args)
+    space = {key: parse_space(text, f"--param {key}") for key, text in args.param}
+    name, config, _ = resolve_experiment(args.experiment)
+    if config is None:
+        raise ConfigError(f"experiment {name!r} is a Python experiment; tuning needs a TOML "
+                          "config")
+    config = _apply_overrides(config, args.set, args.rounds, device)
+    out = Path(args.out or Path("runs") / f"{name}-tune").expanduser()
+    created = prepare_output(out, force=args.force, resumable=False)
+    result = _guarded(out, created, args, lambda: run_tune(
+        config, space, trials=args.trials, out=out, metric=args.metric,
+        maximize=args.maximize, seeds=args.seeds, jobs=args.jobs, sampler=args.sampler,
+        sampler_seed=args.sampler_seed, loggers=args.log), resumable=False)
+    if result is INTERRUPTED:
+        return 130
+    print(json.dumps(result["best"], indent=2))
+    print(f"wrote {out}/ : {', '.join(result['files'])}; `fedsparse run {out}/tuned.toml"
+          f"{f' --seeds {args.seeds}' if args.seeds else ''}` reruns the winners")
+    return 0
+
+
+def cmd_report(args) -> int:
+    from .report.html import write_reports
+
+    for page in write_reports(args.dir):
+        print(f"wrote {page}")
+    return 0

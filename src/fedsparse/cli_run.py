@@ -1,0 +1,253 @@
+"""``fedsparse run``: a named experiment or a TOML config, with its options, into a
+guarded output folder (and what the other commands that write results share: the
+output guard, the exact command that goes on after Ctrl-C, the checks of ``--device``
+and ``--log``).
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import shlex
+import sys
+import time
+from pathlib import Path
+
+from ._validation import ConfigError
+from .cli_common import resolve_experiment
+
+#: What a command run under :func:`_guarded` returns when Ctrl-C stopped it.
+INTERRUPTED = object()
+
+
+def _apply_overrides(config: dict, assignments, rounds, device: str | None = None) -> dict:
+    """``config`` with ``--set`` (``FIELD=VALUE`` or ``LABEL:FIELD=VALUE``), ``--rounds``
+    and ``--device`` applied to every run (a copy); ``--device`` wins over the device
+    the config or a ``--set`` names."""
+    from .experiments.config import apply_overrides
+
+    extra = [("device", device)] if device is not None else []
+    return apply_overrides(config, [*(assignments or ()), *extra], rounds)
+
+
+def _check_device(args) -> str | None:
+    """``--device`` as given, checked on this machine before anything runs (a GPU that is
+    not there is a ConfigError naming --device: exit status 2)."""
+    spec = getattr(args, "device", None)
+    if spec is None:
+        return None
+    from .devices import check_device_spec
+
+    return check_device_spec("--device", spec)
+
+
+#: Options of ``run`` a Python experiment cannot take: it is not a list of config runs.
+_TOML_ONLY = (("--set", "set"), ("--only", "only"), ("--band", "band"))
+
+
+#: The options ``run`` passes to a Python experiment function, by parameter name.
+_PYTHON_OPTIONS = {"quick": "--quick", "rounds": "--rounds", "seeds": "--seeds",
+                   "resume": "--resume", "device": "--device"}
+
+
+def _python_options(name: str, python_exp, args) -> dict:
+    """The keyword arguments of the Python experiment ``name`` from the command line:
+    ``quick``, ``rounds``, ``seeds``, ``resume`` and ``device`` (None / False = the
+    experiment's own default). Refuses the options it cannot take."""
+    from ._validation import check_int
+    from .experiments.registry import INFO
+
+    given = [opt for opt, attr in _TOML_ONLY if getattr(args, attr, None)]
+    if given:
+        base = getattr(INFO.get(name), "config", None)
+        hint = (f"; its runs are the TOML experiment {base!r}: fedsparse run {base} "
+                f"{' '.join(given)} ... runs them alone, without the Python experiment's "
+                "own steps") if base else ""
+        verb = "applies" if len(given) == 1 else "apply"
+        raise ConfigError(f"{name!r} is a Python experiment: {', '.join(given)} {verb} to "
+                          f"TOML experiments only{hint}")
+    values = {"quick": args.quick, "rounds": args.rounds, "seeds": args.seeds,
+              "resume": args.resume, "device": getattr(args, "device", None)}
+    if values["rounds"] is not None:
+        check_int("--rounds", values["rounds"], minimum=1)
+    if values["seeds"] is not None:
+        check_int("--seeds", values["seeds"], minimum=1)
+    params = inspect.signature(python_exp.fn).parameters
+    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    kwargs = {}
+    for key, value in values.items():
+        if key in params or takes_any:
+            kwargs[key] = value
+        elif value not in (None, False):
+            raise ConfigError(f"{_PYTHON_OPTIONS[key]}: the Python experiment {name!r} does "
+                              "not take it")
+    return kwargs
+
+
+def _seeds_text(runs: list[dict]) -> str:
+    """"run seed 0, data seed 0" (or the list of each) for the runs of an experiment."""
+    from .experiments.runner import data_seed
+
+    def listed(values) -> str:
+        values = sorted(set(values))
+        return ("s " if len(values) > 1 else " ") + ", ".join(map(str, values))
+
+    data = [d for r in runs if (d := data_seed(r)) is not None]
+    return (f"run seed{listed(r['seed'] for r in runs)}, "
+            + (f"data seed{listed(data)}" if data else "data read from files"))
+
+
+def _command(args, out: Path, *, add: str | None = None, drop=("--force", "--resume")) -> str:
+    """The exact command line the user typed, without ``drop`` and with ``add`` (e.g.
+    ``--resume``), naming ``out`` even where the user left --out to its default."""
+    argv = list(getattr(args, "argv", None) or ["run", args.experiment or ""])
+    tokens = [t for t in argv if t not in drop]
+    if add:
+        tokens.append(add)
+    if not any(t == "--out" or t.startswith("--out=") for t in tokens):
+        tokens += ["--out", str(out)]
+    return shlex.join(["fedsparse", *tokens])
+
+
+def _guarded(out: Path, created: bool, args, block, *, resumable: bool = True):
+    """``block()`` under :func:`output_guard`; on Ctrl-C, print the exact command that
+    continues (or, if nothing was kept, starts again) and return :data:`INTERRUPTED`."""
+    from .experiments.output import FAILED, has_output, output_guard
+
+    if resumable:
+        resume, rerun = _command(args, out, add="--resume"), None
+    else:
+        resume, rerun = None, _command(args, out, add="--force", drop=("--force",))
+    started = time.time()
+    try:
+        with output_guard(out, created=created, resume_command=resume, rerun_command=rerun):
+            return block()
+    except KeyboardInterrupt:
+        if has_output(out):
+            kept = (f"what finished is kept in {out} (see {out / FAILED})"
+                    if (out / FAILED).exists() else f"{out} is as it was")
+            how = f"Continue with:\n  {resume}" if resume else f"Start again with:\n  {rerun}"
+            print(f"fedsparse: interrupted; {kept}. {how}", file=sys.stderr)
+        else:
+            typed = shlex.join(["fedsparse", *(getattr(args, "argv", None) or [])])
+            print("fedsparse: interrupted before any result was written (nothing was kept). "
+                  f"Start again with:\n  {typed}", file=sys.stderr)
+        return INTERRUPTED
+    finally:
+        if getattr(args, "log", None):
+            _record_tracker_files(out, since=started)
+
+
+def _record_tracker_files(out: Path, *, since: float) -> None:
+    """List the files the trackers wrote during the run in ``out``'s manifest, so that
+    ``--force`` may replace them: MLflow's SQLite store and W&B's service process write
+    outside Python's ``open``, which the manifest's recorder sees."""
+    from .loggers import TRACKER_DIRS
+    from .manifest import record_files
+
+    if not out.is_dir():
+        return
+    written = [p.relative_to(out).as_posix() for d in TRACKER_DIRS if (out / d).is_dir()
+               for p in (out / d).rglob("*")
+               if p.is_file() and not p.is_symlink() and p.stat().st_mtime >= since - 1]
+    if written:
+        record_files(out, written)
+
+
+def _stamp_version(out: Path, device: str | None = None) -> None:
+    """Record the fedsparse version, and the device the run was asked to use (``device``,
+    None = the default, the CPU) with its GPU, in a Python experiment's summary.json
+    where the experiment did not record them itself (the TOML runner writes all three)."""
+    from . import __version__
+    from .devices import DEFAULT_DEVICE, device_info, resolve_device
+
+    path = out / "summary.json"
+    if not path.is_file():
+        return
+    summary = json.loads(path.read_text())
+    if isinstance(summary, dict) and not {"fedsparse_version", "device", "gpu"} <= set(summary):
+        summary.setdefault("fedsparse_version", __version__)
+        if "device" not in summary:
+            summary.update(device_info(resolve_device(device or DEFAULT_DEVICE)))
+        path.write_text(json.dumps(summary, indent=2))
+
+
+def cmd_run(args) -> int:
+    from .experiments.config import resolve_runs, select_runs
+    from .experiments.output import output_patterns, prepare_output
+    from .experiments.runner import run_experiment
+
+    device = _check_device(args)
+    name, config, python_exp = resolve_experiment(args.experiment)
+    out = Path(args.out or Path("runs") / name).expanduser()
+    if python_exp is not None and args.log:  # before the extra's check: it applies anyway
+        raise ConfigError(f"--log: {name!r} is a Python experiment, which writes its own "
+                          "files; --log applies to TOML experiments (and fs.simulate("
+                          "..., loggers=...) in Python)")
+    _check_log(args)
+    if python_exp is not None:
+        kwargs = _python_options(name, python_exp, args)
+        created = prepare_output(out, resume=args.resume, force=args.force)
+        print(f"fedsparse run {name} -> {out}")
+
+        def run_python():
+            result = python_exp.fn(out, **kwargs)
+            _stamp_version(out, device)
+            return result
+
+        summary = _guarded(out, created, args, run_python)
+    else:
+        if args.quick:
+            from .experiments.registry import has_quick, python_experiments
+
+            quick = sorted(n for n, e in python_experiments().items() if has_quick(e.fn))
+            raise ConfigError(f"--quick: {name!r} is a TOML experiment and has no quick form "
+                              f"(the Python experiments {', '.join(quick)} have one); for a "
+                              "shorter run give --rounds N")
+        if args.only:  # by the config's own labels, before --set may change them
+            compare, claims = config.get("compare"), config.get("claims", [])
+            config = select_runs(config, args.only)
+            if compare and "compare" not in config:
+                print(f"note: no comparison: the reference run {compare.get('reference')!r} "
+                      "is not among the --only runs")
+            left_out = len(claims) - len(config.get("claims", []))
+            if left_out:
+                print(f"note: {left_out} of the config's {len(claims)} claims compare runs "
+                      "that --only leaves out: they are not tested here")
+        config = _apply_overrides(config, args.set, args.rounds, device)
+        if args.band:
+            if not args.seeds:
+                raise ConfigError(f"--band {args.band} draws the spread over seeds: give "
+                                  "--seeds N (N >= 2) as well")
+            config["plot"] = {**config.get("plot", {}), "band": args.band}
+        runs = resolve_runs(config)  # every check before --out is touched
+        slugs = [r["slug"] for r in runs]
+        created = prepare_output(out, resume=args.resume, force=args.force, slugs=slugs,
+                                 writes=output_patterns(config, slugs))
+        print(f"fedsparse run {name} -> {out} ({_seeds_text(runs)})")
+        summary = _guarded(out, created, args, lambda: run_experiment(
+            config, out, resume=args.resume, progress=False if args.quiet else None,
+            seeds=args.seeds, loggers=args.log))
+    if summary is INTERRUPTED:
+        return 130
+    if python_exp is None:  # a FedMac Table 1 row run as its TOML config: its table too
+        from .experiments.fedmac import runner_table
+
+        table = runner_table(name, config, out)
+        if table:
+            print(table)
+    print(f"wrote {out}/ : " + ", ".join([*(summary or {}).get("plots", []), "summary.json"]))
+    return 0
+
+
+def _check_log(args) -> None:
+    """A --log tracker that is not installed is refused before anything runs."""
+    if getattr(args, "log", None):
+        from .loggers import check_installed
+
+        seen = set()
+        for kind in args.log:
+            if kind in seen:
+                raise ConfigError(f"--log {kind} is given twice")
+            seen.add(kind)
+            check_installed(kind, "--log")
