@@ -49,24 +49,23 @@ import json
 import math
 import multiprocessing
 import os
-import re
 import warnings
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 
 import tomli_w
 
 from .._validation import ConfigError, check_int, fail
 from ..algorithms.wrapper import innermost_state
-from ..cli_common import parse_value
 from ..history import History
 from ..rounds import DivergenceError
-from .config import METRICS, RUN_KEYS, resolve_runs
+from .config import METRICS, resolve_runs
 from .refine import refine_count, refine_point
 from .runner import execute_run
 from .seeds import best_direction, check_seeds, divergence, spread, strict_json, with_seed
 from .sweep import _check_recorded, _run_keys, _runs_at, point_slug, tuned_config
+from .tune_space import Space, check_space, start_points
+from .tune_space import parse_space as parse_space  # (importable from here, as before)
 
 #: A trial whose objective exceeds this multiple of its round-1 objective is pruned as
 #: diverging.
@@ -75,109 +74,6 @@ DIVERGE_FACTOR = 1e3
 SAMPLERS = ("tpe", "gp", "random")
 #: Data sets built by a worker process, reused by its later trials.
 _WORKER_DATA: dict = {}
-
-
-@dataclass(frozen=True)
-class Space:
-    """The values one field may take.
-
-    ``kind`` is "log" (floats, log-uniform in [low, high]), "uniform" (floats,
-    uniform), "int" (integers in [low, high]), "logint" (integers, log-uniform) or
-    "choice" (one of ``choices``).
-    """
-
-    kind: str
-    low: float | None = None
-    high: float | None = None
-    choices: tuple = ()
-
-    def suggest(self, trial, name: str):
-        """The value Optuna's ``trial`` proposes for the field ``name``."""
-        if self.kind in ("log", "uniform"):
-            return trial.suggest_float(name, self.low, self.high, log=self.kind == "log")
-        if self.kind in ("int", "logint"):
-            return trial.suggest_int(name, int(self.low), int(self.high),
-                                     log=self.kind == "logint")
-        return trial.suggest_categorical(name, list(self.choices))
-
-    def first(self):
-        """A value in the space (its low end or first choice), to check the config with."""
-        if self.kind == "choice":
-            return self.choices[0]
-        return int(self.low) if self.kind in ("int", "logint") else float(self.low)
-
-    def __str__(self) -> str:
-        if self.kind == "choice":
-            return f"choice({', '.join(map(repr, self.choices))})"
-        return f"{self.kind}({self.low!r}, {self.high!r})"
-
-
-_SPACE = re.compile(r"^\s*(log|uniform|int|logint|choice)\s*\((.*)\)\s*$", re.S)
-
-
-def parse_space(text: str, name: str = "param") -> Space:
-    """``log(1e-4, 1e-1)``, ``uniform(0, 1)``, ``int(1, 10)``, ``logint(1, 1000)``,
-    ``choice(a, b, ...)`` or a TOML list ``[a, b, ...]`` (a choice).
-
-    Raises
-    ------
-    ConfigError
-        naming ``name`` and the text, for any other form or an empty or reversed range.
-    """
-    forms = ("log(LOW, HIGH), uniform(LOW, HIGH), int(LOW, HIGH), logint(LOW, HIGH), "
-             "choice(A, B, ...) or [A, B, ...]")
-    if not isinstance(text, str):
-        raise fail(name, text, f"must be one of {forms}")
-    stripped = text.strip()
-    if stripped.startswith("["):
-        values = parse_value(stripped)
-        if not isinstance(values, list) or not values:
-            raise fail(name, text, f"must be one of {forms}")
-        return Space("choice", choices=tuple(values))
-    match = _SPACE.match(stripped)
-    if not match:
-        raise fail(name, text, f"must be one of {forms}")
-    kind, inner = match.groups()
-    args = [parse_value(a) for a in _split_args(inner)]
-    if kind == "choice":
-        if not args:
-            raise fail(name, text, "choice(...) needs at least one value")
-        if not all(isinstance(a, bool | int | float | str) for a in args):
-            raise fail(name, text, "choice values must be numbers, booleans or text")
-        return Space("choice", choices=tuple(args))
-    if len(args) != 2 or not all(isinstance(a, int | float) and not isinstance(a, bool)
-                                 and math.isfinite(a) for a in args):
-        raise fail(name, text, f"{kind}(LOW, HIGH) takes two finite numbers")
-    low, high = args
-    if not low < high:
-        raise fail(name, text, "needs LOW < HIGH")
-    if kind in ("log", "logint") and low <= 0:
-        raise fail(name, text, f"{kind}(...) needs LOW > 0")
-    if kind in ("int", "logint") and not (float(low).is_integer() and float(high).is_integer()):
-        raise fail(name, text, f"{kind}(...) takes integer bounds")
-    return Space(kind, float(low), float(high))
-
-
-def _split_args(inner: str) -> list[str]:
-    """Comma-separated arguments, commas inside quotes or brackets kept."""
-    out, depth, quote, cur = [], 0, None, ""
-    for ch in inner:
-        if quote:
-            quote = None if ch == quote else quote
-        elif ch in "\"'":
-            quote = ch
-        elif ch in "[{(":
-            depth += 1
-        elif ch in "]})":
-            depth -= 1
-        elif ch == "," and depth == 0:
-            out.append(cur)
-            cur = ""
-            continue
-        cur += ch
-    if cur.strip():
-        out.append(cur)
-    return [a.strip() for a in out]
 
 
 def require_optuna(option: str = "tune") -> None:
@@ -229,7 +125,7 @@ def run_tune(config: dict, space: dict[str, Space | str], *, trials: int,
     require_optuna()
     import optuna
 
-    space = _check_space(space)
+    space = check_space(space)
     trials = check_int("trials", trials, minimum=1)
     jobs = check_int("jobs", jobs, minimum=1)
     sampler_seed = check_int("sampler_seed", sampler_seed, minimum=0)
@@ -315,20 +211,6 @@ def _version() -> str:
     return __version__
 
 
-def _check_space(space) -> dict[str, Space]:
-    if not isinstance(space, dict) or not space:
-        raise fail("param", space, "give at least one FIELD=SPACE, e.g. "
-                   "algorithm.step_size=log(1e-4, 1e-1)")
-    settable = sorted(RUN_KEYS - {"label", "panel"})
-    checked = {}
-    for name, s in space.items():
-        if not isinstance(name, str) or name.split(".")[0] not in settable:
-            raise fail("param field", name, "must be a run field such as "
-                       "algorithm.step_size; it starts with one of " + ", ".join(settable))
-        checked[name] = s if isinstance(s, Space) else parse_space(s, f"param {name}")
-    return checked
-
-
 def _sampler(kind: str, seed: int, trials: int):
     import optuna
 
@@ -362,32 +244,6 @@ def _startup(trials: int) -> int:
     """Start-up trials before a sampler models the results: Optuna's default of 10 would
     leave a small budget all start-up; a quarter of it (2 to 10) is."""
     return max(2, min(10, trials // 4))
-
-
-def start_points(space: dict[str, Space], n: int, seed: int) -> list[dict]:
-    """``n`` start-up points spread over the space: a Latin hypercube (each field's
-    range cut into n equal slices, on the log scale for log spaces, one point at the
-    middle of each slice, the slices paired across fields by a permutation drawn from
-    ``seed``). Spread points find the region worth modelling more surely than n random
-    draws, which may all fall where the runs diverge."""
-    import numpy as np
-
-    rng = np.random.default_rng(seed)
-    points: list[dict] = [{} for _ in range(n)]
-    for name, s in space.items():
-        order = rng.permutation(n)
-        for k in range(n):
-            q = (order[k] + 0.5) / n
-            if s.kind == "choice":
-                value = s.choices[int(q * len(s.choices))]
-            elif s.kind in ("log", "logint"):
-                value = math.exp(math.log(s.low) + q * (math.log(s.high) - math.log(s.low)))
-            else:
-                value = s.low + q * (s.high - s.low)
-            if s.kind in ("int", "logint"):
-                value = int(round(value))
-            points[k][name] = value
-    return points
 
 
 class DivergenceGuard:
@@ -545,4 +401,3 @@ def _write(out: Path, config: dict, rows, best, keys, space, metric, up, info) -
         tomli_w.dump(tuned, fh)
     files.append("tuned.toml")
     return files
-
