@@ -92,3 +92,16 @@ def test_label_checks():
         fs.problems.logistic().check_data(data)
     with pytest.raises(ConfigError, match="num_classes=1"):
         fs.problems.softmax(num_classes=1)
+
+
+def test_a_float32_least_squares_loss_past_the_largest_float_is_inf_not_halved_back():
+    # a diverging run is flagged by a non-finite objective: the sum overflows to inf
+    # before the factor 1/2, as it always has (halving first would stay just finite)
+    X = torch.ones(1, 2, 1)
+    params = torch.tensor([1.5e19])
+    y, w = torch.zeros(1, 2), torch.ones(1, 2)
+    loss = fs.problems.least_squares().loss(params, X, y, w)
+    assert torch.isinf(loss).all()
+    # each example's half-loss (1.1e38) is finite: only the order of sum and 1/2 decides
+    halves = fs.problems.least_squares().link.value(params * X[..., 0], y, w)
+    assert torch.isfinite(halves).all() and torch.isfinite(halves.sum(-1)).all()

@@ -79,7 +79,7 @@ class LinearProblem(Problem):
 
     def loss(self, params, X, y, w):
         """(S,) ``sum_j w_j l(z_j, y_j)`` (+ the ridge term) per client."""
-        loss = self.link.value(self._scores(params, X), y, w).sum(-1)
+        loss = self.link.total(self._scores(params, X), y, w)
         if self._l2:
             loss = loss + self._penalty(params)
         return loss

@@ -52,6 +52,10 @@ class Link:
         """``w_j l(z_j, y_j)``: (..., n)."""
         raise NotImplementedError
 
+    def total(self, z, y, w=None) -> torch.Tensor:
+        """``sum_j w_j l(z_j, y_j)`` over the examples: (...)."""
+        return self.value(z, y, w).sum(-1)
+
     def derivative(self, z, y, w=None) -> torch.Tensor:  # pragma: no cover - interface
         """``w_j dl/dz (z_j, y_j)``: the shape of ``z``."""
         raise NotImplementedError
@@ -84,8 +88,13 @@ class SquaredError(Link):
 
     def value(self, z, y, w=None):
         r = z - y
-        # w * r * r, then halved: the order of the sums this loss has always had
         return 0.5 * r * r if w is None else 0.5 * (w * r * r)
+
+    def total(self, z, y, w=None):
+        r = z - y
+        # halved after the sum, as this loss has always been: halving first would keep a
+        # float32 sum just under overflow finite, and a diverging run unflagged
+        return 0.5 * (r * r if w is None else w * r * r).sum(-1)
 
     def derivative(self, z, y, w=None):
         return z - y if w is None else w * (z - y)

@@ -93,7 +93,7 @@ def restricted_loss_grad(problem, c: torch.Tensor, Z: torch.Tensor, cls: torch.T
     """
     link = problem.link
     s = _scores(problem, c, Z, cls)
-    loss = link.value(s, y, w).sum(-1)
+    loss = link.total(s, y, w)
     coef = link.derivative(s, y, w)                     # (S, n) or (S, n, C)
     if problem.blocks == 1:
         grad = torch.bmm(coef.unsqueeze(1), Z).squeeze(1)
