@@ -17,6 +17,7 @@ import torch
 import fedsparse as fs
 from fedsparse import ConfigError
 from fedsparse.checkpoints import (
+    CHECKPOINT_FORMAT,
     CHECKPOINT_KEYS,
     read_checkpoint,
     save_checkpoint,
@@ -33,7 +34,7 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _ckpt(done: int = 3, P: int = 5) -> dict:
-    return {"format": "fedsparse-checkpoint-2", "round": done,
+    return {"format": CHECKPOINT_FORMAT, "round": done,
             "state": {"model": torch.zeros(P, dtype=torch.float64), "step_size": 0.1},
             "client_state": None,
             "records": [{"round": r, "objective": 1.0 / r, "delivered_clients": [0, 1]}
@@ -548,3 +549,45 @@ batch_size = 4
     assert "Traceback" not in err
     assert (str(ckpt) in err and "checksum" in err) or \
         ("fedmac/checkpoint.pt (changed since fedsparse wrote it)" in err)
+
+
+# ------------------------------------------------------------ earlier formats
+
+
+def _as_format_2(path, edit_state=None) -> None:
+    """Rewrite the checkpoint at ``path`` as format 2 would have held it."""
+    ckpt = read_checkpoint(path)
+    ckpt["format"] = "fedsparse-checkpoint-2"
+    if edit_state is not None:
+        edit_state(ckpt["state"])
+    save_checkpoint(path, ckpt)
+
+
+def _two_then_four(algorithm, tmp_path, edit_state=None):
+    data = fs.data.fedprox_synthetic(num_clients=4, dim=6, num_classes=3, seed=0,
+                                     dtype=torch.float64)
+    kw = dict(rounds=4, seed=0, checkpoint=tmp_path / "run.pt")
+    problem = fs.problems.softmax(num_classes=3)
+    fs.simulate(algorithm(), problem, data, **{**kw, "rounds": 2})
+    _as_format_2(tmp_path / "run.pt", edit_state)
+    whole = fs.simulate(algorithm(), problem, data, rounds=4, seed=0)
+    return lambda: fs.simulate(algorithm(), problem, data, **kw, resume=True), whole
+
+
+def test_a_format_2_checkpoint_of_an_unchanged_state_layout_resumes(tmp_path):
+    resume, whole = _two_then_four(
+        lambda: fs.algorithms.fed_avg(step_size=0.1, local_steps=2), tmp_path)
+    assert torch.equal(resume().model, whole.model)
+
+
+def test_a_format_2_checkpoint_of_a_changed_state_layout_says_it_is_from_an_earlier_version(
+        tmp_path):
+    def fedmac():
+        return fs.algorithms.fedmac(lam=0.5, step_size=0.05, personal_step_size=0.05,
+                                    local_steps=2, batch_size=4)
+
+    # format 2 kept FedMac's seed in its server state
+    resume, _ = _two_then_four(fedmac, tmp_path, lambda state: state.update(seed=0))
+    with pytest.raises(ConfigError, match="earlier version of fedsparse .*entry 'seed'.*"
+                                          "start the run afresh"):
+        resume()

@@ -39,7 +39,12 @@ import torch
 from ._validation import ConfigError
 from .client_store import COPY_BYTES
 
-CHECKPOINT_FORMAT = "fedsparse-checkpoint-2"
+CHECKPOINT_FORMAT = "fedsparse-checkpoint-3"
+#: Formats this version reads. Format 2 files hold the same entries; only some
+#: algorithms' saved state is laid out differently since (FedMac's server state, the
+#: state of a wrapped algorithm such as similarity compensation): those are refused with
+#: a message saying so, every other algorithm's resumes.
+READABLE_FORMATS = ("fedsparse-checkpoint-2", CHECKPOINT_FORMAT)
 
 #: Every key a checkpoint holds.
 CHECKPOINT_KEYS = ("format", "round", "state", "client_state", "records", "initial",
@@ -273,7 +278,7 @@ def load_checkpoint(path: Path, fingerprint: dict, *, map_location="cpu") -> dic
     checks its content."""
     ckpt = read_checkpoint(path, map_location=map_location)
     where = f"checkpoint {str(path)!r}"
-    if not isinstance(ckpt, dict) or ckpt.get("format") != CHECKPOINT_FORMAT:
+    if not isinstance(ckpt, dict) or ckpt.get("format") not in READABLE_FORMATS:
         got = ckpt.get("format") if isinstance(ckpt, dict) else None
         raise ConfigError(f"{where} is not a fedsparse checkpoint of this version (format "
                           f"{_shown(got)}, expected {CHECKPOINT_FORMAT!r})")
@@ -392,6 +397,12 @@ def validate_checkpoint(ckpt, *, path: str | Path, rounds: int, state: dict,
         out["records"], out["initial"] = _records(ckpt["records"], ckpt["initial"], done,
                                                   budget)
     except _Unlike as exc:
+        if ckpt.get("format") != CHECKPOINT_FORMAT:
+            raise ConfigError(
+                f"{where} was written by an earlier version of fedsparse (format "
+                f"{_shown(ckpt.get('format'))}) that saved this algorithm's state in another "
+                f"layout ({exc}); it cannot be resumed by this version: start the run "
+                "afresh, or finish it with the version that wrote it") from None
         raise ConfigError(f"{where} is damaged: {exc}") from None
     except RecursionError:
         raise ConfigError(f"{where} is damaged: its records are nested too deeply") from None
