@@ -27,11 +27,8 @@ process) list it with :func:`record_files`.
 from __future__ import annotations
 
 import contextlib
-import fnmatch
-import hashlib
 import json
 import os
-import stat
 import sys
 import threading
 from collections.abc import Iterable, Iterator
@@ -40,212 +37,22 @@ from pathlib import Path
 
 from ._validation import ConfigError
 
-#: The manifest's file name (no extension: Flower leaves it out of an app's FAB).
-MANIFEST = ".fedsparse-manifest"
-_VERSION = 1
+# the manifest file (fedsparse.manifest_file) and what --force may remove
+# (fedsparse.manifest_inventory): their names stay importable from here
+from .manifest_file import (  # noqa: F401
+    BOOKKEEPING,
+    MANIFEST,
+    Manifest,
+    read_manifest,
+    sha256,
+    start_manifest,
+    write_manifest,
+)
+from .manifest_inventory import Inventory, colliding, describe, inventory, remove_ours  # noqa: F401
 
 
 class ProtectedFileError(ConfigError):
     """fedsparse was about to overwrite, move or remove a file it did not write."""
-
-
-# ---------------------------------------------------------------------------------------
-# Reading and writing the manifest.
-
-
-@dataclass
-class Manifest:
-    """The parsed manifest of one folder.
-
-    Attributes
-    ----------
-    folder_created : fedsparse created the folder itself (a failure that wrote nothing
-        may then remove it).
-    files : {relative POSIX path: SHA-256 hex, or None when fedsparse started writing it
-        but was stopped before it could record the hash (a killed run)}.
-    dirs : relative paths of the folders fedsparse created inside.
-    """
-
-    folder_created: bool = False
-    files: dict[str, str | None] = field(default_factory=dict)
-    dirs: set[str] = field(default_factory=set)
-
-
-def read_manifest(folder: str | Path) -> Manifest | None:
-    """The manifest of ``folder``, or None if it has none (fedsparse did not write it).
-
-    Lines that are not valid entries (a truncated last line, a path leaving the folder)
-    are ignored: what they would have named is then kept, never removed.
-    """
-    path = Path(folder) / MANIFEST
-    try:
-        text = path.read_text()
-    except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
-        return None
-    manifest = Manifest()
-    header = False
-    for line in text.splitlines():
-        try:
-            entry = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if not isinstance(entry, dict):
-            continue
-        if "fedsparse_manifest" in entry:
-            header = True
-            manifest.folder_created = entry.get("folder_created") is True
-        elif _safe_relative(entry.get("dir")):
-            manifest.dirs.add(entry["dir"])
-        elif _safe_relative(entry.get("file")):
-            sha = entry.get("sha256")
-            manifest.files[entry["file"]] = sha if isinstance(sha, str) else None
-    return manifest if header else None
-
-
-def _safe_relative(rel) -> bool:
-    """A relative path inside the folder: no absolute path, no ``..``, not the manifest."""
-    if not isinstance(rel, str) or not rel or rel.startswith("/") or "\\" in rel:
-        return False
-    parts = rel.split("/")
-    return all(p not in ("", ".", "..") for p in parts) and rel != MANIFEST
-
-
-def write_manifest(folder: str | Path, manifest: Manifest) -> None:
-    """Write ``manifest`` into ``folder`` (atomically: a temporary file, then a rename)."""
-    folder = Path(folder)
-    lines = [{"fedsparse_manifest": _VERSION, "folder_created": manifest.folder_created}]
-    lines += [{"dir": d} for d in sorted(manifest.dirs)]
-    lines += [{"file": f, **({"sha256": h} if h else {})}
-              for f, h in sorted(manifest.files.items())]
-    tmp = folder / (MANIFEST + ".tmp")
-    tmp.write_text("".join(json.dumps(e) + "\n" for e in lines))
-    os.replace(tmp, folder / MANIFEST)
-
-
-def start_manifest(folder: str | Path, *, folder_created: bool) -> None:
-    """Give a folder fedsparse is about to write into an empty manifest (if it has none)."""
-    if read_manifest(folder) is None:
-        write_manifest(folder, Manifest(folder_created=folder_created))
-
-
-def sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-# ---------------------------------------------------------------------------------------
-# What --force may remove.
-
-
-@dataclass
-class Inventory:
-    """A folder's entries sorted by who wrote them (relative POSIX paths).
-
-    Attributes
-    ----------
-    ours : files fedsparse wrote and nobody changed since (``--force`` removes them).
-    changed : files fedsparse wrote that were changed (or replaced by a link) since.
-    foreign : files, links and empty folders the manifest does not list (the user's).
-    dirs : folders fedsparse created, deepest first.
-    """
-
-    ours: list[str] = field(default_factory=list)
-    changed: list[str] = field(default_factory=list)
-    foreign: list[str] = field(default_factory=list)
-    dirs: list[str] = field(default_factory=list)
-
-    @property
-    def kept(self) -> list[str]:
-        """What ``--force`` keeps: the changed files and the user's entries."""
-        return sorted(self.changed + self.foreign)
-
-
-#: Bookkeeping files of fedsparse's own that never count as the user's.
-BOOKKEEPING = {MANIFEST, MANIFEST + ".tmp"}
-
-
-def inventory(folder: str | Path, manifest: Manifest, *,
-              bookkeeping: Iterable[str] = ()) -> Inventory:
-    """Sort every entry of ``folder`` into fedsparse's (unchanged), changed and the user's.
-
-    A folder the manifest does not list and that holds nothing it lists is the user's as
-    a whole ("name/"); links are never followed.
-
-    Parameters
-    ----------
-    bookkeeping : further top-level names that are fedsparse's whatever their content
-        (the run status marker).
-    """
-    folder = Path(folder)
-    skip = BOOKKEEPING | set(bookkeeping)
-    inv = Inventory()
-    listed = set(manifest.files) | manifest.dirs
-    for root, dirnames, filenames in os.walk(folder):
-        rel_root = Path(root).relative_to(folder).as_posix()
-        prefix = "" if rel_root == "." else rel_root + "/"
-        descend = []
-        for name in sorted(dirnames):
-            rel = prefix + name
-            if (Path(root) / name).is_symlink():
-                (inv.changed if rel in manifest.dirs else inv.foreign).append(rel)
-            elif rel in manifest.dirs or any(p.startswith(rel + "/") for p in listed):
-                descend.append(name)
-            else:
-                inv.foreign.append(rel + "/")
-        dirnames[:] = descend
-        for name in sorted(filenames):
-            rel = prefix + name
-            if not prefix and name in skip:
-                continue
-            if rel not in manifest.files:
-                inv.foreign.append(rel)
-                continue
-            full = Path(root) / name
-            expected = manifest.files[rel]
-            if not stat.S_ISREG(os.lstat(full).st_mode):
-                inv.changed.append(rel)
-            elif expected is None or sha256(full) == expected:
-                inv.ours.append(rel)
-            else:
-                inv.changed.append(rel)
-    inv.dirs = sorted((d for d in manifest.dirs if (folder / d).is_dir()
-                       and not (folder / d).is_symlink()),
-                      key=lambda d: d.count("/"), reverse=True)
-    return inv
-
-
-def remove_ours(folder: str | Path, inv: Inventory) -> None:
-    """Remove the unchanged files fedsparse wrote and the folders it created that are then
-    empty; everything else stays."""
-    folder = Path(folder)
-    for rel in inv.ours:
-        (folder / rel).unlink(missing_ok=True)
-    for rel in inv.dirs:
-        with contextlib.suppress(OSError):  # not empty: it holds something kept
-            (folder / rel).rmdir()
-
-
-def colliding(paths: Iterable[str], patterns: Iterable[str]) -> list[str]:
-    """The ``paths`` (relative POSIX; a folder may end in "/") that a run writing the glob
-    ``patterns`` would overwrite or write into: a path matching a pattern, or a folder or
-    link on the way to one."""
-    patterns = [pat.split("/") for pat in patterns]
-    hits = []
-    for p in paths:
-        parts = p.rstrip("/").split("/")
-        if any(len(parts) <= len(pat) and all(fnmatch.fnmatchcase(a, b)
-                                             for a, b in zip(parts, pat, strict=False))
-               for pat in patterns):
-            hits.append(p)
-    return hits
-
-
-def describe(paths: list[str], limit: int = 6) -> str:
-    more = f", ... ({len(paths)} in all)" if len(paths) > limit else ""
-    return ", ".join(paths[:limit]) + more
 
 
 # ---------------------------------------------------------------------------------------
