@@ -1,0 +1,46 @@
+"""Messages to the nodes over Flower's grid: push a batch, collect the replies in time.
+
+The handshake (:mod:`fedsparse.flower.handshake`), the rounds' ``train`` messages and the
+evaluations (:mod:`fedsparse.flower.grid_round`) all go through :func:`exchange`.
+"""
+
+from __future__ import annotations
+
+import time
+
+from flwr.app import Message
+from flwr.serverapp import Grid
+
+__all__ = ["exchange"]
+
+
+def exchange(grid: Grid, messages: list[Message], timeout: float, poll: float = 0.2
+             ) -> dict[int, Message]:
+    """Push ``messages``; pull replies until all arrived or ``timeout`` seconds passed.
+
+    Like ``grid.send_and_receive``, but polling every ``poll`` seconds: the deployment
+    grid polls every 3 s, which is most of a short round on a fast network.
+
+    Returns
+    -------
+    dict
+        ``{i: reply to messages[i]}`` for the replies that arrived in time (error replies
+        included), matched by the id of the message they answer: a reply to a message
+        not sent here, or a second reply to one, is ignored.
+    """
+    if not messages:
+        return {}
+    index = {mid: i for i, mid in enumerate(grid.push_messages(messages)) if mid}
+    pending = set(index)
+    replies: dict[int, Message] = {}
+    deadline = time.monotonic() + timeout
+    while pending:
+        for reply in grid.pull_messages(list(pending)):
+            mid = reply.metadata.reply_to_message_id
+            if mid in pending:
+                pending.discard(mid)
+                replies[index[mid]] = reply
+        if not pending or time.monotonic() >= deadline:
+            break
+        time.sleep(poll)
+    return replies
