@@ -14,6 +14,7 @@ from fedsparse.experiments import fedmac as M
 from fedsparse.experiments import fedmac_runs
 from fedsparse.experiments import runner as R
 from fedsparse.experiments import safari as S
+from fedsparse.experiments.config import resolve_runs
 from fedsparse.experiments.registry import python_experiments
 
 SHARED = ("quick", "rounds", "seeds", "resume", "device")
@@ -79,7 +80,7 @@ def test_safari_resumes_to_the_uninterrupted_summary(tmp_path, monkeypatch):
     with pytest.raises(Stop):  # in the second run's first seed, after its checkpoint
         S.run_safari(config, tmp_path / "cut", budget, log=lambda *_: None)
     monkeypatch.undo()
-    second = S.resolve_runs(config)[1]["slug"]
+    second = resolve_runs(config)[1]["slug"]
     assert (tmp_path / "cut" / second / "seed-0" / "checkpoint.pt").exists()
     assert not (tmp_path / "cut" / "safari.json").exists()
     S.run_safari(config, tmp_path / "cut", budget, log=lambda *_: None, resume=True)
