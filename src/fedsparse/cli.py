@@ -17,7 +17,6 @@ from .cli_commands import cmd_list, cmd_report, cmd_show, cmd_sweep, cmd_tune
 from .cli_common import DEFAULT_EXPERIMENT, parse_value, resolve_experiment
 from .cli_run import _apply_overrides as _apply_overrides  # (tests import it from here)
 from .cli_run import cmd_run
-from .interrupts import recorded_interrupts
 
 __all__ = ["DEFAULT_EXPERIMENT", "build_parser", "main", "resolve_experiment"]
 
@@ -300,8 +299,7 @@ def main(argv: list[str] | None = None) -> int:
         leaf.error(_unknown_options(leaf, extra, argv))
     args.argv = argv  # the exact command, for the messages that say how to go on
     try:
-        with recorded_interrupts():
-            return args.func(args)
+        return args.func(args)
     except ConfigError as exc:
         print(f"fedsparse: error: {exc}", file=sys.stderr)
         return 2

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 import torch
 from tqdm.auto import tqdm
 
-from . import interrupts, rng
+from . import rng
 from ._validation import ConfigError, check_int
 from .algorithms.base import Algorithm, Cohort
 from .client_store import ClientStore
@@ -219,7 +219,6 @@ class RoundLoop:
                    (True if progress is False else None), desc=algorithm.name, leave=False)
         try:
             for t in range(start, rounds):
-                interrupts.check()  # a Ctrl-C dropped inside a finaliser stops here
                 tic = time.perf_counter()
                 clients = sample_clients(self.seed, t, N, self.per_round)
                 S = int(clients.shape[0])
