@@ -458,8 +458,12 @@ def test_sigint_to_a_real_run_prints_the_continue_command(tiny, tmp_path):
     out = tmp_path / "out"
     argv = [sys.executable, "-m", "fedsparse.cli", "run", str(tiny), "--out", str(out),
             "--rounds", "100000", "--quiet"]
+    # A shell starts a background job with SIGINT ignored and children inherit that
+    # (Python then never raises KeyboardInterrupt): the run gets the default, as a
+    # terminal's Ctrl-C would find it.
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+                            env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline = time.monotonic() + 240
         while not (out / "fed-ht" / "checkpoint.pt").exists():
