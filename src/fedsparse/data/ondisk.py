@@ -27,7 +27,6 @@ leaves a directory that reads as valid.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -39,6 +38,7 @@ import numpy as np
 import torch
 
 from .._validation import ConfigError, check_bool, fail
+from ..manifest_file import sha256 as _sha256
 from .federated import FederatedDataset
 from .lazy import CHUNK_BYTES, ClientSource, LazyFederatedDataset, auto_pooled
 from .loaders import DataFormatError
@@ -49,14 +49,6 @@ __all__ = ["FORMAT", "open_federated", "read_client", "write_federated"]
 FORMAT, VERSION = "fedsparse.federated", 1
 _DTYPES = {"float16": torch.float16, "float32": torch.float32, "float64": torch.float64}
 _SPLITS = ("train", "test")
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _crc(x: np.ndarray, y: np.ndarray) -> int:
