@@ -3,7 +3,7 @@
 ``fs.problems.neural`` computes the (S, P) gradients of S clients either vectorised over
 the client axis (``functional_call`` + ``vmap(grad)``) or one client after another
 (``functional_call`` + autograd). This script times both, side by side in one run, on the
-shapes the automatic rule (``fedsparse.problems.neural._auto_path``) was chosen from:
+shapes the automatic rule (``fedsparse.problems._neural_paths.auto_path``) was chosen from:
 
 (a) FedMac's MLP (784-100-10, 79,510 parameters), S = 100 clients x b = 20 examples;
 (b) the small CNN (``fs.models.cnn()``, 28 x 28 x 1, 215,370 parameters), S = 20 x b = 20;

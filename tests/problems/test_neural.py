@@ -9,7 +9,8 @@ from torch import nn
 import fedsparse as fs
 import fedsparse.models as models
 from fedsparse._validation import ConfigError
-from fedsparse.problems.neural import NeuralProblem, neural_from_spec
+from fedsparse.problems.neural import NeuralProblem
+from fedsparse.problems.neural_spec import neural_from_spec
 
 F64 = torch.float64
 

@@ -16,7 +16,8 @@ from .linear import (
     softmax,
 )
 from .links import BinaryLogistic, Link, SoftmaxCrossEntropy, SquaredError
-from .neural import NeuralProblem, neural, neural_from_spec
+from .neural import NeuralProblem, neural
+from .neural_spec import neural_from_spec
 from .protocol import Problem
 
 

@@ -11,7 +11,8 @@ holding class indices, ``w`` (S, b) example weights, and each client's loss is
 Evaluation is functional: :func:`torch.func.functional_call` runs the module on each client's
 parameters, either vectorised over the client axis (:func:`torch.func.vmap` of
 :func:`torch.func.grad`) or one client after another (autograd per client). Which one is
-faster depends on the shape and is chosen automatically (see ``_auto_path``); the two give
+faster depends on the shape and is chosen automatically (see
+:func:`fedsparse.problems._neural_paths.auto_path`); the two give
 the same numbers up to rounding, and so does any grouping of clients into chunks.
 
 Normalisation with batch statistics (a decision, documented here)
@@ -40,20 +41,19 @@ The module runs in eval mode (dropout off), so every call is deterministic.
 from __future__ import annotations
 
 import copy
-import inspect
 import math
-from collections.abc import Mapping
 from contextlib import nullcontext
 
 import torch
 from torch import nn
-from torch.func import functional_call, grad, replace_all_batch_norm_modules_, vmap
+from torch.func import functional_call, replace_all_batch_norm_modules_
 
 from .._memory import client_chunk, eval_chunk
 from .._validation import ConfigError, check_choice, check_int, fail
 from ..models.layout import ParamLayout
 from ._mlp import mlp_grad, mlp_layers
-from ._stacked import stackable, stacked_grad, stacked_logits
+from ._neural_paths import PATHS, auto_path, cross_entropy, reduction, single_client
+from ._stacked import stackable
 from .base import Problem, check_dense_features, check_labels
 
 # Saved activations plus their gradients plus the forward's temporaries, per activation.
@@ -66,23 +66,6 @@ _PARAM_COPIES = 3
 def _short(error: Exception) -> str:
     text = str(error).strip().splitlines()
     return (text[0] if text else type(error).__name__)[:200]
-
-
-def _cross_entropy(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """Per-example cross-entropy, classes on the last axis: (..., C), (...) -> (...)."""
-    return torch.logsumexp(logits, -1) - logits.gather(-1, y.unsqueeze(-1)).squeeze(-1)
-
-
-def _weighted_ce(logits: torch.Tensor, y: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    """``sum_j w_j CE_j`` over the last example axis; zero-weight rows contribute exactly 0
-    (even if their logits overflow)."""
-    ce = _cross_entropy(logits, y)
-    return torch.where(w > 0, w * ce, torch.zeros_like(ce)).sum(-1)
-
-
-def _weighted_correct(logits: torch.Tensor, y: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    hit = logits.argmax(-1) == y
-    return torch.where(hit & (w > 0), w, torch.zeros_like(w)).sum(-1)
 
 
 class NeuralProblem(Problem):
@@ -99,7 +82,7 @@ class NeuralProblem(Problem):
         ``"auto"``: a plain ReLU MLP takes the closed-form batched backward ``"mlp"``; on
         the CPU a sequential convolutional network runs ``"stacked"`` (the clients as one
         network with grouped layers, :mod:`fedsparse.problems._stacked`); other networks
-        follow the measured rule of ``_auto_path``. Or one of ``"mlp"``, ``"stacked"``,
+        follow the measured rule of ``_neural_paths.auto_path``. Or one of ``"mlp"``, ``"stacked"``,
         ``"vmap"`` (:func:`torch.func.vmap`) and ``"loop"`` (one client at a time).
     chunk_clients : clients per vectorised call; None sizes chunks from the memory of the
         device (:func:`fedsparse._memory.memory_budget`) and each client's estimated need
@@ -316,7 +299,7 @@ class NeuralProblem(Problem):
         with torch.no_grad():
             for a in range(0, max(n, 1), step):
                 logits = functional_call(module, tensors, (X[a:a + step],))
-                losses.append(_cross_entropy(logits, y[a:a + step]))
+                losses.append(cross_entropy(logits, y[a:a + step]))
                 hits.append(logits.argmax(-1) == y[a:a + step])
         if len(losses) == 1:
             return losses[0], hits[0]
@@ -420,7 +403,7 @@ class NeuralProblem(Problem):
             return self.path
         if self._stacked is not None and X.device.type == "cpu":
             return "stacked"
-        return _auto_path(X, self._has_conv)
+        return auto_path(X, self._has_conv)
 
     def _run(self, kind: str, params, X, y, w) -> torch.Tensor:
         params = self._check_params(params)
@@ -444,7 +427,7 @@ class NeuralProblem(Problem):
             logits = functional_call(module, self._layout.unflatten(params),
                                      (X.reshape(-1, *X.shape[2:]),))
             logits = logits.reshape(S, X.shape[1], -1)
-            return (_weighted_ce if kind == "loss" else _weighted_correct)(logits, y, w)
+            return reduction(kind)(logits, y, w)
         # Batch statistics must not see zero-weight rows: such clients run alone on their
         # real rows; every other client is vectorised.
         # Without batch statistics every client is regular: no data-dependent index (whose
@@ -455,8 +438,8 @@ class NeuralProblem(Problem):
         regular = torch.arange(S, device=device) if solo is None else \
             torch.nonzero(~solo).reshape(-1)
         method = self._method(X)
-        run = {"stacked": self._stacked_run, "vmap": self._vmapped,
-               "loop": self._looped}[method]
+        run = PATHS[method]
+        net = self._stacked if method == "stacked" else module
         step = self._chunk(X)
         order = []
         ctx = nullcontext() if differentiable else torch.no_grad()
@@ -466,11 +449,10 @@ class NeuralProblem(Problem):
                 if rows.numel() == regular.numel() == S:
                     rows = slice(None)  # no copy when every client is regular
                 p = params if params.ndim == 1 else params[rows]
-                args = (module, kind, p, X[rows], y[rows], w[rows])
                 if kind == "grad" and self._mlp is not None:
                     res = mlp_grad(self._mlp, p, X[rows], y[rows], w[rows])
                 else:
-                    res = run(*args)
+                    res = run(net, self._layout, kind, p, X[rows], y[rows], w[rows])
                 if differentiable:
                     pieces.append(res)
                     order.append(torch.arange(S, device=device)[rows])
@@ -481,7 +463,8 @@ class NeuralProblem(Problem):
             for i in ([] if solo is None else torch.nonzero(solo).reshape(-1).tolist()):
                 real = w[i] > 0
                 p = params if params.ndim == 1 else params[i]
-                res = self._single(module, kind, p, X[i][real], y[i][real], w[i][real])
+                res = single_client(module, self._layout, kind, p, X[i][real], y[i][real],
+                                    w[i][real])
                 if differentiable:
                     pieces.append(res.reshape(1))
                     order.append(torch.tensor([i], device=device))
@@ -491,107 +474,6 @@ class NeuralProblem(Problem):
             perm = torch.cat(order)
             return torch.cat(pieces)[torch.argsort(perm)]
         return out
-
-    def _single(self, module, kind, p, X, y, w) -> torch.Tensor:
-        """One client: a scalar (loss, correct) or its (P,) gradient, by autograd."""
-        if X.shape[0] == 0:  # a client with no real rows: nothing to fit
-            n = self._layout.size if kind == "grad" else None
-            return torch.zeros(() if n is None else (n,), device=p.device, dtype=p.dtype)
-        if kind != "grad":
-            logits = functional_call(module, self._layout.unflatten(p), (X,))
-            return (_weighted_ce if kind == "loss" else _weighted_correct)(logits, y, w)
-        leaves = [t.detach().requires_grad_(True) for t in self._layout.unflatten(p).values()]
-        with torch.enable_grad():
-            logits = functional_call(module, dict(zip(self._names, leaves, strict=True)), (X,))
-            value = _weighted_ce(logits, y, w)
-        grads = torch.autograd.grad(value, leaves, allow_unused=True)
-        return torch.cat([(torch.zeros_like(t) if g is None else g).reshape(-1)
-                          for g, t in zip(grads, leaves, strict=True)])
-
-    def _looped(self, module, kind, p, X, y, w) -> torch.Tensor:
-        """Clients one after another: (s,) or (s, P)."""
-        res = [self._single(module, kind, p if p.ndim == 1 else p[i], X[i], y[i], w[i])
-               for i in range(X.shape[0])]
-        return torch.stack(res)
-
-    def _stacked_run(self, module, kind, p, X, y, w) -> torch.Tensor:
-        """Clients as one network with grouped layers (:mod:`._stacked`): (s,) or (s, P)."""
-        if kind == "grad":
-            return stacked_grad(self._stacked, self._layout, _weighted_ce, p, X, y, w)
-        if p.ndim == 1:
-            p = p.expand(X.shape[0], -1)
-        logits = stacked_logits(self._stacked, self._layout.unflatten(p), X)
-        return (_weighted_ce if kind == "loss" else _weighted_correct)(logits, y, w)
-
-    def _vmapped(self, module, kind, p, X, y, w) -> torch.Tensor:
-        """Clients vectorised with torch.func: (s,) or (s, P)."""
-        pdim = None if p.ndim == 1 else 0
-        pieces = self._layout.unflatten(p)
-        if kind == "grad":
-            def client_loss(tensors, Xi, yi, wi):
-                return _weighted_ce(functional_call(module, tensors, (Xi,)), yi, wi)
-
-            g = vmap(grad(client_loss), in_dims=(pdim, 0, 0, 0))(pieces, X, y, w)
-            return torch.cat([g[n].reshape(X.shape[0], -1) for n in self._names], dim=-1)
-        reduce = _weighted_ce if kind == "loss" else _weighted_correct
-
-        def client_value(tensors, Xi, yi, wi):
-            return reduce(functional_call(module, tensors, (Xi,)), yi, wi)
-
-        return vmap(client_value, in_dims=(pdim, 0, 0, 0))(pieces, X, y, w)
-
-
-# How clients are evaluated on CPU, measured with benchmarks/bench_models_grad.py on this
-# project's 2-core machine (torch 2.13, float32, one grad call, best of several runs with
-# the two paths alternated; ranges over repeated runs). Entries are loop time / vmap
-# time (> 1: vmap is faster):
-#
-#   model                          S x b      1 thread   2 threads
-#   MLP 784-100-10                 100 x 20   1.30-2.65     8.6   (vmap 24 ms, loop 210 ms)
-#   MLP 784-100-10                  10 x 20     1.81
-#   MLP 784-100-10                1000 x 20     1.57
-#   MLP 784-100-10                  20 x 200    1.31
-#   MLP 60-20-10                   100 x 20    17.0
-#   small CNN (fs.models.cnn())     20 x 20   0.73-0.85     0.99  (vmap 271 ms, loop 269 ms)
-#   small CNN                        5 x 20     0.92        0.94
-#   small CNN                       50 x 20     0.75        1.12
-#   small CNN                       20 x 2      1.52
-#   small CNN                       20 x 5      1.23
-#   small CNN                       20 x 8      1.04
-#   small CNN                       20 x 12   0.87-1.05
-#   small CNN                       20 x 64     0.69        0.66
-#   McMahan et al.'s CNN            20 x 20     0.92
-#   ResNet-20 (BN / GN), 28 x 28     4 x 16     0.80 / 0.73
-#   ResNet-20 BN                     8 x 4      1.26
-#   VGG small, 32 x 32              10 x 20     1.12
-#
-# vmap always wins for networks without convolutions (a loop pays Python and autograd
-# overhead per client for little arithmetic). With convolutions, vmap runs one grouped
-# convolution over the clients' weights, which CPU kernels do less efficiently than S
-# ordinary ones, so once a client has enough rows to amortise the loop's overhead (about 10
-# here) the loop is as fast or faster. Rule: loop for convolutional networks with at least
-# _LOOP_MIN_ROWS rows per client, vmap otherwise. On a GPU (not measured here: no GPU on
-# this machine) vmap is used throughout, since a per-client loop there is bound by kernel
-# launches. When other processes load the 2 cores, both paths slow down by up to 10x with
-# 2 threads and the loop more (its many small kernels wait for cores): the small CNN at
-# 20 x 20 then measured 1.35-1.75 in favour of vmap; the rule follows the quiet figures.
-#
-# Sequential convolutional networks (fs.models.cnn, fs.models.vgg_small, user nets of the
-# same layers) take neither on CPU: the "stacked" path runs the clients as one network
-# whose grouped convolutions are laid out channels-last, where oneDNN runs them at about
-# the speed of one convolution of the merged batch. Small CNN, 20 x 20, one grad call,
-# 1 thread, alternated on the busy 2-core machine: stacked 269 ms, loop 321 ms, vmap
-# 422 ms; 2 threads: 790 / 3,291 / 1,731 ms. The rule above still decides for the others
-# (ResNet-20: residual blocks are not sequential).
-_LOOP_MIN_ROWS = 12
-
-
-def _auto_path(X: torch.Tensor, has_conv: bool) -> str:
-    """``"vmap"`` or ``"loop"`` for client data ``X`` (S, b, ...) (measured rule above)."""
-    if X.device.type != "cpu":
-        return "vmap"
-    return "loop" if has_conv and X.shape[1] >= _LOOP_MIN_ROWS else "vmap"
-
 
 def neural(module: nn.Module, *, dtype: torch.dtype | None = None, path: str = "auto",
            chunk_clients: int | None = None) -> NeuralProblem:
@@ -603,53 +485,3 @@ def neural(module: nn.Module, *, dtype: torch.dtype | None = None, path: str = "
     79510
     """
     return NeuralProblem(module, dtype=dtype, path=path, chunk_clients=chunk_clients)
-
-
-def neural_from_spec(spec: Mapping, *, feature_shape: tuple[int, ...] | None = None,
-                     num_classes: int | None = None, **options) -> NeuralProblem:
-    """A neural problem from a config table such as ``{kind = "mlp", hidden = [100]}``.
-
-    Parameters
-    ----------
-    spec : mapping with ``kind`` (a key of :data:`fedsparse.models.REGISTRY`) and keyword
-        arguments of that builder. ``in_features`` (mlp), ``in_channels`` and
-        ``image_size`` (conv models) and ``num_classes`` default to the data's.
-    feature_shape : the data's feature shape, e.g. ``(784,)`` or ``(1, 28, 28)``.
-    num_classes : the data's number of classes.
-    **options : passed to :func:`neural` (``dtype``, ``path``, ``chunk_clients``).
-    """
-    from ..models import REGISTRY
-
-    if not isinstance(spec, Mapping) or "kind" not in spec:
-        raise fail("model", spec, 'must be a table with a "kind" key, e.g. '
-                                  '{kind = "mlp", hidden = [100]}')
-    spec = dict(spec)
-    kind = check_choice("model.kind", spec.pop("kind"), REGISTRY)
-    builder = REGISTRY[kind]
-    accepted = inspect.signature(builder).parameters
-    unknown = sorted(set(spec) - set(accepted))
-    if unknown:
-        raise fail("model", unknown, f"unknown keys for kind {kind!r}; allowed: "
-                                     + ", ".join(accepted))
-    if feature_shape is not None:
-        fs = tuple(int(s) for s in feature_shape)
-        if kind == "mlp":
-            spec.setdefault("in_features", math.prod(fs))
-        else:
-            if len(fs) != 3:
-                raise fail("feature_shape", fs, f"must be (channels, height, width) for "
-                                                f"model kind {kind!r}")
-            spec.setdefault("in_channels", fs[0])
-            if "image_size" in accepted:
-                if fs[1] != fs[2]:
-                    raise fail("feature_shape", fs, f"must hold square images for model kind "
-                                                    f"{kind!r}")
-                spec.setdefault("image_size", fs[1])
-    if num_classes is not None:
-        spec.setdefault("num_classes", num_classes)
-    missing = [n for n, p in accepted.items()
-               if p.default is inspect.Parameter.empty and n not in spec]
-    if missing:
-        raise fail("model", {"kind": kind, **spec},
-                   f"needs {', '.join(missing)} (or the data's feature shape)")
-    return neural(builder(**spec), **options)

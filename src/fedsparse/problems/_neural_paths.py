@@ -1,0 +1,149 @@
+"""How a neural problem evaluates many clients: the weighted cross-entropy and its paths.
+
+Every function takes one chunk of clients, ``p`` (P,) shared or (s, P) per client, ``X``
+(s, b, *feature_shape), ``y`` (s, b) long labels and ``w`` (s, b) weights, and returns (s,)
+for ``kind`` ``"loss"`` / ``"correct"`` or (s, P) for ``"grad"``. The paths give the same
+numbers up to rounding; :func:`auto_path` picks between the two general ones.
+:class:`fedsparse.problems.neural.NeuralProblem` owns the choice, the chunking and the clients
+that must run alone (batch statistics with padded rows).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.func import functional_call, grad, vmap
+
+from ..models.layout import ParamLayout
+from ._stacked import stacked_grad, stacked_logits
+
+
+def cross_entropy(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Per-example cross-entropy, classes on the last axis: (..., C), (...) -> (...)."""
+    return torch.logsumexp(logits, -1) - logits.gather(-1, y.unsqueeze(-1)).squeeze(-1)
+
+
+def weighted_ce(logits: torch.Tensor, y: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """``sum_j w_j CE_j`` over the last example axis; zero-weight rows contribute exactly 0
+    (even if their logits overflow)."""
+    ce = cross_entropy(logits, y)
+    return torch.where(w > 0, w * ce, torch.zeros_like(ce)).sum(-1)
+
+
+def weighted_correct(logits: torch.Tensor, y: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """``sum_j w_j [argmax logits_j == y_j]`` over the last example axis."""
+    hit = logits.argmax(-1) == y
+    return torch.where(hit & (w > 0), w, torch.zeros_like(w)).sum(-1)
+
+
+def reduction(kind: str):
+    """The per-client reduction of logits for a forward-only ``kind``."""
+    return weighted_ce if kind == "loss" else weighted_correct
+
+
+def single_client(module: nn.Module, layout: ParamLayout, kind: str, p, X, y, w
+                  ) -> torch.Tensor:
+    """One client, ``X`` (b, ...): a scalar (loss, correct) or its (P,) gradient, by autograd."""
+    if X.shape[0] == 0:  # a client with no real rows: nothing to fit
+        n = layout.size if kind == "grad" else None
+        return torch.zeros(() if n is None else (n,), device=p.device, dtype=p.dtype)
+    if kind != "grad":
+        logits = functional_call(module, layout.unflatten(p), (X,))
+        return reduction(kind)(logits, y, w)
+    leaves = [t.detach().requires_grad_(True) for t in layout.unflatten(p).values()]
+    with torch.enable_grad():
+        logits = functional_call(module, dict(zip(layout.names, leaves, strict=True)), (X,))
+        value = weighted_ce(logits, y, w)
+    grads = torch.autograd.grad(value, leaves, allow_unused=True)
+    return torch.cat([(torch.zeros_like(t) if g is None else g).reshape(-1)
+                      for g, t in zip(grads, leaves, strict=True)])
+
+
+def looped(module: nn.Module, layout: ParamLayout, kind: str, p, X, y, w) -> torch.Tensor:
+    """Clients one after another: (s,) or (s, P)."""
+    res = [single_client(module, layout, kind, p if p.ndim == 1 else p[i], X[i], y[i], w[i])
+           for i in range(X.shape[0])]
+    return torch.stack(res)
+
+
+def stacked(net, layout: ParamLayout, kind: str, p, X, y, w) -> torch.Tensor:
+    """Clients as one network with grouped layers (:mod:`._stacked`; ``net`` its stackable
+    description): (s,) or (s, P)."""
+    if kind == "grad":
+        return stacked_grad(net, layout, weighted_ce, p, X, y, w)
+    if p.ndim == 1:
+        p = p.expand(X.shape[0], -1)
+    return reduction(kind)(stacked_logits(net, layout.unflatten(p), X), y, w)
+
+
+def vmapped(module: nn.Module, layout: ParamLayout, kind: str, p, X, y, w) -> torch.Tensor:
+    """Clients vectorised with :func:`torch.func.vmap`: (s,) or (s, P)."""
+    pdim = None if p.ndim == 1 else 0
+    pieces = layout.unflatten(p)
+    if kind == "grad":
+        def client_loss(tensors, Xi, yi, wi):
+            return weighted_ce(functional_call(module, tensors, (Xi,)), yi, wi)
+
+        g = vmap(grad(client_loss), in_dims=(pdim, 0, 0, 0))(pieces, X, y, w)
+        return torch.cat([g[n].reshape(X.shape[0], -1) for n in layout.names], dim=-1)
+    reduce = reduction(kind)
+
+    def client_value(tensors, Xi, yi, wi):
+        return reduce(functional_call(module, tensors, (Xi,)), yi, wi)
+
+    return vmap(client_value, in_dims=(pdim, 0, 0, 0))(pieces, X, y, w)
+
+
+PATHS = {"stacked": stacked, "vmap": vmapped, "loop": looped}
+
+
+# How clients are evaluated on CPU, measured with benchmarks/bench_models_grad.py on this
+# project's 2-core machine (torch 2.13, float32, one grad call, best of several runs with
+# the two paths alternated; ranges over repeated runs). Entries are loop time / vmap
+# time (> 1: vmap is faster):
+#
+#   model                          S x b      1 thread   2 threads
+#   MLP 784-100-10                 100 x 20   1.30-2.65     8.6   (vmap 24 ms, loop 210 ms)
+#   MLP 784-100-10                  10 x 20     1.81
+#   MLP 784-100-10                1000 x 20     1.57
+#   MLP 784-100-10                  20 x 200    1.31
+#   MLP 60-20-10                   100 x 20    17.0
+#   small CNN (fs.models.cnn())     20 x 20   0.73-0.85     0.99  (vmap 271 ms, loop 269 ms)
+#   small CNN                        5 x 20     0.92        0.94
+#   small CNN                       50 x 20     0.75        1.12
+#   small CNN                       20 x 2      1.52
+#   small CNN                       20 x 5      1.23
+#   small CNN                       20 x 8      1.04
+#   small CNN                       20 x 12   0.87-1.05
+#   small CNN                       20 x 64     0.69        0.66
+#   McMahan et al.'s CNN            20 x 20     0.92
+#   ResNet-20 (BN / GN), 28 x 28     4 x 16     0.80 / 0.73
+#   ResNet-20 BN                     8 x 4      1.26
+#   VGG small, 32 x 32              10 x 20     1.12
+#
+# vmap always wins for networks without convolutions (a loop pays Python and autograd
+# overhead per client for little arithmetic). With convolutions, vmap runs one grouped
+# convolution over the clients' weights, which CPU kernels do less efficiently than S
+# ordinary ones, so once a client has enough rows to amortise the loop's overhead (about 10
+# here) the loop is as fast or faster. Rule: loop for convolutional networks with at least
+# LOOP_MIN_ROWS rows per client, vmap otherwise. On a GPU (not measured here: no GPU on
+# this machine) vmap is used throughout, since a per-client loop there is bound by kernel
+# launches. When other processes load the 2 cores, both paths slow down by up to 10x with
+# 2 threads and the loop more (its many small kernels wait for cores): the small CNN at
+# 20 x 20 then measured 1.35-1.75 in favour of vmap; the rule follows the quiet figures.
+#
+# Sequential convolutional networks (fs.models.cnn, fs.models.vgg_small, user nets of the
+# same layers) take neither on CPU: the "stacked" path runs the clients as one network
+# whose grouped convolutions are laid out channels-last, where oneDNN runs them at about
+# the speed of one convolution of the merged batch. Small CNN, 20 x 20, one grad call,
+# 1 thread, alternated on the busy 2-core machine: stacked 269 ms, loop 321 ms, vmap
+# 422 ms; 2 threads: 790 / 3,291 / 1,731 ms. The rule above still decides for the others
+# (ResNet-20: residual blocks are not sequential).
+LOOP_MIN_ROWS = 12
+
+
+def auto_path(X: torch.Tensor, has_conv: bool) -> str:
+    """``"vmap"`` or ``"loop"`` for client data ``X`` (S, b, ...) (measured rule above)."""
+    if X.device.type != "cpu":
+        return "vmap"
+    return "loop" if has_conv and X.shape[1] >= LOOP_MIN_ROWS else "vmap"
