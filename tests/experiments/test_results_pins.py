@@ -37,9 +37,14 @@ def row(*cells) -> str:
     return "| " + " | ".join(str(c) for c in cells) + " |"
 
 
-def run_cli(tmp_path: Path, name: str, *args: str) -> tuple[dict, dict]:
-    """``fedsparse run NAME ARGS``; returns (summary, {(panel, label): History})."""
-    out = tmp_path / name
+def run_cli(tmp_path: Path, name: str, *args: str, out_name: str | None = None
+            ) -> tuple[dict, dict]:
+    """``fedsparse run NAME ARGS`` into ``tmp_path/(out_name or NAME)``.
+
+    Returns (summary, {(panel, label): History}). Two runs of one experiment in one test
+    need distinct ``out_name`` values: a run refuses a folder that already holds results.
+    """
+    out = tmp_path / (out_name or name)
     assert main(["run", name, "--out", str(out), "--quiet", *args]) == 0
     summary = json.loads((out / "summary.json").read_text())
     runs = {(r["panel"], r["label"]): History.load(out / r["dir"]) for r in summary["runs"]}
@@ -193,7 +198,7 @@ def test_fedht_figure3_grid_searched_steps(tmp_path):
 def test_fedht_figure3_at_the_local_methods_step(tmp_path):
     summary, runs = run_cli(tmp_path, "fedht-fig3", "--set", "algorithm.step_size=0.001")
     _, short = run_cli(tmp_path, "fedht-fig3", "--set", "algorithm.step_size=0.0006",
-                       "--rounds", "100")
+                       "--rounds", "100", out_name="fedht-fig3-below-bound")
     assert_quoted(
         "fedht.md",
         row("Simulation I, round-200 objective",
