@@ -125,6 +125,16 @@ def _seed_comment(name: str) -> str:
             "# to both.\n")
 
 
+def _report_search(result, out: Path, args) -> int:
+    """The end of a sweep or a tuning: the winners and the command that reruns them."""
+    if result is INTERRUPTED:
+        return 130
+    print(json.dumps(result["best"], indent=2))
+    print(f"wrote {out}/ : {', '.join(result['files'])}; `fedsparse run {out}/tuned.toml"
+          f"{f' --seeds {args.seeds}' if args.seeds else ''}` reruns the winners")
+    return 0
+
+
 def cmd_sweep(args) -> int:
     from .experiments.output import prepare_output
     from .experiments.sweep import SWEEP_FILES, run_sweep
@@ -145,12 +155,7 @@ def cmd_sweep(args) -> int:
     result = _guarded(out, created, args, lambda: run_sweep(
         config, grid, out=out, metric=args.metric, maximize=args.maximize, seeds=args.seeds,
         jobs=args.jobs, loggers=args.log), resumable=False)
-    if result is INTERRUPTED:
-        return 130
-    print(json.dumps(result["best"], indent=2))
-    print(f"wrote {out}/ : {', '.join(result['files'])}; `fedsparse run {out}/tuned.toml"
-          f"{f' --seeds {args.seeds}' if args.seeds else ''}` reruns the winners")
-    return 0
+    return _report_search(result, out, args)
 
 
 def cmd_tune(args) -> int:
@@ -175,12 +180,7 @@ def cmd_tune(args) -> int:
         config, space, trials=args.trials, out=out, metric=args.metric,
         maximize=args.maximize, seeds=args.seeds, jobs=args.jobs, sampler=args.sampler,
         sampler_seed=args.sampler_seed, loggers=args.log), resumable=False)
-    if result is INTERRUPTED:
-        return 130
-    print(json.dumps(result["best"], indent=2))
-    print(f"wrote {out}/ : {', '.join(result['files'])}; `fedsparse run {out}/tuned.toml"
-          f"{f' --seeds {args.seeds}' if args.seeds else ''}` reruns the winners")
-    return 0
+    return _report_search(result, out, args)
 
 
 def cmd_report(args) -> int:
