@@ -232,6 +232,7 @@ def test_fedht_figure3_literal_loss(tmp_path):
     # Fed-HT has no convergent step on the (doubled) grid at all
     _, config, _ = resolve_experiment("fedht-fig3-literal-loss")
     config["runs"] = [r for r in config["runs"] if r["label"] == "Fed-HT"]
+    del config["compare"]  # its reference run is not among the swept runs
     config["defaults"]["rounds"] = 100
     result = run_sweep(config, {"algorithm.step_size": [2 * g for g in GRID]},
                        log=lambda *_: None)
