@@ -1,0 +1,209 @@
+"""What the two halves of a round see: the sampled clients' data and random streams
+(:class:`ClientContext`), the data as the server may know it (:class:`DataSpec`) and the
+clients of a round at aggregation (:class:`Cohort`). The contract they serve is
+:class:`fedsparse.algorithms.base.Algorithm`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from .. import rng
+from .._validation import ConfigError
+from ..data.federated import ClientSplit, FederatedDataset
+from ..data.sparse_rows import SparseRows
+from ..problems.base import Problem
+
+ServerState = dict[str, Any]
+"""Server state: a dict of tensors; ``state["model"]`` is the (P,) global model."""
+
+
+@dataclass
+class ClientContext:
+    """What a client update may see: the sampled clients' data and their random streams.
+
+    Attributes
+    ----------
+    problem : the learning problem.
+    data : ClientSplit of the S sampled clients, stacked.
+    clients : (S,) int64 global ids of the sampled clients.
+    round : 0-based round index.
+    seed : run seed.
+    state : per-client state of the sampled clients (dict of (S, ...) tensors) or None.
+    config : scalars the server sends with the payload (:meth:`Algorithm.client_config`),
+        and the run's length T as ``config["total_rounds"]`` (the round loop adds it, in
+        the simulator and over Flower alike; see :attr:`total_rounds`).
+    """
+
+    problem: Problem
+    data: ClientSplit
+    clients: torch.Tensor
+    round: int
+    seed: int
+    state: dict[str, torch.Tensor] | None = None
+    config: dict[str, Any] = field(default_factory=dict)
+    _full_weights: torch.Tensor | None = field(default=None, repr=False)
+    #: The clients' example counts on the CPU, read once (the mini-batch draws are made
+    #: on the CPU, so a GPU run would otherwise copy them back at every local step).
+    _cpu_counts: torch.Tensor | None = field(default=None, repr=False)
+
+    @property
+    def size(self) -> int:
+        return int(self.clients.shape[0])
+
+    @property
+    def total_rounds(self) -> int:
+        """T, the number of rounds of the run (rounds are 0 .. T-1), sent by the round loop
+        with every payload (``config["total_rounds"]``)."""
+        if "total_rounds" not in self.config:
+            raise ConfigError("this client update needs the run's number of rounds: the round "
+                              "loop sends it as config['total_rounds'] (give it in "
+                              "ClientContext(config=...) when calling client_update by hand)")
+        return int(self.config["total_rounds"])
+
+    def full(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """All local training data: ``X`` (S, n_max, *feature_shape), ``y`` (S, n_max),
+        ``w`` (S, n_max); pooled data are padded for this (S clients only)."""
+        if self._full_weights is None:
+            self._full_weights = self.data.mean_weights()
+        X = self.data.X if isinstance(self.data.X, (torch.Tensor, SparseRows)) \
+            else self.data.dense_X()
+        return X, self.data.y, self._full_weights
+
+    def batch(self, step: int, batch_size: int | None) -> tuple[torch.Tensor, torch.Tensor,
+                                                                 torch.Tensor]:
+        """Mini-batch for local step ``step``: ``b`` examples per client, uniformly without
+        replacement (clients with fewer than ``b`` examples use all of theirs).
+
+        ``batch_size=None`` (or at least every client's size) returns :meth:`full`.
+        The draw is a function of (seed, round, client id, step) only.
+        """
+        if self.is_full_batch(batch_size):
+            return self.full()
+        index, w = self.batch_index(step, batch_size)
+        return self.data.gather(index), torch.gather(self.data.y, 1, index), w
+
+    def is_full_batch(self, batch_size: int | None) -> bool:
+        """True if :meth:`batch` returns the full local data (``None`` or ``b >= max n_i``)."""
+        return batch_size is None or batch_size >= int(self._counts_on_cpu().max())
+
+    def _counts_on_cpu(self) -> torch.Tensor:
+        if self._cpu_counts is None:
+            self._cpu_counts = self.data.counts.cpu()
+        return self._cpu_counts
+
+    def batch_index(self, step: int, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The draw behind :meth:`batch`: ``index`` (S, b) example positions and ``w``
+        (S, b) their weights, 1/b each (0 on padding where a client has fewer than ``b``
+        examples; the rest share the weight equally)."""
+        counts, clients = self._counts_on_cpu(), self.clients.cpu()
+        S, n_max = counts.shape[0], int(counts.max())
+        if 2 * int(counts.sum()) >= S * n_max:  # little padding: one draw over (S, n_max)
+            index, picked = self._draw(clients, counts, n_max, step, batch_size)
+        else:
+            # Uneven sizes (log-normal, power law): clients in groups of sizes within a
+            # factor 2, each drawn over its own longest client, so the keys cost about
+            # 2 sum(n_i), not S max(n_i). The draw is the same: a key is a function of
+            # (client, position), and positions past a client's count are never picked.
+            index = torch.empty(S, batch_size, dtype=torch.int64)
+            picked = torch.empty(S, batch_size, dtype=torch.bool)
+            group = torch.floor(torch.log2(counts.clamp(min=1).to(torch.float64)))
+            for g in torch.unique(group):
+                rows = torch.nonzero(group == g).flatten()
+                # at least b positions (a group of clients with fewer than b examples
+                # takes all of theirs and pads), at most the longest sampled client
+                width = max(int(counts[rows].max()), batch_size)
+                index[rows], picked[rows] = self._draw(clients[rows], counts[rows], width,
+                                                       step, batch_size)
+        w = picked.to(self.data.X.dtype)
+        device = self.data.y.device
+        return index.to(device), (w / w.sum(-1, keepdim=True)).to(device)
+
+    def _draw(self, clients: torch.Tensor, counts: torch.Tensor, width: int, step: int,
+              batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """:func:`~fedsparse.rng.choose_without_replacement` over the keys of positions
+        ``0 .. width - 1`` of ``clients`` (those past a client's count are invalid)."""
+        keys = rng.uniform(self.seed, rng.BATCH, self.round, clients[:, None], step,
+                           torch.arange(width)[None, :])
+        valid = torch.arange(width)[None, :] < counts[:, None]
+        return rng.choose_without_replacement(keys, valid, batch_size)
+
+    def random(self, *counters) -> torch.Tensor:
+        """Uniforms for algorithm-specific draws, keyed by (seed, round, client, counters)."""
+        return rng.uniform(self.seed, rng.ALGORITHM, self.round, self.clients, *counters)
+
+
+@dataclass(frozen=True)
+class DataSpec:
+    """What the server may know of the federated data: never a client's examples.
+
+    Attributes
+    ----------
+    num_clients : N.
+    feature_shape : shape of one example's features, e.g. ``(784,)`` or ``(1, 28, 28)``.
+    dtype : floating dtype of data and model.
+    weights : (N,) float64 client weights p_i (0 for a client with no node on Flower).
+    device : where the model lives.
+    """
+
+    num_clients: int
+    feature_shape: tuple[int, ...]
+    dtype: torch.dtype
+    weights: torch.Tensor
+    device: torch.device = torch.device("cpu")
+
+    @property
+    def dim(self) -> int:
+        """Number of features d (the product of ``feature_shape``)."""
+        return math.prod(self.feature_shape)
+
+    @classmethod
+    def of(cls, data: FederatedDataset) -> DataSpec:
+        """The spec of a whole data set (what the simulator binds with)."""
+        shape = getattr(data, "feature_shape", None) or (data.dim,)
+        device = getattr(data.train.X, "device", torch.device("cpu"))
+        return cls(data.num_clients, tuple(shape), data.dtype, data.weights, device)
+
+
+@dataclass(frozen=True)
+class Cohort:
+    """The clients of one round, as :meth:`Algorithm.aggregate` sees them.
+
+    Attributes
+    ----------
+    round : 0-based round index.
+    clients : (S,) int64 sampled client ids, ascending.
+    weights : (S,) float64 their weights p_i.
+    delivered : (S,) bool, True where the upload arrived and passed validation. Rows
+        of ``uploads`` that were not delivered are zero and must not be used.
+    seed : the run seed (the round loop gives it; 0, ``simulate``'s default, when a
+        cohort is built by hand), so that the server half draws from the same streams
+        as the client half (:meth:`random`).
+    """
+
+    round: int
+    clients: torch.Tensor
+    weights: torch.Tensor
+    delivered: torch.Tensor
+    seed: int = 0
+
+    @property
+    def size(self) -> int:
+        return int(self.clients.shape[0])
+
+    def random(self, *counters) -> torch.Tensor:
+        """Uniforms for the server's algorithm-specific draws, keyed by (seed, round,
+        client, counters): the ``rng.ALGORITHM`` stream of :meth:`ClientContext.random`,
+        so a draw keyed by the same counters gives the same numbers in either half. Use
+        counters no client-side draw uses (e.g. negative ones).
+
+        Returns
+        -------
+        (S,) float64 uniforms in [0, 1), one per client of :attr:`clients` (broadcast
+        with any tensor counter).
+        """
+        return rng.uniform(self.seed, rng.ALGORITHM, self.round, self.clients, *counters)
