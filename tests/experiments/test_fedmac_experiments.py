@@ -201,7 +201,8 @@ def _quoted(*rows: str, key_cells: int = 1, tolerance: float = TOLERANCE,
             block: str | None = None) -> None:
     """Each row is quoted on the page (found by its first ``key_cells`` cells), its
     numbers within ``tolerance`` points; ``block``: only in that generated block of the
-    page (the Table 1 rows repeat their keys, e.g. "FedAvg | GM", in every row's table)."""
+    page (keys repeat across tables: "FedAvg | GM" in every Table 1 row's table, "FedMac"
+    in those and in Figure 4's)."""
     text = PAGE.read_text()
     if block is not None:
         bodies = [m["body"] for m in BLOCK.finditer(text) if m["key"] == block]
@@ -253,7 +254,7 @@ def test_page_quotes_figures(name, tmp_path):
     if name == "fedmac-fig3":  # Table 1's cells, then the FedMac PM's lead over each model
         _quoted(*(table_cells(r) for r in summary["table"]), key_cells=2, block=f"{name} table")
         _quoted(*(f"| {g['method']} {g['model']} | {M._fmt(g['gap'])} | {g['paper_gap']:.2f} |"
-                  for g in summary["gaps"]))
+                  for g in summary["gaps"]), block=f"{name} gaps")
     else:
         # Figure 4's sparse runs drift up to 0.09 points between machines (last-round
         # accuracy; rule Z's thresholds meet float sums in another order): 3x that
@@ -262,5 +263,5 @@ def test_page_quotes_figures(name, tmp_path):
         # stable rows are pinned
         rows = [r for r in summary["runs"]
                 if name != "fedmac-fig6" or r["label"] in ("gamma_w = 0", "gamma_w = 1e-6")]
-        _quoted(*(figure_cells(name, r) for r in rows),
+        _quoted(*(figure_cells(name, r) for r in rows), block=f"{name} runs",
                 tolerance=0.3 if name == "fedmac-fig4" else TOLERANCE)
