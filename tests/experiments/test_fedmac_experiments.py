@@ -20,7 +20,7 @@ from fedsparse.experiments.config import resolve_runs
 from fedsparse.experiments.registry import python_experiments
 from fedsparse.experiments.seeds import mean_history, seed_stats
 from fedsparse.history import History
-from fedsparse.report.results_pages import BLOCK, TOLERANCE, rows_off
+from fedsparse.report.results_pages import TOLERANCE, generated_block, rows_off
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "results" / "fedmac.md"
 EXPERIMENTS = ("fedmac-table1-fmnist", "fedmac-table1-mnist5k", "fedmac-table1-synthetic",
@@ -197,19 +197,12 @@ PAGE_FIGURES = {"fedmac-fig4": 100, "fedmac-fig6": 100, "fedmac-fig2": 60,
                 "fedmac-fig3": 100}
 
 
-def _quoted(*rows: str, key_cells: int = 1, tolerance: float = TOLERANCE,
-            block: str | None = None) -> None:
-    """Each row is quoted on the page (found by its first ``key_cells`` cells), its
-    numbers within ``tolerance`` points; ``block``: only in that generated block of the
-    page (keys repeat across tables: "FedAvg | GM" in every Table 1 row's table, "FedMac"
-    in those and in Figure 4's)."""
-    text = PAGE.read_text()
-    if block is not None:
-        bodies = [m["body"] for m in BLOCK.finditer(text) if m["key"] == block]
-        assert bodies, f"fedmac.md has no generated block {block!r}"
-        text = bodies[0]
-    off = rows_off(list(rows), text, key_cells=key_cells, tolerance=tolerance)
-    assert not off, "fedmac.md does not quote what the runs give:\n" + "\n".join(off)
+def _quoted(block: str, *rows: str, key_cells: int = 1, tolerance: float = TOLERANCE) -> None:
+    """Each row is quoted in the page's generated ``block`` (found by its first
+    ``key_cells`` cells), its numbers within ``tolerance`` points."""
+    off = rows_off(list(rows), generated_block(PAGE.read_text(), block), key_cells=key_cells,
+                   tolerance=tolerance)
+    assert not off, f"fedmac.md ({block}) does not quote what the runs give:\n" + "\n".join(off)
 
 
 def table_cells(row: dict) -> str:
@@ -225,7 +218,7 @@ def test_page_quotes_table1(name, tmp_path):
     rounds, seeds, weighting = PAGE_RUNS[name]
     summary = M.table1(name, tmp_path, rounds=rounds, seeds=seeds, weighting=weighting,
                        log=quiet)
-    _quoted(*(table_cells(r) for r in summary["table"]), key_cells=2, block=f"{name} table")
+    _quoted(f"{name} table", *(table_cells(r) for r in summary["table"]), key_cells=2)
 
 
 def figure_cells(name: str, row: dict) -> str:
@@ -252,9 +245,9 @@ def test_page_quotes_figures(name, tmp_path):
            "fedmac-fig6": M.figure6}[name]
     summary = run(tmp_path, rounds=PAGE_FIGURES[name], log=quiet)
     if name == "fedmac-fig3":  # Table 1's cells, then the FedMac PM's lead over each model
-        _quoted(*(table_cells(r) for r in summary["table"]), key_cells=2, block=f"{name} table")
-        _quoted(*(f"| {g['method']} {g['model']} | {M._fmt(g['gap'])} | {g['paper_gap']:.2f} |"
-                  for g in summary["gaps"]), block=f"{name} gaps")
+        _quoted(f"{name} table", *(table_cells(r) for r in summary["table"]), key_cells=2)
+        _quoted(f"{name} gaps", *(f"| {g['method']} {g['model']} | {M._fmt(g['gap'])} | "
+                                  f"{g['paper_gap']:.2f} |" for g in summary["gaps"]))
     else:
         # Figure 4's sparse runs drift up to 0.09 points between machines (last-round
         # accuracy; rule Z's thresholds meet float sums in another order): 3x that
@@ -263,5 +256,5 @@ def test_page_quotes_figures(name, tmp_path):
         # stable rows are pinned
         rows = [r for r in summary["runs"]
                 if name != "fedmac-fig6" or r["label"] in ("gamma_w = 0", "gamma_w = 1e-6")]
-        _quoted(*(figure_cells(name, r) for r in rows), block=f"{name} runs",
+        _quoted(f"{name} runs", *(figure_cells(name, r) for r in rows),
                 tolerance=0.3 if name == "fedmac-fig4" else TOLERANCE)

@@ -70,4 +70,16 @@ def test_rows_off_allows_float_drift_not_a_change():
     assert RP.rows_off(["| p | run | 68.02 ± 2.65 | 59.70 ± 2.36 |"], page) == []
     off = RP.rows_off(["| p | run | 68.22 ± 2.66 | 59.71 ± 2.36 |",
                        "| p | missing | 1.00 ± 0.10 | 2.00 |"], page)
-    assert len(off) == 2 and "off by more" in off[0] and "not quoted" in off[1]
+    assert len(off) == 2 and "off by more" in off[0] and "quoted in 0 rows" in off[1]
+
+
+def test_rows_off_refuses_a_key_two_tables_hold():
+    # the same run label in two experiments' tables: compared against either, a pin could
+    # pass on the other experiment's numbers
+    page = ("<!-- begin generated: a runs -->\n| p | run | 68.02 |\n<!-- end generated -->\n"
+            "<!-- begin generated: b runs -->\n| p | run | 45.25 |\n<!-- end generated -->\n")
+    assert "quoted in 2 rows" in RP.rows_off(["| p | run | 45.25 |"], page)[0]
+    assert RP.rows_off(["| p | run | 45.25 |"], RP.generated_block(page, "b runs")) == []
+    assert RP.rows_off(["| p | run | 45.25 |"], RP.generated_block(page, "a runs"))
+    with pytest.raises(ValueError, match="no generated block 'c runs'"):
+        RP.generated_block(page, "c runs")

@@ -234,30 +234,47 @@ def _cells(row: str) -> list[str]:
     return [c.strip() for c in row.strip().strip("|").split("|")]
 
 
+def generated_block(text: str, key: str) -> str:
+    """The body of the page's generated block ``key`` (``<!-- begin generated: key -->``).
+
+    Raises
+    ------
+    ValueError
+        if the page has no such block.
+    """
+    for m in BLOCK.finditer(text):
+        if m["key"] == key:
+            return m["body"]
+    raise ValueError(f"the page has no generated block {key!r}")
+
+
 def rows_off(rows: list[str], text: str, *, key_cells: int = 2,
              tolerance: float = TOLERANCE) -> list[str]:
     """The table rows of ``rows`` that ``text`` does not quote within ``tolerance``.
 
     A row is found in ``text`` by its first ``key_cells`` cells (e.g. panel and run); its
-    other cells must hold the same numbers, each within ``tolerance`` (points of %).
+    other cells must hold the same numbers, each within ``tolerance`` (points of %). A key
+    that ``text`` holds in more than one row is reported, not compared: the tables of a page
+    repeat keys, so pass one table (:func:`generated_block`).
 
     Returns
     -------
-    One message per row that is missing or off, naming the row and the page's row.
+    One message per row that is missing, ambiguous or off, naming the row and the page's.
     """
-    quoted = {}
+    quoted: dict[tuple, list[list[str]]] = {}
     for line in text.splitlines():
         if line.startswith("|"):
             cells = _cells(line)
-            quoted.setdefault(tuple(cells[:key_cells]), cells[key_cells:])
+            quoted.setdefault(tuple(cells[:key_cells]), []).append(cells[key_cells:])
     off = []
     for row in rows:
         cells = _cells(row)
         key, values = tuple(cells[:key_cells]), cells[key_cells:]
-        page = quoted.get(key)
-        if page is None:
-            off.append(f"not quoted: {row}")
+        found = quoted.get(key, [])
+        if len(found) != 1:
+            off.append(f"quoted in {len(found)} rows (not one): {row}")
             continue
+        page = found[0]
         ours = [_NUMBER.findall(c) for c in values]
         theirs = [_NUMBER.findall(c) for c in page[:len(values)]]
         same = len(ours) == len(theirs) and all(
