@@ -205,11 +205,20 @@ def _quoted(block: str, *rows: str, key_cells: int = 1, tolerance: float = TOLER
     assert not off, f"fedmac.md ({block}) does not quote what the runs give:\n" + "\n".join(off)
 
 
-def table_cells(row: dict) -> str:
-    """A Table 1 row as the page writes it: | method | model | best | last | paper |."""
+#: Table 1 cells no run can pin: pFedMe's PM on Synthetic swings about a point between
+#: evaluations after round 100, and a rounding-level difference between two versions moved
+#: its last-round value by 0.74 points (the page says so); its best-over-rounds is pinned.
+UNRESOLVABLE_LAST = {("fedmac-table1-synthetic", "pFedMe", "PM")}
+
+
+def table_cells(row: dict, *, with_last: bool = True) -> str:
+    """A Table 1 row as the page writes it: | method | model | best | last | paper |;
+    without ``last``, only | method | model | best | (the cells after it are not compared)."""
+    best = f"| {row['method']} | {row['model']} | {M.format_stat(row['best'])} |"
+    if not with_last:
+        return best
     paper = "-" if row["paper"] is None else f"{row['paper']:.2f}"
-    return (f"| {row['method']} | {row['model']} | {M.format_stat(row['best'])} | "
-            f"{M.format_stat(row['last'])} | {paper} |")
+    return f"{best} {M.format_stat(row['last'])} | {paper} |"
 
 
 @pytest.mark.slow
@@ -218,7 +227,9 @@ def test_page_quotes_table1(name, tmp_path):
     rounds, seeds, weighting = PAGE_RUNS[name]
     summary = M.table1(name, tmp_path, rounds=rounds, seeds=seeds, weighting=weighting,
                        log=quiet)
-    _quoted(f"{name} table", *(table_cells(r) for r in summary["table"]), key_cells=2)
+    _quoted(f"{name} table", *(table_cells(r, with_last=(name, r["method"], r["model"])
+                                           not in UNRESOLVABLE_LAST)
+                               for r in summary["table"]), key_cells=2)
 
 
 def figure_cells(name: str, row: dict) -> str:
