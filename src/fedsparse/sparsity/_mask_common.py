@@ -14,8 +14,6 @@ from ..models.layout import ParamLayout
 from .thresholding import top_indices
 
 SCOPES = ("layer", "global")
-DISTRIBUTIONS = ("erk", "uniform")
-
 
 
 def check_density(density) -> float:

@@ -11,7 +11,6 @@ import torch
 from .. import rng
 from .._validation import check_choice, check_float, check_int, fail
 from ._mask_common import (
-    DISTRIBUTIONS,
     check_cohort,
     check_density,
     keep_count,
@@ -19,6 +18,9 @@ from ._mask_common import (
     rank_select,
     scopes,
 )
+
+#: How a random sparse start spreads the density over the prunable tensors.
+DISTRIBUTIONS = ("erk", "uniform")
 
 # The round slot of the ALGORITHM stream: rounds are >= 0, so no per-round draw of an
 # algorithm ever hashes the same counters as a FedSpa initial mask.

@@ -24,7 +24,6 @@ import torch
 
 from .._validation import check_choice
 from ._mask_common import (
-    DISTRIBUTIONS,
     SCOPES,
     check_density,
     check_vector,
@@ -32,7 +31,13 @@ from ._mask_common import (
     scopes,
     select,
 )
-from .fedspa import fedspa_drop_fraction, fedspa_update, layer_densities, random_masks
+from .fedspa import (
+    DISTRIBUTIONS,
+    fedspa_drop_fraction,
+    fedspa_update,
+    layer_densities,
+    random_masks,
+)
 from .synflow import synflow_mask, synflow_scores
 
 __all__ = ["DISTRIBUTIONS", "SCOPES", "fedspa_drop_fraction", "fedspa_update",
