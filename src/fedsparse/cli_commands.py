@@ -125,6 +125,15 @@ def _seed_comment(name: str) -> str:
             "# to both.\n")
 
 
+def _search_config(args, device, needs: str) -> tuple[str, dict]:
+    """The TOML experiment a sweep or a tuning searches over, with ``--set``, ``--rounds``
+    and ``--device`` applied; ``needs`` completes the refusal of a Python experiment."""
+    name, config, _ = resolve_experiment(args.experiment)
+    if config is None:
+        raise ConfigError(f"experiment {name!r} is a Python experiment; {needs} a TOML config")
+    return name, _apply_overrides(config, args.set, args.rounds, device)
+
+
 def _report_search(result, out: Path, args) -> int:
     """The end of a sweep or a tuning: the winners and the command that reruns them."""
     if result is INTERRUPTED:
@@ -144,10 +153,7 @@ def cmd_sweep(args) -> int:
                           "--grid 'algorithm.step_size=[0.01, 0.1, 1]'")
     _check_log(args)
     device = _check_device(args)
-    name, config, _ = resolve_experiment(args.experiment)
-    if config is None:
-        raise ConfigError(f"experiment {name!r} is a Python experiment; sweeps need a TOML config")
-    config = _apply_overrides(config, args.set, args.rounds, device)
+    name, config = _search_config(args, device, "sweeps need")
     grid = dict(args.grid)
     out = Path(args.out or Path("runs") / f"{name}-sweep").expanduser()
     created = prepare_output(out, force=args.force, resumable=False,  # never replaced silently
@@ -169,11 +175,7 @@ def cmd_tune(args) -> int:
     _check_log(args)
     device = _check_device(args)
     space = {key: parse_space(text, f"--param {key}") for key, text in args.param}
-    name, config, _ = resolve_experiment(args.experiment)
-    if config is None:
-        raise ConfigError(f"experiment {name!r} is a Python experiment; tuning needs a TOML "
-                          "config")
-    config = _apply_overrides(config, args.set, args.rounds, device)
+    name, config = _search_config(args, device, "tuning needs")
     out = Path(args.out or Path("runs") / f"{name}-tune").expanduser()
     created = prepare_output(out, force=args.force, resumable=False)
     result = _guarded(out, created, args, lambda: run_tune(
