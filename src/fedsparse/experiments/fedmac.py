@@ -158,9 +158,9 @@ def figure2(out: str | Path, *, quick: bool = False, rounds: int | None = None,
                      f"{fmt(r['pm_last']):>8} {fmt(r['loss_last'], 4):>10} "
                      f"{str(r['pm_rounds_to_95pct_of_best']):>25}")
     return write_report(out, lines, log, title=config.get("title", ""), experiment="fedmac-fig2",
-                   quick=quick, rounds=T, seeds=n_seeds, **where,
-                   wall_clock_s=time.perf_counter() - tic, eval_every=every, runs=rows,
-                   plots=["fig2.png"])
+                        quick=quick, rounds=T, seeds=n_seeds, **where,
+                        wall_clock_s=time.perf_counter() - tic, eval_every=every, runs=rows,
+                        plots=["fig2.png"])
 
 
 def figure3(out: str | Path, *, quick: bool = False, rounds: int | None = None,
@@ -205,10 +205,9 @@ def figure3(out: str | Path, *, quick: bool = False, rounds: int | None = None,
         lines.append(f"  {g['method']:<11} {g['model']}: {fmt(g['gap']):>6} / "
                      f"{g['paper_gap']:.2f}")
     return write_report(out, lines, log, title=config.get("title", ""), experiment="fedmac-fig3",
-                   quick=quick, rounds=T, seeds=n_seeds, **where,
-                   wall_clock_s=time.perf_counter() - tic, eval_every=every, table=rows, gaps=gaps,
-                   plots=["accuracy_vs_round.png"])
-
+                        quick=quick, rounds=T, seeds=n_seeds, **where,
+                        wall_clock_s=time.perf_counter() - tic, eval_every=every, table=rows,
+                        gaps=gaps, plots=["accuracy_vs_round.png"])
 
 
 def figure4(out: str | Path, *, quick: bool = False, rounds: int | None = None,
@@ -313,9 +312,9 @@ def figure4(out: str | Path, *, quick: bool = False, rounds: int | None = None,
                      f"{fmt(r['formula_cost_ratio'], 3):>8}")
     lines.append(f"(cost after {at} rounds, relative to 2 x 64 d bits a round)")
     return write_report(out, lines, log, title=config.get("title", ""), experiment="fedmac-fig4",
-                   quick=quick, rounds=T, seeds=n_seeds, **where,
-                   wall_clock_s=time.perf_counter() - tic, eval_every=every, runs=rows,
-                   plots=["fig4.png"])
+                        quick=quick, rounds=T, seeds=n_seeds, **where,
+                        wall_clock_s=time.perf_counter() - tic, eval_every=every, runs=rows,
+                        plots=["fig4.png"])
 
 
 def figure6(out: str | Path, *, quick: bool = False, rounds: int | None = None,
@@ -380,16 +379,16 @@ def figure6(out: str | Path, *, quick: bool = False, rounds: int | None = None,
                      f"{fmt(r['pm_last']):>8} {fmt(r['gm_density_last'], 3):>7} "
                      f"{fmt(r['pm_density_last'], 3):>7} {str(r['gm_floor_round']):>12}")
     return write_report(out, lines, log, title=config.get("title", ""), experiment="fedmac-fig6",
-                   quick=quick, rounds=T, seeds=n_seeds, **where,
-                   wall_clock_s=time.perf_counter() - tic, eval_every=every, runs=rows,
-                   plots=["fig6.png"])
+                        quick=quick, rounds=T, seeds=n_seeds, **where,
+                        wall_clock_s=time.perf_counter() - tic, eval_every=every, runs=rows,
+                        plots=["fig6.png"])
 
 
 @register_experiment("fedmac-fig2", paper="fedmac",
                      description="Liu et al. 2023 Figure 2 on MNIST-5k: FedMac with R in "
                                  "{5, 10, 20, 30} and beta in {1, 1.5, 2}")
 def fig2(out: Path, *, quick: bool = False, rounds: int | None = None,
-                  seeds: int | None = None, resume: bool = False, device=None) -> dict:
+         seeds: int | None = None, resume: bool = False, device=None) -> dict:
     """Figure 2 (config ``fedmac-fig2-mnist5k-runs``): 200 rounds, one seed, evaluated
     every 2 rounds. ``quick``: 10 rounds on 2,000 images."""
     return figure2(out, quick=quick, rounds=rounds, seeds=seeds, resume=resume,
@@ -401,7 +400,7 @@ def fig2(out: Path, *, quick: bool = False, rounds: int | None = None,
                                  "six methods with Table 3's hyper-parameters, and the FedMac "
                                  "PM's lead over each")
 def fig3(out: Path, *, quick: bool = False, rounds: int | None = None,
-                  seeds: int | None = None, resume: bool = False, device=None) -> dict:
+         seeds: int | None = None, resume: bool = False, device=None) -> dict:
     """Figure 3 (config ``fedmac-fig3-mnist5k-runs``): 800 rounds, one seed, evaluated
     every 4 rounds. ``quick``: 10 rounds on 2,000 images."""
     return figure3(out, quick=quick, rounds=rounds, seeds=seeds, resume=resume,
@@ -413,7 +412,7 @@ def fig3(out: Path, *, quick: bool = False, rounds: int | None = None,
                                  "the modified pFedMe under sparsity: accuracy, non-zero "
                                  "fraction, communication cost")
 def fig4(out: Path, *, quick: bool = False, rounds: int | None = None,
-                  seeds: int | None = None, resume: bool = False, device=None) -> dict:
+         seeds: int | None = None, resume: bool = False, device=None) -> dict:
     """Figures 4 and 5 (config ``fedmac-fig4-fmnist-runs``): 300 rounds, one seed,
     accuracy evaluated every 5 rounds (non-zero fractions and bits every round).
     ``quick``: 10 rounds on 4,000 images."""
@@ -425,7 +424,7 @@ def fig4(out: Path, *, quick: bool = False, rounds: int | None = None,
                      description="Liu et al. 2023 Figure 6 on MNIST-5k: FedMac with gamma_w in "
                                  "{0, 1e-6, 1e-5, 1e-4}: sparsity against rounds")
 def fig6(out: Path, *, quick: bool = False, rounds: int | None = None,
-                  seeds: int | None = None, resume: bool = False, device=None) -> dict:
+         seeds: int | None = None, resume: bool = False, device=None) -> dict:
     """Figure 6 (config ``fedmac-fig6-mnist5k-runs``): 200 rounds, one seed, evaluated
     every 2 rounds. ``quick``: 10 rounds on 2,000 images."""
     return figure6(out, quick=quick, rounds=rounds, seeds=seeds, resume=resume,

@@ -141,7 +141,7 @@ def table1_fmnist(out: Path, *, quick: bool = False, rounds: int | None = None,
                      description="Liu et al. 2023 Table 1, MNIST row on the 5,000-image MNIST "
                                  "subset: GM/PM best mean test accuracy of the six methods")
 def table1_mnist5k(out: Path, *, quick: bool = False, rounds: int | None = None,
-                  seeds: int | None = None, resume: bool = False, device=None) -> dict:
+                   seeds: int | None = None, resume: bool = False, device=None) -> dict:
     """Table 1's MNIST row on MNIST-5k (config ``fedmac-table1-mnist5k-runs``): T = 800,
     3 seeds, evaluated every 4 rounds. ``quick``: 20 rounds on 2,000 images."""
     return table1("fedmac-table1-mnist5k", out, quick=quick, rounds=rounds, seeds=seeds,
@@ -153,7 +153,7 @@ def table1_mnist5k(out: Path, *, quick: bool = False, rounds: int | None = None,
                                  "100 clients, the 1,430-parameter DNN; GM/PM best mean test "
                                  "accuracy of the six methods")
 def table1_synthetic(out: Path, *, quick: bool = False, rounds: int | None = None,
-                  seeds: int | None = None, resume: bool = False, device=None) -> dict:
+                     seeds: int | None = None, resume: bool = False, device=None) -> dict:
     """Table 1's Synthetic row (config ``fedmac-table1-synthetic-runs``): T = 800, 3
     seeds, evaluated every 4 rounds. ``quick``: 20 rounds at the generator's own client
     sizes (not Dinh et al. 2020's five-fold ones)."""

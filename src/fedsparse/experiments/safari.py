@@ -235,7 +235,7 @@ def safari_fmnist(out, *, quick: bool = False, rounds: int | None = None,
                      description="Mao et al. 2022 Figs. 2 and 5 on Fashion-MNIST with the "
                                  "small CNN: MAG + FedAvg at the asymmetric P, one seed")
 def safari_fmnist_cnn(out, *, quick: bool = False, rounds: int | None = None,
-                  seeds: int | None = None, resume: bool = False, device=None) -> dict:
+                      seeds: int | None = None, resume: bool = False, device=None) -> dict:
     """safari-fmnist's asymmetric panel (no drop, compensation, no compensation, the
     distance record) with the small CNN instead of the MLP, at a reduced budget: 15
     rounds, 1 seed, 12,000 images; --quick: 2 rounds, 2,000 images."""
@@ -248,7 +248,7 @@ def safari_fmnist_cnn(out, *, quick: bool = False, rounds: int | None = None,
                      description="Mao et al. 2022 Figs. 3-4 on Fashion-MNIST: SynFlow and "
                                  "FedSpa + FedAvg, no drop vs compensation vs none")
 def safari_pruners(out, *, quick: bool = False, rounds: int | None = None,
-                  seeds: int | None = None, resume: bool = False, device=None) -> dict:
+                   seeds: int | None = None, resume: bool = False, device=None) -> dict:
     """SynFlow (100 scoring iterations) and FedSpa + FedAvg, otherwise as safari-fmnist.
     Full: 30 rounds x 2 seeds; --quick: 15 rounds, 1 seed, 12,000 images."""
     budget = _budget(quick, SWEEP, rounds, seeds)
@@ -260,7 +260,7 @@ def safari_pruners(out, *, quick: bool = False, rounds: int | None = None,
                                  "and FedSpa + FedProx (mu = 0.001), no drop vs compensation "
                                  "vs none")
 def safari_fedprox(out, *, quick: bool = False, rounds: int | None = None,
-                  seeds: int | None = None, resume: bool = False, device=None) -> dict:
+                   seeds: int | None = None, resume: bool = False, device=None) -> dict:
     """MAG, SynFlow and FedSpa + FedProx (mu = 0.001) at P = 0.6 (the paper's channel; the
     asymmetric one is left out for time), otherwise as safari-fmnist.
     Full: 20 rounds x 2 seeds; --quick: 15 rounds, 1 seed, 12,000 images."""
@@ -274,7 +274,7 @@ def safari_fedprox(out, *, quick: bool = False, rounds: int | None = None,
                                  "probability P in {0.2, ..., 1.0}, without and with "
                                  "compensation")
 def safari_probability(out, *, quick: bool = False, rounds: int | None = None,
-                  seeds: int | None = None, resume: bool = False, device=None) -> dict:
+                       seeds: int | None = None, resume: bool = False, device=None) -> dict:
     """MAG + FedAvg, 60% pruned, P in {0.2, 0.4, 0.6, 0.8, 1.0} on every link, without and
     with compensation; plus the score against P. Full: 30 rounds x 2 seeds; --quick:
     15 rounds, 1 seed, 12,000 images."""
@@ -289,7 +289,7 @@ def safari_probability(out, *, quick: bool = False, rounds: int | None = None,
                      description="Mao et al. 2022 Fig. 8 on Fashion-MNIST: pruned fraction "
                                  "0-0.8, MAG + FedAvg with compensation")
 def safari_sparsity(out, *, quick: bool = False, rounds: int | None = None,
-                  seeds: int | None = None, resume: bool = False, device=None) -> dict:
+                    seeds: int | None = None, resume: bool = False, device=None) -> dict:
     """MAG + FedAvg with compensation at P = 0.6, pruned fraction in {0, 0.2, 0.4, 0.6, 0.7,
     0.8}; plus the score against the pruned fraction. Full: 30 rounds x 2 seeds;
     --quick: 15 rounds, 1 seed, 12,000 images."""
