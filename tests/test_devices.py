@@ -192,7 +192,7 @@ def test_list_and_show_say_which_experiments_want_a_gpu(capsys):
     assert "wanted" not in line
     assert main(["show", "fedmac-table1-fmnist"]) == 0
     out = capsys.readouterr().out
-    assert "# Device: wants a GPU (--device cuda): full run about 2.5 h (3 seeds) on the CPU, " \
+    assert "# Device: wants a GPU (--device cuda): full run about 70 min (3 seeds) on the CPU, " \
            "not measured yet on a GPU." in out
     assert main(["show", "fedht-fig1"]) == 0
     assert "# Device: the CPU is enough" in capsys.readouterr().out
