@@ -18,7 +18,7 @@ import pytest
 
 from fedsparse.algorithms.personalized import fedmac_bits
 from fedsparse.experiments import fedmac as M
-from fedsparse.experiments.config import resolve_runs
+from fedsparse.experiments.config import apply_overrides, resolve_runs
 from fedsparse.experiments.fedmac_report import cell
 from fedsparse.experiments.registry import python_experiments
 from fedsparse.experiments.seeds import mean_history, seed_stats
@@ -247,10 +247,6 @@ def _prose(heading: str) -> str:
     return section[section.rindex("<!-- end generated -->"):]
 
 
-def _near(value: float, quoted: list[float]) -> bool:
-    return any(abs(value - q) <= TOLERANCE for q in quoted)
-
-
 #: How the page's prose quotes them: "FedAvg's and FedProx's GMs reach A ± a and B ± b
 #: (FedAvg per seed: x, y, z)".
 SIZE_WEIGHTED_QUOTE = re.compile(
@@ -266,7 +262,7 @@ def test_page_quotes_size_weighted_baselines(name, tmp_path):
     rounds, seeds, _ = PAGE_RUNS[name]
     config = M._config(M.TABLE1[name][0])
     config["runs"] = [r for r in config["runs"] if r["algorithm"]["kind"] in M.SIZE_WEIGHTED]
-    config = M.apply_overrides(config, [], rounds)
+    config = apply_overrides(config, [], rounds)
     M.run_config(config, tmp_path, seeds=seeds, eval_every=M.TABLE1[name][3], log=quiet,
                  weighting="size")
     found = SIZE_WEIGHTED_QUOTE.search(_prose(SIZE_WEIGHTED_SECTIONS[name]))
@@ -277,12 +273,13 @@ def test_page_quotes_size_weighted_baselines(name, tmp_path):
     assert sorted(results) == sorted(quoted)
     for label, r in results.items():
         best = cell(r.stats, "best", "test_accuracy")
-        assert _near(best["mean"], quoted[label][:1]) and _near(best["std"], quoted[label][1:]), \
-            f"{label}: the run gives {M.format_stat(best)}, the page {quoted[label]}"
+        mean, std = quoted[label]
+        assert abs(best["mean"] - mean) <= TOLERANCE and abs(best["std"] - std) <= TOLERANCE, \
+            f"{label}: the run gives {M.format_stat(best)}, the page {mean} ± {std}"
     seeds_best = [100 * h.best("test_accuracy") for h in results["FedAvg"].mean.seeds]
     page_seeds = [float(x) for x in re.split(r",\s+", found.group(5))]
     assert len(page_seeds) == len(seeds_best) and all(
-        _near(a, [b]) for a, b in zip(seeds_best, page_seeds, strict=True)), \
+        abs(a - b) <= TOLERANCE for a, b in zip(seeds_best, page_seeds, strict=True)), \
         f"FedAvg per seed: the run gives {seeds_best}, the page {page_seeds}"
 
 
@@ -316,9 +313,9 @@ def test_page_quotes_figures(name, tmp_path):
     else:
         # Figure 4's sparse runs drift up to 0.09 points between machines (last-round
         # accuracy; rule Z's thresholds meet float sums in another order): its tolerance
-        # is 3x that. Figure 6's gamma_w = 1e-5 and 1e-4 runs collapse chaotically: rerun on another
-        # machine their last-round accuracies moved by up to 6.6 points, so only the
-        # stable rows are pinned
+        # is 3x that. Figure 6's gamma_w = 1e-5 and 1e-4 runs collapse chaotically: rerun
+        # on another machine their last-round accuracies moved by up to 6.6 points, so only
+        # the stable rows are pinned
         rows = [r for r in summary["runs"]
                 if name != "fedmac-fig6" or r["label"] in ("gamma_w = 0", "gamma_w = 1e-6")]
         _quoted(f"{name} runs", *(figure_cells(name, r) for r in rows),
