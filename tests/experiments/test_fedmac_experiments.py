@@ -199,9 +199,9 @@ PAGE_RUNS = {"fedmac-table1-fmnist": (800, 3, "uniform"),
 #: prose, as "mean ± std" and FedAvg's "per seed: a, b, c"): experiment -> its section.
 SIZE_WEIGHTED_SECTIONS = {"fedmac-table1-fmnist": "## Table 1, Fashion-MNIST",
                           "fedmac-table1-synthetic": "## Table 1, Synthetic"}
-#: The figures the page reports: experiment -> rounds (one seed).
-PAGE_FIGURES = {"fedmac-fig4": 100, "fedmac-fig6": 100, "fedmac-fig2": 60,
-                "fedmac-fig3": 100}
+#: The figures the page reports: experiment -> (rounds, seeds).
+PAGE_FIGURES = {"fedmac-fig4": (100, 1), "fedmac-fig6": (100, 1), "fedmac-fig2": (60, 1),
+                "fedmac-fig3": (800, 2)}
 
 
 def _quoted(block: str, *rows: str, key_cells: int = 1, tolerance: float = TOLERANCE) -> None:
@@ -305,7 +305,8 @@ def figure_cells(name: str, row: dict) -> str:
 def test_page_quotes_figures(name, tmp_path):
     run = {"fedmac-fig2": M.figure2, "fedmac-fig3": M.figure3, "fedmac-fig4": M.figure4,
            "fedmac-fig6": M.figure6}[name]
-    summary = run(tmp_path, rounds=PAGE_FIGURES[name], log=quiet)
+    rounds, seeds = PAGE_FIGURES[name]
+    summary = run(tmp_path, rounds=rounds, seeds=seeds, log=quiet)
     if name == "fedmac-fig3":  # Table 1's cells, then the FedMac PM's lead over each model
         _quoted(f"{name} table", *(table_cells(r) for r in summary["table"]), key_cells=2)
         _quoted(f"{name} gaps", *(f"| {g['method']} {g['model']} | {M._fmt(g['gap'])} | "
