@@ -18,8 +18,8 @@ import pytest
 
 from fedsparse.algorithms.personalized import fedmac_bits
 from fedsparse.experiments import fedmac as M
-from fedsparse.experiments.config import apply_overrides, resolve_runs
-from fedsparse.experiments.fedmac_report import cell
+from fedsparse.experiments.config import apply_overrides, resolve_runs, select_runs
+from fedsparse.experiments.fedmac_report import cell, percent
 from fedsparse.experiments.registry import python_experiments
 from fedsparse.experiments.seeds import mean_history, seed_stats
 from fedsparse.history import History
@@ -260,10 +260,10 @@ def test_page_quotes_size_weighted_baselines(name, tmp_path):
     """FedAvg and FedProx averaged by client size, at the row's rounds and seeds: the
     page's prose quotes each one's best GM as mean ± std, and FedAvg's per seed."""
     rounds, seeds, _ = PAGE_RUNS[name]
-    config = M._config(M.TABLE1[name][0])
-    config["runs"] = [r for r in config["runs"] if r["algorithm"]["kind"] in M.SIZE_WEIGHTED]
+    config_name, _, _, eval_every, *_ = M.TABLE1[name]
+    config = select_runs(M._config(config_name), ["FedAvg", "FedProx"])
     config = apply_overrides(config, [], rounds)
-    M.run_config(config, tmp_path, seeds=seeds, eval_every=M.TABLE1[name][3], log=quiet,
+    M.run_config(config, tmp_path, seeds=seeds, eval_every=eval_every, log=quiet,
                  weighting="size")
     found = SIZE_WEIGHTED_QUOTE.search(_prose(SIZE_WEIGHTED_SECTIONS[name]))
     assert found, f"the {name} section does not quote the size-weighted baselines"
@@ -276,7 +276,7 @@ def test_page_quotes_size_weighted_baselines(name, tmp_path):
         mean, std = quoted[label]
         assert abs(best["mean"] - mean) <= TOLERANCE and abs(best["std"] - std) <= TOLERANCE, \
             f"{label}: the run gives {M.format_stat(best)}, the page {mean} ± {std}"
-    seeds_best = [100 * h.best("test_accuracy") for h in results["FedAvg"].mean.seeds]
+    seeds_best = [percent(h.best("test_accuracy")) for h in results["FedAvg"].mean.seeds]
     page_seeds = [float(x) for x in re.split(r",\s+", found.group(5))]
     assert len(page_seeds) == len(seeds_best) and all(
         abs(a - b) <= TOLERANCE for a, b in zip(seeds_best, page_seeds, strict=True)), \
