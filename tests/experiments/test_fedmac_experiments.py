@@ -23,7 +23,7 @@ from fedsparse.experiments.fedmac_report import cell, percent
 from fedsparse.experiments.registry import python_experiments
 from fedsparse.experiments.seeds import mean_history, seed_stats
 from fedsparse.history import History
-from fedsparse.report.results_pages import TOLERANCE, generated_block, rows_off
+from fedsparse.report.results_pages import TOLERANCE, block, generated_block, rows_off
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "results" / "fedmac.md"
 EXPERIMENTS = ("fedmac-table1-fmnist", "fedmac-table1-mnist5k", "fedmac-table1-synthetic",
@@ -188,6 +188,30 @@ def test_figure_table_prints_percentages_once(tmp_path, monkeypatch):
     assert (tmp_path / "fig6.png").stat().st_size > 0
 
 
+def test_figure_rows_keep_each_replicate(tmp_path, monkeypatch):
+    # two seeds of Figure 6: a row's cells are the means, its per_seed entry each seed's
+    # own best, last and floor round, which the page's "seeds" block prints line by line
+    def history(seed, gm, pm, density):
+        h = _history(seed, gm, pm)
+        for rec, d in zip(h.records, density, strict=True):
+            rec.update(model_density=d, personal_density=d)
+        return h
+
+    seeds = [history(0, [0.5, 0.8, 0.7], [0.90, 0.95, 0.94], [1.0, 0.5, 0.5]),
+             history(1, [0.6, 0.6, 0.9], [0.97, 0.96, 0.98], [0.8, 0.7, 0.5])]
+    results = {("", "gamma_w = 1e-6"): _result("gamma_w = 1e-6", seeds)}
+    monkeypatch.setattr(M, "_run_figure", lambda *a, **k: ({"title": "t"}, results, 3, 1))
+    summary = M.figure6(tmp_path, log=quiet)
+    row = summary["runs"][0]
+    assert row["gm_best"] == pytest.approx(85.0)  # mean of 80 and 90
+    assert row["per_seed"]["gm_best"] == pytest.approx([80.0, 90.0])
+    assert row["per_seed"]["pm_last"] == pytest.approx([94.0, 98.0])
+    assert row["per_seed"]["gm_floor_round"] == [2, 3]
+    assert block("fedmac-fig6 seeds", {"fedmac-fig6": summary}).splitlines()[2:] == [
+        "| gamma_w = 1e-6 | 0 | 80.00 | 70.00 | 95.00 | 94.00 | 2 |",
+        "| gamma_w = 1e-6 | 1 | 90.00 | 90.00 | 98.00 | 98.00 | 3 |"]
+
+
 # ---------------------------------------------- slow: the numbers the page quotes
 
 #: The Table 1 runs the page reports: experiment -> (rounds, seeds, how FedAvg and FedProx
@@ -200,7 +224,7 @@ PAGE_RUNS = {"fedmac-table1-fmnist": (800, 3, "uniform"),
 SIZE_WEIGHTED_SECTIONS = {"fedmac-table1-fmnist": "## Table 1, Fashion-MNIST",
                           "fedmac-table1-synthetic": "## Table 1, Synthetic"}
 #: The figures the page reports: experiment -> (rounds, seeds).
-PAGE_FIGURES = {"fedmac-fig4": (100, 1), "fedmac-fig6": (100, 1), "fedmac-fig2": (60, 1),
+PAGE_FIGURES = {"fedmac-fig4": (100, 1), "fedmac-fig6": (100, 1), "fedmac-fig2": (800, 2),
                 "fedmac-fig3": (800, 2)}
 
 
@@ -297,7 +321,8 @@ def figure_cells(name: str, row: dict) -> str:
                 f"{M._fmt(row['pm_density_last'], 3)} | {row['gm_floor_round']} |")
     label = f"{row['panel']}: {row['label']}"
     return (f"| {label} | {pct['gm_best']} | {pct['gm_last']} | {pct['pm_best']} | "
-            f"{pct['pm_last']} | {row['pm_rounds_to_95pct_of_best']} |")
+            f"{pct['pm_last']} | {M._fmt(row['loss_last'], 4)} | "
+            f"{row['pm_rounds_to_95pct_of_best']} |")
 
 
 @pytest.mark.slow
@@ -319,5 +344,11 @@ def test_page_quotes_figures(name, tmp_path):
         # the stable rows are pinned
         rows = [r for r in summary["runs"]
                 if name != "fedmac-fig6" or r["label"] in ("gamma_w = 0", "gamma_w = 1e-6")]
-        _quoted(f"{name} runs", *(figure_cells(name, r) for r in rows),
-                tolerance=0.3 if name == "fedmac-fig4" else TOLERANCE)
+        tolerance = 0.3 if name == "fedmac-fig4" else TOLERANCE
+        _quoted(f"{name} runs", *(figure_cells(name, r) for r in rows), tolerance=tolerance)
+        if seeds > 1:  # and each replicate's row, found by (run, replicate)
+            labels = {f"| {r.get('panel') + ': ' if r.get('panel') else ''}{r['label']} |"
+                      for r in rows}
+            replicates = [line for line in block(f"{name} seeds", {name: summary})
+                          .splitlines()[2:] if line.startswith(tuple(labels))]
+            _quoted(f"{name} seeds", *replicates, key_cells=2, tolerance=tolerance)

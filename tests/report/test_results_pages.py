@@ -46,8 +46,11 @@ def test_committed_run_has_its_fields_and_per_seed_values(experiment):
     elif "table" in s:
         for row in s["table"]:
             assert len(row["seeds"]) == s["seeds"], row["method"]
-    else:  # a FedMac figure: one seed, so each row's value is that seed's
-        assert s["seeds"] == 1 and s["runs"]
+    else:  # a FedMac figure: with more than one seed, each row keeps every seed's values
+        assert s["runs"]
+        if s["seeds"] > 1:
+            for row in s["runs"]:
+                assert all(len(v) == s["seeds"] for v in row["per_seed"].values()), row
 
 
 def test_a_changed_number_changes_the_page():

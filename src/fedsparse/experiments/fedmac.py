@@ -20,6 +20,7 @@ from pathlib import Path
 
 from .._threads import torch_threads
 from ..algorithms.personalized import fedmac_bits
+from ..history import History
 from .config import apply_overrides, resolve_runs
 from .fedmac_plots import column, figure_grid, finish_figure, plot_accuracy
 from .fedmac_report import (
@@ -33,6 +34,7 @@ from .fedmac_report import (
     fmt,
     format_stat,
     format_table,
+    seed_cells,
     table_rows,
     write_report,
 )
@@ -92,15 +94,31 @@ def _run_figure(name: str, out: str | Path, *, quick: bool, rounds: int | None,
     return config, load_results(config, out), resolve_runs(config)[0]["rounds"], eval_every
 
 
+def _round_to_95pct_of_best(history: History) -> int | None:
+    """First evaluated round at which the PM reaches 95% of its best accuracy."""
+    xs, pm = column(history, "personal_test_accuracy")
+    best = max(pm, default=None)
+    return next((x for x, v in zip(xs, pm, strict=True) if v >= 0.95 * best), None) \
+        if best else None
+
+
+def _floor_round(history: History, metric: str) -> int | None:
+    """First round at which the non-zero fraction ``metric`` is at the 50% floor (within
+    half a point)."""
+    xs, density = column(history, metric)
+    return next((x for x, v in zip(xs, density, strict=True) if v <= 0.505), None)
+
+
 def figure2(out: str | Path, *, quick: bool = False, rounds: int | None = None,
             eval_every: int | None = None, log=print, log_every: int = 0,
             seeds: int | None = None, resume: bool = False, device=None) -> dict:
-    """Figure 2: FedMac's R sweep and beta sweep on MNIST-5k (one seed).
+    """Figure 2: FedMac's R sweep and beta sweep on MNIST-5k (one seed unless ``seeds``).
 
     Writes ``fig2.png`` (per panel: GM and PM test accuracy and the training loss of
     the GM against rounds), ``table.txt`` and ``summary.json``: per run the best and
     last GM and PM test accuracy (%), the last training loss and the first round at
-    which the PM reaches 95% of its best accuracy (how fast it converges).
+    which the PM reaches 95% of its best accuracy (how fast it converges): the means
+    over seeds, and each seed's in ``per_seed``.
 
     Parameters
     ----------
@@ -121,17 +139,16 @@ def figure2(out: str | Path, *, quick: bool = False, rounds: int | None = None,
     out = Path(out)
     rows = []
     for (panel, label), r in results.items():
-        xs, pm = column(r.mean, "personal_test_accuracy")
-        best_pm = max(pm) if pm else None
-        reach = next((x for x, v in zip(xs, pm, strict=True) if v >= 0.95 * best_pm), None) \
-            if best_pm else None
         rows.append({"panel": panel, "label": label,
                      "gm_best": best_pct(r, "test_accuracy"),
                      "gm_last": final_pct(r, "test_accuracy"),
                      "pm_best": best_pct(r, "personal_test_accuracy"),
                      "pm_last": final_pct(r, "personal_test_accuracy"),
                      "loss_last": r.stats["final"].get("objective", {}).get("mean"),
-                     "pm_rounds_to_95pct_of_best": reach})
+                     "pm_rounds_to_95pct_of_best": _round_to_95pct_of_best(r.mean),
+                     "per_seed": seed_cells(
+                         r, loss_last=lambda h: h.final("objective"),
+                         pm_rounds_to_95pct_of_best=_round_to_95pct_of_best)})
     plt, fig, axes = figure_grid(2, 3)
     for i, panel in enumerate(["R", "beta"]):
         for (p, label), r in results.items():
@@ -214,7 +231,8 @@ def figure4(out: str | Path, *, quick: bool = False, rounds: int | None = None,
             eval_every: int | None = None, log=print, log_every: int = 0,
             seeds: int | None = None, resume: bool = False, device=None) -> dict:
     """Figures 4 and 5: FedMac against the modified pFedMe under sparsity on
-    Fashion-MNIST (one seed).
+    Fashion-MNIST (one seed unless ``seeds``; each seed's accuracies and floor round
+    in a row's ``per_seed``).
 
     Writes ``fig4.png`` (PM and GM test accuracy; the non-zero fraction of the PMs, of
     the uploads and of the GM; the accumulated cost per client against rounds) and
@@ -255,8 +273,6 @@ def figure4(out: str | Path, *, quick: bool = False, rounds: int | None = None,
         if h.seeds and h.seeds[0].model is not None:
             dim = int(h.seeds[0].model.numel())
         dim = dim or 79510
-        floor_round = next((x for x, v in zip(xs, pm_density, strict=True) if v <= 0.505),
-                           None)
         # accumulated cost per client up to round `at`
         recorded = {int(rec["round"]): rec.get("fedmac_bits_total") for rec in h.records}
         formula = [fedmac_bits(dim, s, s) for s in pm_density]
@@ -269,10 +285,12 @@ def figure4(out: str | Path, *, quick: bool = False, rounds: int | None = None,
             "pm_density_last": pm_density[-1] if pm_density else None,
             "upload_density_last": up_density[-1] if up_density else None,
             "gm_density_last": gm_density[-1] if gm_density else None,
-            "pm_floor_round": floor_round, "cost_round": at,
+            "pm_floor_round": _floor_round(h, "personal_density"), "cost_round": at,
             "recorded_cost_ratio": None if recorded.get(at) is None
             else recorded[at] / (at * dense_bits(dim)),
-            "formula_cost_ratio": formula_total / (at * dense_bits(dim))})
+            "formula_cost_ratio": formula_total / (at * dense_bits(dim)),
+            "per_seed": seed_cells(
+                r, pm_floor_round=lambda seed: _floor_round(seed, "personal_density"))})
         px, pacc = column(h, "personal_test_accuracy")
         axes[0, 0].plot(px, [100 * v for v in pacc], label=f"{label} PM", lw=1.1)
         qx, gacc = column(h, "test_accuracy")
@@ -320,7 +338,8 @@ def figure4(out: str | Path, *, quick: bool = False, rounds: int | None = None,
 def figure6(out: str | Path, *, quick: bool = False, rounds: int | None = None,
             eval_every: int | None = None, log=print, log_every: int = 0,
             seeds: int | None = None, resume: bool = False, device=None) -> dict:
-    """Figure 6: FedMac's gamma_w sweep on MNIST-5k (one seed).
+    """Figure 6: FedMac's gamma_w sweep on MNIST-5k (one seed unless ``seeds``; each
+    seed's accuracies and floor round in a row's ``per_seed``).
 
     Writes ``fig6.png`` (GM and PM test accuracy; the non-zero fraction of the GM and
     of the PMs, against rounds), ``table.txt`` and ``summary.json``: per gamma_w the
@@ -357,8 +376,9 @@ def figure6(out: str | Path, *, quick: bool = False, rounds: int | None = None,
                      "pm_last": final_pct(r, "personal_test_accuracy"),
                      "gm_density_last": gm_density[-1] if gm_density else None,
                      "pm_density_last": pm_density[-1] if pm_density else None,
-                     "gm_floor_round": next((x for x, v in zip(gx, gm_density, strict=True)
-                                             if v <= 0.505), None)})
+                     "gm_floor_round": _floor_round(h, "model_density"),
+                     "per_seed": seed_cells(
+                         r, gm_floor_round=lambda seed: _floor_round(seed, "model_density"))})
         for j, metric in enumerate(("test_accuracy", "personal_test_accuracy")):
             xs, ys = column(h, metric)
             axes[0, j].plot(xs, [100 * v for v in ys], label=label, lw=1.1)

@@ -134,6 +134,24 @@ def final_pct(r: RunResult, metric: str) -> float | None:
     return cell(r.stats, "final", metric)["mean"]
 
 
+def seed_cells(r: RunResult, **extra) -> dict[str, list]:
+    """Each replicate's best and last GM and PM test accuracy (%), for a figure's
+    ``per_seed`` entry, with ``extra`` fields (``name=function(seed History)``) beside.
+
+    Returns
+    -------
+    ``{"gm_best": [...], "gm_last": [...], "pm_best": [...], "pm_last": [...], **extra}``,
+    one value per replicate in run order (None where not recorded).
+    """
+    seeds = r.mean.seeds
+    cells = {}
+    for model, metric in (("gm", "test_accuracy"), ("pm", "personal_test_accuracy")):
+        cells[f"{model}_best"] = [percent(h.best(metric)) for h in seeds]
+        cells[f"{model}_last"] = [percent(h.final(metric)) for h in seeds]
+    cells.update({name: [f(h) for h in seeds] for name, f in extra.items()})
+    return cells
+
+
 def fmt(x: float | None, digits: int = 2) -> str:
     """``x`` with ``digits`` decimals, ``"-"`` for None."""
     return "-" if x is None else f"{x:.{digits}f}"

@@ -141,6 +141,8 @@ def _fedmac_block(s: dict, part: str) -> str:
         return "\n".join(lines)
     if part == "runs" and s["experiment"] in FIGURE_HEADERS:
         return _figure_block(s)
+    if part == "seeds" and s["experiment"] in FIGURE_HEADERS:
+        return _figure_seeds_block(s)
     if part != "table" or "table" not in s:
         raise ConfigError(f"{s['experiment']}: no generated block {part!r}")
     lines = ["| method | model | best over rounds (%) | last round (%) | "
@@ -155,10 +157,10 @@ def _fedmac_block(s: dict, part: str) -> str:
 
 #: The FedMac figures' tables: header and the row fields (accuracies in %, then others).
 FIGURE_HEADERS = {
-    "fedmac-fig2": ("| run | GM best (%) | GM last (%) | PM best (%) | PM last (%) | first "
-                    "round the PM is at 95% of its best |",
+    "fedmac-fig2": ("| run | GM best (%) | GM last (%) | PM best (%) | PM last (%) | training "
+                    "loss, last round | first round the PM is at 95% of its best |",
                     ("gm_best", "gm_last", "pm_best", "pm_last"),
-                    (("pm_rounds_to_95pct_of_best", None),)),
+                    (("loss_last", 4), ("pm_rounds_to_95pct_of_best", None))),
     "fedmac-fig4": ("| method | PM best (%) | PM last (%) | GM best (%) | PM non-zero fraction "
                     "at the last round | first round at the 50% floor | recorded cost / dense "
                     "| paper's formula at the PMs' s / dense |",
@@ -174,7 +176,8 @@ FIGURE_HEADERS = {
 
 
 def _figure_block(s: dict) -> str:
-    """A FedMac figure's table (one row per run; one seed, so a cell is that seed's)."""
+    """A FedMac figure's table: one row per run, each cell the mean over its seeds (the
+    ``seeds`` block gives them one by one)."""
     from ..experiments.fedmac import _fmt
 
     header, percents, others = FIGURE_HEADERS[s["experiment"]]
@@ -185,6 +188,36 @@ def _figure_block(s: dict) -> str:
         cells += [str(r.get(k)) if digits is None else _fmt(r.get(k), digits)
                   for k, digits in others]
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+#: The per-replicate columns of a FedMac figure, in this order: field -> (header, decimals;
+#: None for a round).
+SEED_COLUMNS = {"gm_best": ("GM best (%)", 2), "gm_last": ("GM last (%)", 2),
+                "pm_best": ("PM best (%)", 2), "pm_last": ("PM last (%)", 2),
+                "loss_last": ("training loss, last round", 4),
+                "pm_rounds_to_95pct_of_best": ("first round the PM is at 95% of its best", None),
+                "pm_floor_round": ("first round the PMs are at the 50% floor", None),
+                "gm_floor_round": ("first round the GM is at the 50% floor", None)}
+
+
+def _figure_seeds_block(s: dict) -> str:
+    """A FedMac figure's runs replicate by replicate (replicates 0, 1, ...)."""
+    from ..experiments.fedmac import _fmt
+
+    if not all("per_seed" in r for r in s["runs"]):
+        raise ConfigError(f"{s['experiment']}: summary.json has no per-seed values; "
+                          "collect it again from its run folder")
+    fields = [k for k in SEED_COLUMNS if k in s["runs"][0]["per_seed"]]
+    lines = ["| run | replicate | " + " | ".join(SEED_COLUMNS[k][0] for k in fields) + " |",
+             "|" + "---|" * (len(fields) + 2)]
+    for r in s["runs"]:
+        label = f"{r['panel']}: {r['label']}" if r.get("panel") else r["label"]
+        per_seed = r["per_seed"]
+        for k in range(len(per_seed[fields[0]])):
+            cells = [str(per_seed[f][k]) if SEED_COLUMNS[f][1] is None
+                     else _fmt(per_seed[f][k], SEED_COLUMNS[f][1]) for f in fields]
+            lines.append(f"| {label} | {k} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
