@@ -166,9 +166,15 @@ def test_a_failed_run_is_marked_and_can_be_resumed(tiny, tmp_path, monkeypatch, 
     capsys.readouterr()
     assert main(["run", str(tiny), "--out", str(out), "--quiet"]) == 2
     assert "FAILED" in capsys.readouterr().err  # the refusal says the folder holds a failure
+    first = json.loads((out / ".fedsparse-run").read_text())
+    assert (first["status"], first["attempts"]) == ("failed", 1) and first["seconds"] > 0
     monkeypatch.setattr(runner, "execute_run", real)
     assert main(["run", str(tiny), "--out", str(out), "--quiet", "--resume"]) == 0
     assert not (out / "FAILED").exists() and (out / "summary.json").exists()
+    # the marker keeps both parts' time (the summary times only the resumed part)
+    done = json.loads((out / ".fedsparse-run").read_text())
+    assert (done["status"], done["attempts"]) == ("done", 2)
+    assert done["seconds"] > first["seconds"]
 
 
 def test_a_run_that_fails_before_writing_results_leaves_nothing(tiny, tmp_path, capsys):

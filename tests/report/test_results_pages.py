@@ -6,6 +6,7 @@ values."""
 from __future__ import annotations
 
 import copy
+import json
 
 import pytest
 
@@ -66,6 +67,27 @@ def test_a_changed_number_changes_the_page():
     assert RP.render(page, RUNS) == page
     with pytest.raises(ConfigError, match="no committed run"):
         RP.render("<!-- begin generated: nowhere runs -->\n<!-- end generated -->", RUNS)
+
+
+def test_collect_adds_up_the_attempts_of_a_resumed_run(tmp_path):
+    # a run continued with --resume: its summary timed the last part (100 s), the
+    # folder's marker every part (1,234 s over 3 attempts); the page quotes the whole
+    run = RUNS["fedmac-fig3"]
+    summary = {"rounds": run["rounds"], "seeds": run["seeds"], "device": "cpu", "gpu": None,
+               "wall_clock_s": 100.0, "eval_every": 4, "table": run["table"]}
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "summary.json").write_text(json.dumps(summary))
+    (out / ".fedsparse-run").write_text(json.dumps({"status": "done", "attempts": 3,
+                                                    "seconds": 1234.4}))
+    record = json.loads(RP.collect("fedmac-fig3", out, runs=tmp_path / "runs").read_text())
+    assert (record["wall_clock_s"], record["attempts"]) == (1234.4, 3)
+    assert "1,234 s wall clock in 3 attempts;" in RP.setting_line(record)
+    (out / ".fedsparse-run").write_text(json.dumps({"status": "done", "attempts": 1,
+                                                    "seconds": 101.0}))
+    record = json.loads(RP.collect("fedmac-fig3", out, runs=tmp_path / "runs").read_text())
+    assert record["wall_clock_s"] == 100.0 and "attempts" not in record
+    assert "100 s wall clock;" in RP.setting_line(record)
 
 
 def test_rows_off_allows_float_drift_not_a_change():

@@ -14,6 +14,7 @@ import datetime
 import json
 import os
 import sys
+import time
 import traceback
 from pathlib import Path
 
@@ -33,8 +34,9 @@ from ..manifest import (
 )
 
 #: Written into every output folder a ``fedsparse run`` creates: the run's status (new,
-#: running, done, failed). What ``--force`` may remove is the manifest's to say
-#: (:mod:`fedsparse.manifest`), not this marker's.
+#: running, done, failed) and how many attempts it took, in how many seconds. What
+#: ``--force`` may remove is the manifest's to say (:mod:`fedsparse.manifest`), not this
+#: marker's.
 MARKER = ".fedsparse-run"
 #: Written into the output folder when a run fails: the error and how to continue.
 FAILED = "FAILED"
@@ -195,6 +197,18 @@ def prepare_output(out: str | Path, *, resume: bool = False, force: bool = False
     return created
 
 
+def attempts_so_far(out: str | Path) -> tuple[int, float]:
+    """(attempts, seconds): how many runs into ``out`` have ended (finished, failed or
+    interrupted) and their wall clock in all, as its marker records; (0, 0.0) when none
+    is recorded. A run continued with ``--resume`` thus keeps the time of every part."""
+    path = Path(out) / MARKER
+    try:
+        info = json.loads(path.read_text())
+        return int(info.get("attempts", 0)), float(info.get("seconds", 0.0))
+    except (OSError, ValueError, TypeError, AttributeError):  # no marker, or not ours
+        return 0, 0.0
+
+
 def _write_marker(out: Path, status: str, **extra) -> None:
     info = {"status": status, "time": datetime.datetime.now().isoformat(timespec="seconds"),
             **extra}
@@ -221,13 +235,19 @@ def output_guard(out: str | Path, *, created: bool, resume_command: str | None =
     out = Path(out).expanduser()
     before = _snapshot(out)
     marker = (out / MARKER).read_text() if (out / MARKER).exists() else None
+    attempts, seconds = attempts_so_far(out)
+    tic = time.perf_counter()
+
+    def timing() -> dict:  # this attempt added to the earlier ones
+        return {"attempts": attempts + 1, "seconds": seconds + time.perf_counter() - tic}
+
     if not out.is_dir():
         yield out
         return
     start_manifest(out, folder_created=created)
     protect = inventory(out, read_manifest(out), bookkeeping={MARKER}).kept
     with recording(out, protect=protect, ignore={MARKER}) as written:
-        _write_marker(out, "running")
+        _write_marker(out, "running", attempts=attempts, seconds=seconds)
         try:
             yield out
         except BaseException as exc:
@@ -241,14 +261,15 @@ def output_guard(out: str | Path, *, created: bool, resume_command: str | None =
                         (out / MARKER).write_text(marker)
                 else:
                     _mark_failed(out, exc, created=created, written=written,
-                                 resume_command=resume_command, rerun_command=rerun_command)
+                                 resume_command=resume_command, rerun_command=rerun_command,
+                                 timing=timing())
             except Exception as problem:  # out of memory, a full disk: the cause is exc
                 reason = getattr(problem, "strerror", None) or problem
                 print(f"fedsparse: note: could not mark {out} as failed ({reason})",
                       file=sys.stderr)
             raise
         (out / FAILED).unlink(missing_ok=True)
-        _write_marker(out, "done")
+        _write_marker(out, "done", **timing())
 
 
 def _snapshot(out: Path) -> dict:
@@ -290,11 +311,13 @@ def _what(exc: BaseException) -> str:
 
 
 def _mark_failed(out: Path, exc: BaseException, *, created: bool, written=None,
-                 resume_command: str | None = None, rerun_command: str | None = None) -> None:
+                 resume_command: str | None = None, rerun_command: str | None = None,
+                 timing: dict | None = None) -> None:
     """Write ``out/FAILED`` (the error, the command that goes on) and mark the folder
-    failed; or, when the block wrote nothing but bookkeeping (``written``: what
-    :func:`fedsparse.manifest.recording` saw; None = judge by what the folder holds),
-    remove that and, if the run created the folder, the folder."""
+    failed, with ``timing`` (attempts and seconds so far); or, when the block wrote
+    nothing but bookkeeping (``written``: what :func:`fedsparse.manifest.recording` saw;
+    None = judge by what the folder holds), remove that and, if the run created the
+    folder, the folder."""
     if not out.is_dir():
         return
     files = set(written.files) if written is not None else set()
@@ -308,7 +331,7 @@ def _mark_failed(out: Path, exc: BaseException, *, created: bool, written=None,
             with contextlib.suppress(OSError):
                 (out / rel).rmdir()
         if _entries(out):  # the user's files (or an earlier run's): the folder stays
-            _write_marker(out, "failed", error=_what(exc))
+            _write_marker(out, "failed", error=_what(exc), **(timing or {}))
             return
         for name in (MARKER, *BOOKKEEPING):  # the folder is empty again
             (out / name).unlink(missing_ok=True)
@@ -321,4 +344,4 @@ def _mark_failed(out: Path, exc: BaseException, *, created: bool, written=None,
         "\n" + "".join(traceback.format_exception(exc))
     (out / FAILED).write_text(failed_text(what, resume_command=resume_command,
                                           rerun_command=rerun_command) + detail)
-    _write_marker(out, "failed", error=what)
+    _write_marker(out, "failed", error=what, **(timing or {}))

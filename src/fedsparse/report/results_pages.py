@@ -30,6 +30,7 @@ import sys
 from pathlib import Path
 
 from .._validation import ConfigError
+from ..experiments.output import attempts_so_far
 
 ROOT = Path(__file__).resolve().parents[3]
 RESULTS = ROOT / "docs" / "results"
@@ -68,6 +69,9 @@ def collect(experiment: str, run_dir: str | Path, *, command: str | None = None,
               "rounds": summary.get("rounds"), "seeds": summary.get("seeds"),
               "device": summary.get("device", "cpu"), "gpu": summary.get("gpu"),
               "wall_clock_s": summary.get("wall_clock_s", summary.get("seconds"))}
+    attempts, seconds = attempts_so_far(run_dir)
+    if attempts > 1:  # continued with --resume: the summary timed only the last part
+        record.update(wall_clock_s=seconds, attempts=attempts)
     safari = run_dir / "safari.json"
     if safari.exists():
         analysis = json.loads(safari.read_text())
@@ -108,7 +112,9 @@ def setting_line(s: dict) -> str:
     what = f"{model}{data}, " if model else ""
     return (f"*{where} run*: {what}{s['rounds']} rounds, {s['seeds']} "
             f"seed{'s' if s['seeds'] != 1 else ''}, device {s['device']}{gpu}, "
-            f"{s['wall_clock_s']:,.0f} s wall clock; `{s['command']}`; data: "
+            f"{s['wall_clock_s']:,.0f} s wall clock"
+            f"{f' in {attempts} attempts' if (attempts := s.get('attempts', 1)) > 1 else ''}"
+            f"; `{s['command']}`; data: "
             f"`docs/results/runs/{s['experiment']}/summary.json`.")
 
 
