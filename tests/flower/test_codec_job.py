@@ -156,11 +156,14 @@ def test_cli_flower_app(tmp_path, capsys):
     parser = argparse.ArgumentParser(prog="fedsparse")
     add_flower_parser(parser.add_subparsers())
     args = parser.parse_args(["flower", "app", str(config), "--out", str(tmp_path / "p"),
-                              "--set", "algorithm.sparsity=2", "--set", "flower.out_dir=/x/y"])
+                              "--set", "algorithm.sparsity=2", "--set", "flower.out_dir=/x/y",
+                              "--set", "algorithm.step_size=.5"])
     assert args.func(args) == 0
     with open(tmp_path / "p" / "pyproject.toml", "rb") as fh:
         cfg = tomllib.load(fh)["tool"]["flwr"]["app"]["config"]
     assert cfg["algorithm"]["sparsity"] == 2 and cfg["flower"]["out_dir"] == "/x/y"
+    # a value is read as `fedsparse run --set` reads it (".5" is a number, not text)
+    assert cfg["algorithm"]["step_size"] == 0.5
     args = parser.parse_args(["flower", "app", str(tmp_path / "missing.toml"), "--out",
                               str(tmp_path / "q")])
     assert args.func(args) == 2

@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tomllib
 from pathlib import Path
 
 from .._validation import ConfigError
-from ..cli_common import resolve_experiment
+from ..cli_common import parse_value, resolve_experiment
 from .app_project import connections, write_app_project
 from .job import flatten, job_from_config
 
@@ -69,13 +68,6 @@ def add_flower_parser(subparsers) -> argparse.ArgumentParser:
     return flower
 
 
-def _parse_value(text: str):
-    try:
-        return tomllib.loads(f"v = {text}")["v"]
-    except tomllib.TOMLDecodeError:
-        return text  # a bare word is a string
-
-
 def flower_app_command(args: argparse.Namespace) -> int:
     """``fedsparse flower app CONFIG --out DIR``: write the project.
 
@@ -125,7 +117,7 @@ def _overrides(items) -> dict:
         if key in TABLE_KEYS:
             raise ConfigError(f"--set {item!r} is invalid: [{key}] is a table: set one of "
                               f"its keys, e.g. --set {key}.kind=...")
-        out[key] = _parse_value(value)
+        out[key] = parse_value(value)
     return out
 
 
