@@ -80,6 +80,15 @@ def _history(seed: int, gm: list[float], pm: list[float]) -> History:
     return h
 
 
+def _sparse_history(seed: int, gm: list[float], pm: list[float],
+                    density: list[float]) -> History:
+    """:func:`_history` with the GM's and PMs' non-zero fraction ``density`` each round."""
+    h = _history(seed, gm, pm)
+    for rec, d in zip(h.records, density, strict=True):
+        rec.update(model_density=d, personal_density=d)
+    return h
+
+
 def _result(label: str, histories: list[History]) -> M.RunResult:
     mean = mean_history(histories, [None] * len(histories))
     return M.RunResult(label, "", label.lower(), mean, seed_stats(mean))
@@ -163,15 +172,9 @@ def test_tiny_table1_run_writes_its_table(tmp_path):
 def test_figure_table_prints_percentages_once(tmp_path, monkeypatch):
     # Figure 6's table from hand-made runs (no simulation): the rows hold %, the table
     # prints them as they are, and the floor round is the first GM density <= 0.505
-    def history(seed, gm, pm, density):
-        h = _history(seed, gm, pm)
-        for rec, d in zip(h.records, density, strict=True):
-            rec.update(model_density=d, personal_density=d)
-        return h
-
-    results = {("", "gamma_w = 0"): _result("gamma_w = 0", [history(
+    results = {("", "gamma_w = 0"): _result("gamma_w = 0", [_sparse_history(
                    0, [0.5, 0.8, 0.7], [0.90, 0.95, 0.94], [1.0, 0.9, 0.8])]),
-               ("", "gamma_w = 1e-4"): _result("gamma_w = 1e-4", [history(
+               ("", "gamma_w = 1e-4"): _result("gamma_w = 1e-4", [_sparse_history(
                    0, [0.4, 0.6, 0.75], [0.9, 0.91, 0.97], [0.7, 0.5, 0.5])])}
     monkeypatch.setattr(M, "_run_figure", lambda *a, **k: ({"title": "t"}, results, 3, 1))
     summary = M.figure6(tmp_path, log=quiet)
@@ -191,14 +194,8 @@ def test_figure_table_prints_percentages_once(tmp_path, monkeypatch):
 def test_figure_rows_keep_each_replicate(tmp_path, monkeypatch):
     # two seeds of Figure 6: a row's cells are the means, its per_seed entry each seed's
     # own best, last and floor round, which the page's "seeds" block prints line by line
-    def history(seed, gm, pm, density):
-        h = _history(seed, gm, pm)
-        for rec, d in zip(h.records, density, strict=True):
-            rec.update(model_density=d, personal_density=d)
-        return h
-
-    seeds = [history(0, [0.5, 0.8, 0.7], [0.90, 0.95, 0.94], [1.0, 0.5, 0.5]),
-             history(1, [0.6, 0.6, 0.9], [0.97, 0.96, 0.98], [0.8, 0.7, 0.5])]
+    seeds = [_sparse_history(0, [0.5, 0.8, 0.7], [0.90, 0.95, 0.94], [1.0, 0.5, 0.5]),
+             _sparse_history(1, [0.6, 0.6, 0.9], [0.97, 0.96, 0.98], [0.8, 0.7, 0.5])]
     results = {("", "gamma_w = 1e-6"): _result("gamma_w = 1e-6", seeds)}
     monkeypatch.setattr(M, "_run_figure", lambda *a, **k: ({"title": "t"}, results, 3, 1))
     summary = M.figure6(tmp_path, log=quiet)
