@@ -110,6 +110,25 @@ def test_the_record_is_updated_every_round_and_checkpointed(tmp_path):
     assert torch.equal(resumed.model, h.model)
 
 
+def test_a_compensated_algorithm_keeps_its_own_round_metrics():
+    # FedMac records its bits and the global model's density every round; wrapped, it
+    # still does, beside the compensation's counts
+    gen = torch.Generator().manual_seed(0)
+    data = fs.data.from_arrays([torch.randn(6, 3, generator=gen) for _ in range(4)],
+                               [torch.tensor([0.0, 1.0] * 3) for _ in range(4)],
+                               dtype=torch.float64)
+    fedmac = fs.algorithms.fedmac(lam=0.1, step_size=2.0, personal_step_size=0.1,
+                                  local_steps=2, batch_size=None, clients_per_round=2)
+    kw = dict(rounds=3, seed=0, channel=fs.channels.BernoulliChannel(0.5))
+    alone = fs.simulate(fedmac, fs.problems.softmax(2), data, **kw)
+    wrapped = fs.simulate(fs.algorithms.similarity_compensation(fedmac),
+                          fs.problems.softmax(2), data, **kw)
+    for name in ("model_density", "averaged", "fedmac_bits", "fedmac_bits_total"):
+        assert all(name in r for r in alone.records), name
+        assert all(name in r for r in wrapped.records), name
+    assert all("compensated" in r and "dropped" in r for r in wrapped.records)
+
+
 def test_compensation_needs_uploads_that_are_models():
     class Gradients(Fixed):
         uploads_are_models = False

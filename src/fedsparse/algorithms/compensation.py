@@ -101,9 +101,9 @@ class SimilarityCompensation(Wrapper):
                 "dropped": 0}
 
     def round_metrics(self, state):
-        # its own counts only, not the inner algorithm's: what compensated runs have
-        # always recorded
-        return {"compensated": state["compensated"], "dropped": state["dropped"]}
+        # the wrapped algorithm's (FedMac's bits and densities) and its own counts
+        return {**self.inner.round_metrics(state[INNER]),
+                "compensated": state["compensated"], "dropped": state["dropped"]}
 
     def aggregate(self, state, uploads, cohort):
         N = self.spec.num_clients
