@@ -110,11 +110,11 @@ def setting_line(s: dict) -> str:
     data = (f", {s['max_examples']:,} images" if s.get("max_examples")
             else "")
     what = f"{model}{data}, " if model else ""
+    attempts = s.get("attempts", 1)
+    parts = f" in {attempts} attempts" if attempts > 1 else ""
     return (f"*{where} run*: {what}{s['rounds']} rounds, {s['seeds']} "
             f"seed{'s' if s['seeds'] != 1 else ''}, device {s['device']}{gpu}, "
-            f"{s['wall_clock_s']:,.0f} s wall clock"
-            f"{f' in {attempts} attempts' if (attempts := s.get('attempts', 1)) > 1 else ''}"
-            f"; `{s['command']}`; data: "
+            f"{s['wall_clock_s']:,.0f} s wall clock{parts}; `{s['command']}`; data: "
             f"`docs/results/runs/{s['experiment']}/summary.json`.")
 
 
