@@ -482,6 +482,34 @@ def test_sigint_to_a_real_run_prints_the_continue_command(tiny, tmp_path):
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+def test_sigterm_marks_the_run_as_ctrl_c_does(tiny, tmp_path):
+    # a batch scheduler or `kill` stops a run with SIGTERM: the folder is marked failed
+    # with the command that continues it, which then finishes the run
+    out = tmp_path / "out"
+    argv = [sys.executable, "-m", "fedsparse.cli", "run", str(tiny), "--out", str(out),
+            "--rounds", "100000", "--quiet"]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    try:
+        deadline = time.monotonic() + 240
+        while not (out / "fed-ht" / "checkpoint.pt").exists():
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err
+    command = shlex.join(["fedsparse", "run", str(tiny), "--out", str(out), "--rounds",
+                          "100000", "--quiet", "--resume"])
+    assert command in err and "Traceback" not in err
+    assert command in (out / "FAILED").read_text()
+    marker = json.loads((out / ".fedsparse-run").read_text())
+    assert marker["status"] == "failed" and marker["attempts"] == 1
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
 def test_a_run_killed_with_sigkill_still_names_its_files_and_resumes(tiny, tmp_path):
     out = tmp_path / "out"
     argv = [sys.executable, "-m", "fedsparse.cli", "run", str(tiny), "--out", str(out),

@@ -6,10 +6,13 @@ and ``--log``).
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import json
 import shlex
+import signal
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -109,9 +112,30 @@ def _command(args, out: Path, *, add: str | None = None, drop=("--force", "--res
     return shlex.join(["fedsparse", *tokens])
 
 
+@contextlib.contextmanager
+def _sigterm_interrupts():
+    """Within the block, SIGTERM (``kill``, a batch scheduler's or a container's stop)
+    interrupts the run as Ctrl-C does, so that the folder is marked and the command
+    that continues it printed, instead of the process dying unmarked. Outside the main
+    thread (where no handler can be set) nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum, frame):
+        raise KeyboardInterrupt("terminated (SIGTERM)")
+
+    before = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
 def _guarded(out: Path, created: bool, args, block, *, resumable: bool = True):
-    """``block()`` under :func:`output_guard`; on Ctrl-C, print the exact command that
-    continues (or, if nothing was kept, starts again) and return :data:`INTERRUPTED`."""
+    """``block()`` under :func:`output_guard`; on Ctrl-C or SIGTERM, print the exact
+    command that continues (or, if nothing was kept, starts again) and return
+    :data:`INTERRUPTED`."""
     from .experiments.output import FAILED, has_output, output_guard
 
     if resumable:
@@ -120,7 +144,8 @@ def _guarded(out: Path, created: bool, args, block, *, resumable: bool = True):
         resume, rerun = None, _command(args, out, add="--force", drop=("--force",))
     started = time.time()
     try:
-        with output_guard(out, created=created, resume_command=resume, rerun_command=rerun):
+        with _sigterm_interrupts(), output_guard(out, created=created, resume_command=resume,
+                                                 rerun_command=rerun):
             return block()
     except KeyboardInterrupt:
         if has_output(out):
