@@ -221,7 +221,7 @@ PAGE_RUNS = {"fedmac-table1-fmnist": (800, 3, "uniform"),
 SIZE_WEIGHTED_SECTIONS = {"fedmac-table1-fmnist": "## Table 1, Fashion-MNIST",
                           "fedmac-table1-synthetic": "## Table 1, Synthetic"}
 #: The figures the page reports: experiment -> (rounds, seeds).
-PAGE_FIGURES = {"fedmac-fig4": (800, 2), "fedmac-fig6": (100, 1), "fedmac-fig2": (800, 2),
+PAGE_FIGURES = {"fedmac-fig4": (800, 2), "fedmac-fig6": (800, 2), "fedmac-fig2": (800, 2),
                 "fedmac-fig3": (800, 2)}
 
 
