@@ -57,28 +57,32 @@ _config = named_config
 _fmt = fmt
 one_thread = torch_threads
 
-__all__ = ["COLUMNS", "DATA_NAMES", "FIELD", "FIGURES", "PAPER_FIG3_GAPS",
+__all__ = ["COLUMNS", "DATA_NAMES", "FIELD", "FIGURES", "FIGURE_SEEDS", "PAPER_FIG3_GAPS",
            "PAPER_TABLE1", "SIZE_WEIGHTED", "TABLE1", "RunResult", "dense_bits", "figure2",
            "figure3", "figure4", "figure6", "format_stat", "format_table", "load_results",
            "plot_accuracy", "quick_overrides", "run_config", "runner_table", "table1",
            "table_rows", "uniform_weights"]
 
 #: Full and quick settings of each figure: (config, full eval_every, quick rounds, quick
-#: examples). One seed each.
+#: examples). The full runs are the paper's T = 800 (in the configs), with
+#: :data:`FIGURE_SEEDS` seeds; a quick one has one.
 FIGURES = {
     "fedmac-fig2": ("fedmac-fig2-mnist5k-runs", 2, 10, 2000),
     "fedmac-fig3": ("fedmac-fig3-mnist5k-runs", 4, 10, 2000),
     "fedmac-fig4": ("fedmac-fig4-fmnist-runs", 5, 10, 4000),
     "fedmac-fig6": ("fedmac-fig6-mnist5k-runs", 2, 10, 2000),
 }
+#: Seeds of a figure's full run: two, so that each ordering is seen in more than one.
+FIGURE_SEEDS = 2
 
 
 def _run_figure(name: str, out: str | Path, *, quick: bool, rounds: int | None,
                 eval_every: int | None, log, log_every: int, seeds: int | None = None,
                 resume: bool = False, device=None
                 ) -> tuple[dict, dict[tuple[str, str], RunResult], int, int]:
-    """(config, results, rounds, eval_every) of a figure's runs (one seed unless
-    ``seeds``); ``resume`` and ``device`` as for :func:`run_config`."""
+    """(config, results, rounds, eval_every) of a figure's runs (:data:`FIGURE_SEEDS`
+    seeds, one when ``quick``, unless ``seeds``); ``resume`` and ``device`` as for
+    :func:`run_config`."""
     config_name, full_every, q_rounds, q_examples = FIGURES[name]
     config = named_config(config_name)
     if quick:
@@ -89,7 +93,8 @@ def _run_figure(name: str, out: str | Path, *, quick: bool, rounds: int | None,
     eval_every = eval_every or full_every
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    run_config(config, out, seeds=seeds or 1, eval_every=eval_every, log=log,
+    seeds = seeds or (1 if quick else FIGURE_SEEDS)
+    run_config(config, out, seeds=seeds, eval_every=eval_every, log=log,
                log_every=log_every, resume=resume, device=device)
     return config, load_results(config, out), resolve_runs(config)[0]["rounds"], eval_every
 
@@ -112,7 +117,7 @@ def _floor_round(history: History, metric: str) -> int | None:
 def figure2(out: str | Path, *, quick: bool = False, rounds: int | None = None,
             eval_every: int | None = None, log=print, log_every: int = 0,
             seeds: int | None = None, resume: bool = False, device=None) -> dict:
-    """Figure 2: FedMac's R sweep and beta sweep on MNIST-5k (one seed unless ``seeds``).
+    """Figure 2: FedMac's R sweep and beta sweep on MNIST-5k.
 
     Writes ``fig2.png`` (per panel: GM and PM test accuracy and the training loss of
     the GM against rounds), ``table.txt`` and ``summary.json``: per run the best and
@@ -123,7 +128,7 @@ def figure2(out: str | Path, *, quick: bool = False, rounds: int | None = None,
     Parameters
     ----------
     out, quick, rounds, eval_every, log, log_every, seeds, resume, device : as for
-        :func:`table1` (one seed unless ``seeds``).
+        :func:`table1` (:data:`FIGURE_SEEDS` seeds, one when ``quick``, unless ``seeds``).
 
     Returns
     -------
@@ -183,7 +188,7 @@ def figure2(out: str | Path, *, quick: bool = False, rounds: int | None = None,
 def figure3(out: str | Path, *, quick: bool = False, rounds: int | None = None,
             eval_every: int | None = None, log=print, log_every: int = 0,
             seeds: int | None = None, resume: bool = False, device=None) -> dict:
-    """Figure 3: the six methods on MNIST-5k with Table 3's hyper-parameters (one seed).
+    """Figure 3: the six methods on MNIST-5k with Table 3's hyper-parameters.
 
     Writes ``accuracy_vs_round.png`` (GM and PM test accuracy against rounds),
     ``table.txt`` and ``summary.json``: the Table 1 style cells and the gap, in points,
@@ -193,7 +198,7 @@ def figure3(out: str | Path, *, quick: bool = False, rounds: int | None = None,
     Parameters
     ----------
     out, quick, rounds, eval_every, log, log_every, seeds, resume, device : as for
-        :func:`table1` (one seed unless ``seeds``).
+        :func:`table1` (:data:`FIGURE_SEEDS` seeds, one when ``quick``, unless ``seeds``).
 
     Returns
     -------
@@ -231,8 +236,7 @@ def figure4(out: str | Path, *, quick: bool = False, rounds: int | None = None,
             eval_every: int | None = None, log=print, log_every: int = 0,
             seeds: int | None = None, resume: bool = False, device=None) -> dict:
     """Figures 4 and 5: FedMac against the modified pFedMe under sparsity on
-    Fashion-MNIST (one seed unless ``seeds``; each seed's accuracies and floor round
-    in a row's ``per_seed``).
+    Fashion-MNIST (each seed's accuracies and floor round in a row's ``per_seed``).
 
     Writes ``fig4.png`` (PM and GM test accuracy; the non-zero fraction of the PMs, of
     the uploads and of the GM; the accumulated cost per client against rounds) and
@@ -247,7 +251,7 @@ def figure4(out: str | Path, *, quick: bool = False, rounds: int | None = None,
     Parameters
     ----------
     out, quick, rounds, eval_every, log, log_every, seeds, resume, device : as for
-        :func:`table1` (one seed unless ``seeds``).
+        :func:`table1` (:data:`FIGURE_SEEDS` seeds, one when ``quick``, unless ``seeds``).
 
     Returns
     -------
@@ -338,8 +342,8 @@ def figure4(out: str | Path, *, quick: bool = False, rounds: int | None = None,
 def figure6(out: str | Path, *, quick: bool = False, rounds: int | None = None,
             eval_every: int | None = None, log=print, log_every: int = 0,
             seeds: int | None = None, resume: bool = False, device=None) -> dict:
-    """Figure 6: FedMac's gamma_w sweep on MNIST-5k (one seed unless ``seeds``; each
-    seed's accuracies and floor round in a row's ``per_seed``).
+    """Figure 6: FedMac's gamma_w sweep on MNIST-5k (each seed's accuracies and floor
+    round in a row's ``per_seed``).
 
     Writes ``fig6.png`` (GM and PM test accuracy; the non-zero fraction of the GM and
     of the PMs, against rounds), ``table.txt`` and ``summary.json``: per gamma_w the
@@ -349,7 +353,7 @@ def figure6(out: str | Path, *, quick: bool = False, rounds: int | None = None,
     Parameters
     ----------
     out, quick, rounds, eval_every, log, log_every, seeds, resume, device : as for
-        :func:`table1` (one seed unless ``seeds``).
+        :func:`table1` (:data:`FIGURE_SEEDS` seeds, one when ``quick``, unless ``seeds``).
 
     Returns
     -------
@@ -409,7 +413,7 @@ def figure6(out: str | Path, *, quick: bool = False, rounds: int | None = None,
                                  "{5, 10, 20, 30} and beta in {1, 1.5, 2}")
 def fig2(out: Path, *, quick: bool = False, rounds: int | None = None,
          seeds: int | None = None, resume: bool = False, device=None) -> dict:
-    """Figure 2 (config ``fedmac-fig2-mnist5k-runs``): 200 rounds, one seed, evaluated
+    """Figure 2 (config ``fedmac-fig2-mnist5k-runs``): 800 rounds, two seeds, evaluated
     every 2 rounds. ``quick``: 10 rounds on 2,000 images."""
     return figure2(out, quick=quick, rounds=rounds, seeds=seeds, resume=resume,
                    device=device)
@@ -421,7 +425,7 @@ def fig2(out: Path, *, quick: bool = False, rounds: int | None = None,
                                  "PM's lead over each")
 def fig3(out: Path, *, quick: bool = False, rounds: int | None = None,
          seeds: int | None = None, resume: bool = False, device=None) -> dict:
-    """Figure 3 (config ``fedmac-fig3-mnist5k-runs``): 800 rounds, one seed, evaluated
+    """Figure 3 (config ``fedmac-fig3-mnist5k-runs``): 800 rounds, two seeds, evaluated
     every 4 rounds. ``quick``: 10 rounds on 2,000 images."""
     return figure3(out, quick=quick, rounds=rounds, seeds=seeds, resume=resume,
                    device=device)
@@ -433,7 +437,7 @@ def fig3(out: Path, *, quick: bool = False, rounds: int | None = None,
                                  "fraction, communication cost")
 def fig4(out: Path, *, quick: bool = False, rounds: int | None = None,
          seeds: int | None = None, resume: bool = False, device=None) -> dict:
-    """Figures 4 and 5 (config ``fedmac-fig4-fmnist-runs``): 300 rounds, one seed,
+    """Figures 4 and 5 (config ``fedmac-fig4-fmnist-runs``): 800 rounds, two seeds,
     accuracy evaluated every 5 rounds (non-zero fractions and bits every round).
     ``quick``: 10 rounds on 4,000 images."""
     return figure4(out, quick=quick, rounds=rounds, seeds=seeds, resume=resume,
@@ -445,7 +449,7 @@ def fig4(out: Path, *, quick: bool = False, rounds: int | None = None,
                                  "{0, 1e-6, 1e-5, 1e-4}: sparsity against rounds")
 def fig6(out: Path, *, quick: bool = False, rounds: int | None = None,
          seeds: int | None = None, resume: bool = False, device=None) -> dict:
-    """Figure 6 (config ``fedmac-fig6-mnist5k-runs``): 200 rounds, one seed, evaluated
+    """Figure 6 (config ``fedmac-fig6-mnist5k-runs``): 800 rounds, two seeds, evaluated
     every 2 rounds. ``quick``: 10 rounds on 2,000 images."""
     return figure6(out, quick=quick, rounds=rounds, seeds=seeds, resume=resume,
                    device=device)
