@@ -453,9 +453,9 @@ def test_ctrl_c_before_any_result_says_to_start_again(tiny, tmp_path, monkeypatc
     assert "--resume" not in err
 
 
-@pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
-def test_sigint_to_a_real_run_prints_the_continue_command(tiny, tmp_path):
-    out = tmp_path / "out"
+def _stop_a_real_run(tiny, out, sig) -> tuple[int, str, str]:
+    """Start a long run into ``out``, send it ``sig`` once its first checkpoint is written,
+    and return (exit status, stderr, the command that continues it)."""
     argv = [sys.executable, "-m", "fedsparse.cli", "run", str(tiny), "--out", str(out),
             "--rounds", "100000", "--quiet"]
     # A shell starts a background job with SIGINT ignored and children inherit that
@@ -469,40 +469,32 @@ def test_sigint_to_a_real_run_prints_the_continue_command(tiny, tmp_path):
         while not (out / "fed-ht" / "checkpoint.pt").exists():
             assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
             time.sleep(0.2)
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(sig)
         _, err = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == 130, err
     command = shlex.join(["fedsparse", "run", str(tiny), "--out", str(out), "--rounds",
                           "100000", "--quiet", "--resume"])
+    return proc.returncode, err, command
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+def test_sigint_to_a_real_run_prints_the_continue_command(tiny, tmp_path):
+    out = tmp_path / "out"
+    code, err, command = _stop_a_real_run(tiny, out, signal.SIGINT)
+    assert code == 130, err
     assert command in err and "Traceback" not in err
     assert command in (out / "FAILED").read_text()
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
 def test_sigterm_marks_the_run_as_ctrl_c_does(tiny, tmp_path):
-    # a batch scheduler or `kill` stops a run with SIGTERM: the folder is marked failed
-    # with the command that continues it, which then finishes the run
+    # a batch scheduler or `kill` stops a run with SIGTERM: the folder is marked failed,
+    # with the command that continues it
     out = tmp_path / "out"
-    argv = [sys.executable, "-m", "fedsparse.cli", "run", str(tiny), "--out", str(out),
-            "--rounds", "100000", "--quiet"]
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
-    try:
-        deadline = time.monotonic() + 240
-        while not (out / "fed-ht" / "checkpoint.pt").exists():
-            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
-            time.sleep(0.2)
-        proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 130, err
-    command = shlex.join(["fedsparse", "run", str(tiny), "--out", str(out), "--rounds",
-                          "100000", "--quiet", "--resume"])
+    code, err, command = _stop_a_real_run(tiny, out, signal.SIGTERM)
+    assert code == 130, err
     assert command in err and "Traceback" not in err
     assert command in (out / "FAILED").read_text()
     marker = json.loads((out / ".fedsparse-run").read_text())
