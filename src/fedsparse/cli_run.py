@@ -6,16 +6,14 @@ and ``--log``).
 
 from __future__ import annotations
 
-import contextlib
 import inspect
 import json
 import shlex
-import signal
 import sys
-import threading
 import time
 from pathlib import Path
 
+from ._signals import sigterm_raises
 from ._validation import ConfigError
 from .cli_common import resolve_experiment
 
@@ -112,26 +110,6 @@ def _command(args, out: Path, *, add: str | None = None, drop=("--force", "--res
     return shlex.join(["fedsparse", *tokens])
 
 
-@contextlib.contextmanager
-def _sigterm_interrupts():
-    """Within the block, SIGTERM (``kill``, a batch scheduler's or a container's stop)
-    interrupts the run as Ctrl-C does, so that the folder is marked and the command
-    that continues it printed, instead of the process dying unmarked. Outside the main
-    thread (where no handler can be set) nothing changes."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def stop(signum, frame):
-        raise KeyboardInterrupt("terminated (SIGTERM)")
-
-    before = signal.signal(signal.SIGTERM, stop)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, before)
-
-
 def _guarded(out: Path, created: bool, args, block, *, resumable: bool = True):
     """``block()`` under :func:`output_guard`; on Ctrl-C or SIGTERM, print the exact
     command that continues (or, if nothing was kept, starts again) and return
@@ -144,8 +122,11 @@ def _guarded(out: Path, created: bool, args, block, *, resumable: bool = True):
         resume, rerun = None, _command(args, out, add="--force", drop=("--force",))
     started = time.time()
     try:
-        with _sigterm_interrupts(), output_guard(out, created=created, resume_command=resume,
-                                                 rerun_command=rerun):
+        # SIGTERM (`kill`, a scheduler's stop) interrupts as Ctrl-C does: the folder is
+        # marked and the command that continues printed, instead of dying unmarked
+        with sigterm_raises(lambda signum: KeyboardInterrupt("terminated (SIGTERM)")), \
+                output_guard(out, created=created, resume_command=resume,
+                             rerun_command=rerun):
             return block()
     except KeyboardInterrupt:
         if has_output(out):

@@ -11,14 +11,12 @@ The process helpers (:class:`Cluster`, :class:`Proc`, ...) live in
 
 from __future__ import annotations
 
-import contextlib
 import copy
-import signal
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .._signals import sigterm_raises
 from .._validation import ConfigError, check_float, check_int, fail
 from ..manifest import record_files, start_manifest
 from .app_project import prepare_project_dir, write_app_project
@@ -166,24 +164,6 @@ def _record_demo_files(out: Path, workdir: Path) -> None:
     record_files(out, [p.relative_to(out).as_posix() for p in written])
 
 
-@contextlib.contextmanager
-def _sigterm_as_exit():
-    """Turn SIGTERM into SystemExit while the demo runs, so its ``finally`` stops the
-    processes when the demo itself is terminated (main thread only)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handler(signum, frame):
-        raise SystemExit(128 + signum)
-
-    previous = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
 def run_demo(config: dict | Job | None = None, out: str | Path = "runs/flower-demo", *,
              rounds: int | None = None, run: str | int | None = None, nodes: int = 2,
              timeout: float = 600.0, overwrite: bool = False,
@@ -233,7 +213,8 @@ def run_demo(config: dict | Job | None = None, out: str | Path = "runs/flower-de
         say(f"demo: {note}")
     cluster = Cluster(workdir)
     result = DemoResult(out=out, workdir=workdir, job=job, log="", notes=notes)
-    with _sigterm_as_exit():
+    # SIGTERM exits through the demo's `finally`, which stops the processes it started
+    with sigterm_raises(lambda signum: SystemExit(128 + signum)):
         try:
             cluster.superlink("--insecure")
             say(f"demo: SuperLink on {cluster.address} (insecure, loopback only)")
