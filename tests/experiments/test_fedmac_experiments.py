@@ -23,7 +23,13 @@ from fedsparse.experiments.fedmac_report import cell, percent
 from fedsparse.experiments.registry import python_experiments
 from fedsparse.experiments.seeds import mean_history, seed_stats
 from fedsparse.history import History
-from fedsparse.report.results_pages import TOLERANCE, block, generated_block, rows_off
+from fedsparse.report.results_pages import (
+    TOLERANCE,
+    block,
+    generated_block,
+    rows_off,
+    run_label,
+)
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "results" / "fedmac.md"
 EXPERIMENTS = ("fedmac-table1-fmnist", "fedmac-table1-mnist5k", "fedmac-table1-synthetic",
@@ -344,8 +350,7 @@ def test_page_quotes_figures(name, tmp_path):
         tolerance = 0.3 if name == "fedmac-fig4" else TOLERANCE
         _quoted(f"{name} runs", *(figure_cells(name, r) for r in rows), tolerance=tolerance)
         if seeds > 1:  # and each replicate's row, found by (run, replicate)
-            labels = {f"| {r.get('panel') + ': ' if r.get('panel') else ''}{r['label']} |"
-                      for r in rows}
+            labels = {f"| {run_label(r)} |" for r in rows}
             replicates = [line for line in block(f"{name} seeds", {name: summary})
                           .splitlines()[2:] if line.startswith(tuple(labels))]
             _quoted(f"{name} seeds", *replicates, key_cells=2, tolerance=tolerance)

@@ -107,11 +107,10 @@ def _round_to_95pct_of_best(history: History) -> int | None:
         if best else None
 
 
-def _floor_round(history: History, metric: str) -> int | None:
-    """First round at which the non-zero fraction ``metric`` is at the 50% floor (within
-    half a point)."""
-    xs, density = column(history, metric)
-    return next((x for x, v in zip(xs, density, strict=True) if v <= 0.505), None)
+def _floor_round(rounds: list[int], density: list[float]) -> int | None:
+    """First of ``rounds`` at which the non-zero fraction ``density`` is at the 50%
+    floor (within half a point); the two lists as :func:`column` gives them."""
+    return next((x for x, v in zip(rounds, density, strict=True) if v <= 0.505), None)
 
 
 def figure2(out: str | Path, *, quick: bool = False, rounds: int | None = None,
@@ -289,12 +288,12 @@ def figure4(out: str | Path, *, quick: bool = False, rounds: int | None = None,
             "pm_density_last": pm_density[-1] if pm_density else None,
             "upload_density_last": up_density[-1] if up_density else None,
             "gm_density_last": gm_density[-1] if gm_density else None,
-            "pm_floor_round": _floor_round(h, "personal_density"), "cost_round": at,
+            "pm_floor_round": _floor_round(xs, pm_density), "cost_round": at,
             "recorded_cost_ratio": None if recorded.get(at) is None
             else recorded[at] / (at * dense_bits(dim)),
             "formula_cost_ratio": formula_total / (at * dense_bits(dim)),
             "per_seed": seed_cells(
-                r, pm_floor_round=lambda seed: _floor_round(seed, "personal_density"))})
+                r, pm_floor_round=lambda seed: _floor_round(*column(seed, "personal_density")))})
         px, pacc = column(h, "personal_test_accuracy")
         axes[0, 0].plot(px, [100 * v for v in pacc], label=f"{label} PM", lw=1.1)
         qx, gacc = column(h, "test_accuracy")
@@ -380,9 +379,10 @@ def figure6(out: str | Path, *, quick: bool = False, rounds: int | None = None,
                      "pm_last": final_pct(r, "personal_test_accuracy"),
                      "gm_density_last": gm_density[-1] if gm_density else None,
                      "pm_density_last": pm_density[-1] if pm_density else None,
-                     "gm_floor_round": _floor_round(h, "model_density"),
+                     "gm_floor_round": _floor_round(gx, gm_density),
                      "per_seed": seed_cells(
-                         r, gm_floor_round=lambda seed: _floor_round(seed, "model_density"))})
+                         r, gm_floor_round=lambda seed: _floor_round(
+                             *column(seed, "model_density")))})
         for j, metric in enumerate(("test_accuracy", "personal_test_accuracy")):
             xs, ys = column(h, metric)
             axes[0, j].plot(xs, [100 * v for v in ys], label=label, lw=1.1)

@@ -201,11 +201,18 @@ def attempts_so_far(out: str | Path) -> tuple[int, float]:
     """(attempts, seconds): how many runs into ``out`` have ended (finished, failed or
     interrupted) and their wall clock in all, as its marker records; (0, 0.0) when none
     is recorded. A run continued with ``--resume`` thus keeps the time of every part."""
-    path = Path(out) / MARKER
     try:
-        info = json.loads(path.read_text())
+        return _recorded_attempts((Path(out) / MARKER).read_text())
+    except OSError:  # no marker
+        return 0, 0.0
+
+
+def _recorded_attempts(marker: str | None) -> tuple[int, float]:
+    """(attempts, seconds) in a marker's text; (0, 0.0) for none or one not ours."""
+    try:
+        info = json.loads(marker)
         return int(info.get("attempts", 0)), float(info.get("seconds", 0.0))
-    except (OSError, ValueError, TypeError, AttributeError):  # no marker, or not ours
+    except (ValueError, TypeError, AttributeError):
         return 0, 0.0
 
 
@@ -235,7 +242,7 @@ def output_guard(out: str | Path, *, created: bool, resume_command: str | None =
     out = Path(out).expanduser()
     before = _snapshot(out)
     marker = (out / MARKER).read_text() if (out / MARKER).exists() else None
-    attempts, seconds = attempts_so_far(out)
+    attempts, seconds = _recorded_attempts(marker)
     tic = time.perf_counter()
 
     def timing() -> dict:  # this attempt added to the earlier ones

@@ -189,12 +189,16 @@ def _figure_block(s: dict) -> str:
     header, percents, others = FIGURE_HEADERS[s["experiment"]]
     lines = [header, "|" + "---|" * header.count(" | ") + "---|"]
     for r in s["runs"]:
-        label = f"{r['panel']}: {r['label']}" if r.get("panel") else r["label"]
         cells = [_fmt(r.get(k)) for k in percents]
         cells += [str(r.get(k)) if digits is None else _fmt(r.get(k), digits)
                   for k, digits in others]
-        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+        lines.append(f"| {run_label(r)} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def run_label(row: dict) -> str:
+    """How a FedMac figure's table names a run: "panel: label", or the label alone."""
+    return f"{row['panel']}: {row['label']}" if row.get("panel") else row["label"]
 
 
 #: The per-replicate columns of a FedMac figure, in this order: field -> (header, decimals;
@@ -218,8 +222,7 @@ def _figure_seeds_block(s: dict) -> str:
     lines = ["| run | replicate | " + " | ".join(SEED_COLUMNS[k][0] for k in fields) + " |",
              "|" + "---|" * (len(fields) + 2)]
     for r in s["runs"]:
-        label = f"{r['panel']}: {r['label']}" if r.get("panel") else r["label"]
-        per_seed = r["per_seed"]
+        label, per_seed = run_label(r), r["per_seed"]
         for k in range(len(per_seed[fields[0]])):
             cells = [str(per_seed[f][k]) if SEED_COLUMNS[f][1] is None
                      else _fmt(per_seed[f][k], SEED_COLUMNS[f][1]) for f in fields]
