@@ -90,3 +90,20 @@ def check_choice(name: str, value, choices: Iterable):
     if value not in choices:
         raise fail(name, value, "must be one of " + ", ".join(repr(c) for c in choices))
     return value
+
+
+def check_dtype(name: str, value, *, allow_none: bool = False):
+    """A floating dtype fedsparse computes in: ``torch.float32`` or ``torch.float64``.
+
+    Half precisions are refused here rather than deep inside a run: the evaluation and
+    the linear problems go through NumPy, which has no bfloat16, and float16 sums of a
+    round's updates lose the small steps. (An opt-in bf16 autocast for neural networks on
+    a GPU is the way to use them.)
+    """
+    if value is None and allow_none:
+        return None
+    import torch  # here, not at the top: ``fedsparse --help`` does not load torch
+
+    if value not in (torch.float32, torch.float64):
+        raise fail(name, value, "must be torch.float32 or torch.float64")
+    return value

@@ -17,7 +17,7 @@ from collections.abc import Callable
 import torch
 
 from . import rng
-from ._validation import ConfigError, check_bool, fail
+from ._validation import ConfigError, _is_bool, check_bool, fail
 
 #: Per-client arguments longer than this are shown by length and digest in a channel's
 #: repr (torch abbreviates longer tensors with "...", and a run's fingerprint, which
@@ -65,9 +65,11 @@ class PerfectChannel:
 
 def _probability_tensor(value, name: str) -> torch.Tensor:
     """Probabilities as a float64 tensor, each in [0, 1] (a clear error otherwise)."""
-    if isinstance(value, (str, bytes)) or isinstance(value, bool):
+    if isinstance(value, (str, bytes)) or _is_bool(value):
         raise fail(name, value, "must be a number in [0, 1] or a sequence of them")
     try:
+        if str(getattr(value, "dtype", "")) in ("torch.bool", "bool"):  # True is no probability
+            raise TypeError
         p = torch.as_tensor(value, dtype=torch.float64)
     except (TypeError, ValueError, RuntimeError):
         raise fail(name, value, "must be a number in [0, 1] or a sequence of them") from None
@@ -162,6 +164,12 @@ class ScheduledChannel:
         """The schedule must have exactly one column per client."""
         _one_per_client("delivered", self.schedule.shape[1], "column", num_clients)
 
+    def check_rounds(self, rounds: int) -> None:
+        """Without ``cycle``, the schedule must have a row for each of the run's rounds."""
+        if not self.cycle and self.schedule.shape[0] < rounds:
+            raise fail("delivered", f"{self.schedule.shape[0]} rows", f"needs a row for each "
+                       f"of the run's {rounds} rounds, or cycle (repeat the rows)")
+
     def delivered(self, seed: int, round: int, clients: torch.Tensor) -> torch.Tensor:
         """(S,) bool: row ``round`` of the schedule at the sampled ``clients``."""
         T, N = self.schedule.shape
@@ -211,6 +219,11 @@ class GroupChannel:
         check = getattr(self.channel, "check_clients", None)
         if callable(check):
             check(num_clients)
+
+    def check_rounds(self, rounds: int) -> None:
+        check = getattr(self.channel, "check_rounds", None)
+        if callable(check):
+            check(rounds)
 
     def delivered(self, seed: int, round: int, clients: torch.Tensor) -> torch.Tensor:
         """(S,) bool for the sampled ``clients`` (S,)."""
@@ -326,9 +339,10 @@ class CheckedChannel:
         return repr(self.channel)
 
 
-def checked_channel(channel, num_clients: int) -> CheckedChannel:
-    """``channel`` for a run of ``num_clients`` clients: refused now if it has per-client
-    arguments with more or fewer entries than clients (its ``check_clients``), and
+def checked_channel(channel, num_clients: int, rounds: int | None = None) -> CheckedChannel:
+    """``channel`` for a run of ``num_clients`` clients (and ``rounds`` rounds): refused now
+    if it has per-client arguments with more or fewer entries than clients (its
+    ``check_clients``) or a schedule shorter than the run (its ``check_rounds``), and
     checked every round (:class:`CheckedChannel`)."""
     if not callable(getattr(channel, "delivered", None)):
         raise fail("channel", channel if isinstance(channel, str | int | float)
@@ -338,4 +352,7 @@ def checked_channel(channel, num_clients: int) -> CheckedChannel:
     check = getattr(channel, "check_clients", None)
     if callable(check):
         check(num_clients)
+    check = getattr(channel, "check_rounds", None)
+    if rounds is not None and callable(check):
+        check(rounds)
     return channel if isinstance(channel, CheckedChannel) else CheckedChannel(channel)

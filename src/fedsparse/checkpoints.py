@@ -47,6 +47,9 @@ CHECKPOINT_FORMAT = "fedsparse-checkpoint-3"
 READABLE_FORMATS = ("fedsparse-checkpoint-2", CHECKPOINT_FORMAT)
 
 #: Every key a checkpoint holds.
+#: Fingerprint entries added after checkpoints were first written: a checkpoint without
+#: one resumes as before (it cannot be compared), one with it must match.
+ADDED_KEYS = frozenset({"problem_config", "data_digest"})
 CHECKPOINT_KEYS = ("format", "round", "state", "client_state", "records", "initial",
                    "fingerprint")
 
@@ -64,9 +67,11 @@ def load_checkpoint(path: Path, fingerprint: dict, *, map_location="cpu") -> dic
     saved = ckpt.get("fingerprint")
     if not isinstance(saved, dict):
         raise ConfigError(f"{where} is damaged: it has no run fingerprint")
-    if saved != fingerprint:
-        diff = ", ".join(f"{k}: ({_shown(saved.get(k))}, {_shown(v)})"
-                         for k, v in fingerprint.items() if saved.get(k) != v)
+    differs = [k for k in {**saved, **fingerprint}
+               if saved.get(k) != fingerprint.get(k) and not (k in ADDED_KEYS and k not in saved)]
+    if differs:
+        diff = ", ".join(f"{k}: ({_shown(saved.get(k))}, {_shown(fingerprint.get(k))})"
+                         for k in differs)
         raise ConfigError(f"{where} belongs to another run; differences "
                           f"(saved, now): {{{diff}}}")
     return ckpt

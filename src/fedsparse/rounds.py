@@ -290,8 +290,9 @@ class RoundLoop:
         channel lost never reached the server and is ignored."""
         received = replies.received.clone()
         problems = dict(replies.problems)
+        updates = self.algorithm.uploads_are_updates
         found = upload_problems(replies.uploads, received, payload, self.max_update_norm,
-                                self.max_update_ratio)
+                                self.max_update_ratio, updates)
         passed = self.channel.delivered(self.seed, t, clients)
         if self.stop_on_nonfinite_upload:
             nonfinite = [r for r, why in found.items() if why == NONFINITE]
@@ -304,7 +305,7 @@ class RoundLoop:
             if nonfinite:
                 # the relative bound's median must not count what never arrived
                 found = upload_problems(replies.uploads, received, payload,
-                                        self.max_update_norm, self.max_update_ratio)
+                                        self.max_update_norm, self.max_update_ratio, updates)
         problems.update(found)
         for r, why in problems.items():
             received[r] = False

@@ -64,8 +64,8 @@ def screen_client_metrics(metrics, declared) -> tuple[dict[str, float], list[str
 
 
 def upload_problems(uploads: torch.Tensor, received: torch.Tensor, payload: torch.Tensor,
-                    max_update_norm: float | None, max_update_ratio: float | None = None
-                    ) -> dict[int, str]:
+                    max_update_norm: float | None, max_update_ratio: float | None = None,
+                    updates: bool = False) -> dict[int, str]:
     """{row: reason} for received uploads that must not reach the model.
 
     An upload is rejected when it is non-finite, farther than ``max_update_norm`` (l2)
@@ -80,6 +80,8 @@ def upload_problems(uploads: torch.Tensor, received: torch.Tensor, payload: torc
     uploads : (S, P); received : (S,) bool; payload : (P,) or (S, P) the broadcast.
     max_update_norm : absolute bound on the distance (None = none).
     max_update_ratio : bound relative to the round's median distance (None = none).
+    updates : True if the uploads are changes from the broadcast (deltas): the distance
+        is then the upload's own norm.
     """
     out: dict[int, str] = {}
     rows = torch.nonzero(received).flatten()
@@ -91,8 +93,10 @@ def upload_problems(uploads: torch.Tensor, received: torch.Tensor, payload: torc
         out[int(r)] = NONFINITE
     if (max_update_norm is None and max_update_ratio is None) or not finite.any():
         return out
-    sent = payload[rows] if payload.ndim == 2 else payload
-    dist = torch.linalg.vector_norm((got - sent).to(torch.float64), dim=-1).cpu()
+    moved = got
+    if not updates:
+        moved = got - (payload[rows] if payload.ndim == 2 else payload)
+    dist = torch.linalg.vector_norm(moved.to(torch.float64), dim=-1).cpu()
     median = float(dist[finite].median())
     for r, d, ok in zip(rows.tolist(), dist.tolist(), finite.tolist(), strict=True):
         if not ok:

@@ -7,18 +7,29 @@ this module supplies what is local: the client halves run in-process, in chunks 
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 import torch
 
 from . import _memory, _resources
 from ._threads import single_threaded_blas
-from ._validation import check_bool, check_float, check_int, check_seed, fail
+from ._validation import (
+    ConfigError,
+    check_bool,
+    check_dtype,
+    check_float,
+    check_int,
+    check_seed,
+    fail,
+)
 from .algorithms.base import Algorithm, ClientContext, DataSpec
 from .channels import PerfectChannel, checked_channel
 from .checkpoints import CHECKPOINT_FORMAT, resume_checkpoint, save_checkpoint
 from .client_store import PersonalModels, has_personal_models, open_client_store
 from .comm import payload_bytes
+from .data.dataset import checked as checked_dataset
+from .data.digest import data_digest
 from .data.federated import FederatedDataset
 from .data.lazy import LazyFederatedDataset
 from .devices import resolve_device
@@ -38,6 +49,19 @@ def _fingerprint(algorithm, problem, data, seed, clients_per_round, channel,
     if eval_clients is not None:  # a sampled evaluation's records are estimates
         out["eval_clients"] = eval_clients
     return out
+
+
+def _contents(problem, data) -> dict:
+    """The checkpoint's part of the fingerprint beyond :func:`_fingerprint`: the problem's
+    settings (a network's layers, not only its name) and a digest of the data, so a resume
+    on another data set, seed or loss is refused (:data:`fedsparse.checkpoints.ADDED_KEYS`:
+    checkpoints written before these existed resume without them)."""
+    config = repr(problem)
+    module = getattr(problem, "module", None)
+    if isinstance(module, torch.nn.Module):
+        layers = hashlib.blake2b(str(module).encode(), digest_size=8).hexdigest()
+        config = f"{config} layers={layers}"
+    return {"problem_config": config, "data_digest": data_digest(data)}
 
 
 def _client_executor(algorithm: Algorithm, problem: Problem, data: FederatedDataset,
@@ -66,6 +90,7 @@ def _client_executor(algorithm: Algorithm, problem: Problem, data: FederatedData
             sent = payload if payload.ndim == 1 else _chunk_rows(payload, a, b, order)
             ctx = ClientContext(problem, split, chunk, t, seed, state=rows, config=config)
             up, new_rows, info = algorithm.client_update(sent, ctx)
+            _check_uploads(algorithm, up, b - a, payload)
             uploads.append(up)
             states.append(new_rows)
             infos.append((b - a, info))
@@ -83,6 +108,21 @@ def _client_executor(algorithm: Algorithm, problem: Problem, data: FederatedData
                        info=info, client_state=new_state)
 
     return execute
+
+
+def _check_uploads(algorithm: Algorithm, uploads, rows: int, payload: torch.Tensor) -> None:
+    """Refuse what a (custom) ``client_update`` returned unless it is (rows, P) uploads of
+    the broadcast's dtype and device: a wrong shape would otherwise fail deep in torch, or
+    be broadcast silently into every client's row."""
+    want = (rows, payload.shape[-1])
+    if not isinstance(uploads, torch.Tensor) or tuple(uploads.shape) != want \
+            or uploads.dtype != payload.dtype or uploads.device != payload.device:
+        got = f"{tuple(uploads.shape)} {uploads.dtype} on {uploads.device}" \
+            if isinstance(uploads, torch.Tensor) else type(uploads).__name__
+        raise ConfigError(
+            f"{type(algorithm).__name__}.client_update returned uploads {got}; they must be "
+            f"a {want} tensor (one row per client of the chunk) of the broadcast's dtype "
+            f"{payload.dtype} on {payload.device}")
 
 
 def _chunk_rows(rows: torch.Tensor, a: int, b: int, order: torch.Tensor | None
@@ -137,8 +177,7 @@ def _check_arguments(algorithm, problem, data, channel, dtype, device, eval_ever
     if channel is not None and not callable(getattr(channel, "delivered", None)):
         raise fail("channel", channel, "must be a channel with a delivered(seed, round, "
                    "clients) method, e.g. fs.channels.BernoulliChannel(0.8)")
-    if dtype is not None and (not isinstance(dtype, torch.dtype) or not dtype.is_floating_point):
-        raise fail("dtype", dtype, "must be a floating torch dtype such as torch.float64")
+    check_dtype("dtype", dtype, allow_none=True)
     if device is not None:
         resolve_device(device)  # "cpu", "cuda", "cuda:N", "auto" or a torch.device
     check_int("eval_every", eval_every, minimum=1)
@@ -284,6 +323,7 @@ def simulate(algorithm: Algorithm, problem: Problem, data: FederatedDataset, *, 
     lazy = isinstance(data, LazyFederatedDataset)
     if dtype is not None and dtype != data.dtype:
         data = data.to(dtype)
+    data = checked_dataset(data)  # what from_arrays guarantees, for a hand-built data set
     data = problem.prepare(data)  # linear models read the padded (N, n_max, d) layout
     if device is not None and device.type != "cpu":
         data = data.to_device(device)
@@ -303,7 +343,7 @@ def simulate(algorithm: Algorithm, problem: Problem, data: FederatedDataset, *, 
         client_batch = _auto_client_batch(problem, data, clients_per_round or data.num_clients)
     _check_resources(bound, data, rounds, clients_per_round, client_batch,
                      problem.param_dim(data.dim))
-    run_channel = checked_channel(channel, data.num_clients)
+    run_channel = checked_channel(channel, data.num_clients, rounds)
 
     state = bound.init(problem, seed)
     store = open_client_store(bound, problem, data.num_clients, seed,
@@ -313,6 +353,8 @@ def simulate(algorithm: Algorithm, problem: Problem, data: FederatedDataset, *, 
     fingerprint = _fingerprint(algorithm, problem, data, seed, clients_per_round, channel,
                                eval_clients)
     history = History(config={**fingerprint, "rounds": rounds})
+    if checkpoint is not None:  # what only a checkpoint needs: the data and problem compared
+        fingerprint = {**fingerprint, **_contents(problem, data)}
 
     sampled = make_evaluator(problem, data, seed, eval_clients)
 

@@ -228,7 +228,7 @@ def test_from_arrays_errors():
     with pytest.raises(ConfigError, match=r"train_xs\[0\]\.shape=\(3,\).*at least 2 axes"):
         fs.data.from_arrays([np.zeros(3)], [np.zeros(3)])
     for dtype in (torch.int64, torch.bool, "float32", np.float32):
-        with pytest.raises(ConfigError, match=r"dtype=.*floating torch dtype"):
+        with pytest.raises(ConfigError, match=r"dtype=.*must be torch.float32 or torch.float64"):
             fs.data.from_arrays(xs, ys, dtype=dtype)
     with pytest.raises(ConfigError, match="layout='flat'"):
         fs.data.from_arrays(xs, ys, layout="flat")

@@ -83,6 +83,9 @@ class Algorithm:
     #: True if uploads are models (or model deltas) in the space of the broadcast, so that
     #: distances between uploads mean something (similarity compensation needs this).
     uploads_are_models = True
+    #: True if an upload is the change from what the client was sent (a delta), not its
+    #: new model: ``max_update_norm`` / ``max_update_ratio`` then bound its own norm.
+    uploads_are_updates = False
     #: Cohort size the algorithm asks for (None = all clients); ``simulate`` uses it when
     #: it is not given its own ``clients_per_round``.
     clients_per_round: int | None = None
@@ -90,6 +93,9 @@ class Algorithm:
     #: (their mean over the clients); any other name is not recorded (with a warning), and
     #: none may be a field the server records (``fedsparse.rounds.SERVER_FIELDS``).
     client_metrics: tuple[str, ...] = ()
+    #: Names of the scalars :meth:`round_metrics` returns (what a config may plot; a plot
+    #: of a name no run declares is refused before the runs).
+    round_metric_names: tuple[str, ...] = ()
     #: Set by :meth:`bind` (and only there: an unbound algorithm has no spec).
     spec: DataSpec
 
@@ -295,4 +301,8 @@ def resolve_step_size(step_size, stats: dict[str, torch.Tensor]) -> float:
                           "the algorithm with the stats of algorithm.statistics()")
     L = stats["lipschitz"]
     L = L[torch.isfinite(L)]  # clients that reported nothing (no node) carry NaN
+    if L.numel() == 0 or float(L.max()) <= 0:
+        raise fail("step_size", "auto", "needs a client loss with positive curvature, and "
+                   f"every client's smoothness constant L_i is {L.tolist()[:5] or 'missing'} "
+                   "(all-zero features?); give a number")
     return float(1.0 / L.max())

@@ -96,6 +96,11 @@ def local_train(opt: LocalOptimizer, x: torch.Tensor, ctx: ClientContext, *,
     """
     # In place on (S, P) buffers: for a network every out-of-place term is one more pass
     # over S x P memory, which is what a round of small local steps is bound by.
+    largest = torch.finfo(x.dtype).max
+    for name, value in (("step_size", opt.step_size), ("mu", mu)):
+        if value and abs(value) > largest:  # torch would fail converting it to x's dtype
+            raise fail(name, value, f"must be at most {largest:.4g}, the largest {x.dtype} "
+                       "number (a value this large diverges in one step anyway)")
     x = x.clone()
     m = None if mask is None else mask.to(x.dtype)
     if m is not None:

@@ -76,6 +76,7 @@ class SparseTraining(Algorithm):
         if aggregator == "fed_avg":
             self.mu = 0.0
         self.payload = check_choice("payload", payload, PAYLOADS)
+        self.uploads_are_updates = self.payload == "update"
         self.scope = check_choice("scope", scope, SCOPES)
         self.synflow_iterations = check_int("synflow_iterations", synflow_iterations,
                                             minimum=1)

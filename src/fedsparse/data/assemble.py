@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .._validation import ConfigError, check_choice, fail
+from .._validation import ConfigError, check_choice, check_dtype, fail
 from .dataset import ClientSplit, FederatedDataset
 from .pooled import PooledRows
 from .sparse_rows import SparseRows, is_sparse_matrix
@@ -148,7 +148,7 @@ def from_arrays(xs: Sequence, ys: Sequence, *, test_xs: Sequence | None = None,
         non-zeros).
     test_xs, test_ys : optional per-client test arrays of the same feature shape.
     ground_truth : optional (P,) model that generated the data.
-    weights : optional (N,) non-negative client weights; normalised to sum to 1.
+    weights : optional (N,) positive client weights; normalised to sum to 1.
         Default ``p_i = n_i / sum_j n_j``.
     dtype : floating torch dtype of the stored tensors.
     name : short description used in reports.
@@ -169,9 +169,7 @@ def from_arrays(xs: Sequence, ys: Sequence, *, test_xs: Sequence | None = None,
     FederatedDataset
     """
     check_choice("layout", layout, ("auto", "padded", "pooled"))
-    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
-        raise fail("dtype", dtype, "must be a floating torch dtype, e.g. torch.float32 or "
-                   "torch.float64")
+    check_dtype("dtype", dtype)
     if len(xs) == 0:
         raise fail("xs", "[]", "need at least one client")
     splits = [_read_split("train", xs, ys, dtype, None)]
@@ -192,9 +190,10 @@ def from_arrays(xs: Sequence, ys: Sequence, *, test_xs: Sequence | None = None,
         w = train.counts.to(torch.float64)
     else:
         w = torch.as_tensor(np.asarray(weights, dtype=np.float64))
-        if w.shape != (len(xs),) or not torch.isfinite(w).all() or (w < 0).any() or w.sum() <= 0:
-            raise fail("weights", weights, f"must be {len(xs)} finite non-negative numbers "
-                       "with a positive sum")
+        if w.shape != (len(xs),) or not torch.isfinite(w).all() or (w <= 0).any():
+            raise fail("weights", weights, f"must be {len(xs)} finite positive numbers (a "
+                       "weight of 0 would leave a round whose only deliveries carry no "
+                       "weight undefined)")
     w = w / w.sum()
     gt = None
     if ground_truth is not None:

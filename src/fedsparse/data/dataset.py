@@ -287,13 +287,18 @@ class FederatedDataset:
             return self
         return replace(self, train=train, test=test)
 
+    def split_labels(self) -> list[tuple[str, torch.Tensor]]:
+        """``[("train", labels), ("test", labels)]``: the real labels of each split (no
+        test entry without a test split), for label checks that name the split."""
+        out = [("train", self.train.y[self.train.mask])]
+        if self.test is not None:
+            out.append(("test", self.test.y[self.test.mask]))
+        return out
+
     def labels(self) -> torch.Tensor:
         """All real labels of the training and test splits, concatenated (for label-set
         checks, which must catch a bad test label before any training)."""
-        ys = [self.train.y[self.train.mask]]
-        if self.test is not None:
-            ys.append(self.test.y[self.test.mask])
-        return torch.cat(ys)
+        return torch.cat([labels for _, labels in self.split_labels()])
 
     def __repr__(self) -> str:
         n = self.train.counts
@@ -306,3 +311,62 @@ class FederatedDataset:
                 f"{extra}, examples={int(n.sum())} (per client {int(n.min())}..{int(n.max())}), "
                 f"test={'yes' if self.test is not None else 'no'}, "
                 f"ground_truth={'yes' if self.ground_truth is not None else 'no'})")
+
+
+def checked(data: FederatedDataset) -> FederatedDataset:
+    """``data`` as a run reads it, after checking what :func:`~fedsparse.data.from_arrays`
+    guarantees, for a :class:`FederatedDataset` built by hand.
+
+    Checks: a float32 or float64 ``dtype``; ``weights`` a finite, positive (N,) tensor
+    summing to 1 (within 1e-6; returned in float64, renormalised); for stacked splits,
+    (N,) int64 ``counts`` from 1 to n_max, targets (N, n_max), and a test split with the
+    same clients and feature shape. A client weight of 0 is refused: the weighted mean of
+    a round in which only such clients deliver would be 0/0.
+
+    Raises
+    ------
+    ConfigError naming the field, its value and what is allowed.
+    """
+    from .._validation import check_dtype
+
+    check_dtype("data.dtype", data.dtype)
+    N = data.num_clients
+    w = data.weights
+    if not isinstance(w, torch.Tensor) or w.shape != (N,) or not w.is_floating_point():
+        raise fail("data.weights", _described(w), f"must be a floating ({N},) tensor, one "
+                   "weight per client")
+    w = w.to(torch.float64)
+    if not torch.isfinite(w).all() or (w <= 0).any() or abs(float(w.sum()) - 1) > 1e-6:
+        raise fail("data.weights", _described(w), "must be finite positive weights summing "
+                   "to 1 (a weight of 0 would leave a round whose only deliveries carry "
+                   "no weight undefined)")
+    for kind, split in (("train", data.train), ("test", data.test)):
+        if split is None or not isinstance(split, ClientSplit):
+            continue  # a lazy split checks its clients as it reads them
+        _check_split(f"data.{kind}", split, N, data.feature_shape)
+    return data if w is data.weights else replace(data, weights=w / w.sum())
+
+
+def _check_split(name: str, split: ClientSplit, N: int, feature_shape) -> None:
+    counts, y = split.counts, split.y
+    if split.num_clients != N or split.feature_shape != tuple(feature_shape):
+        raise fail(f"{name}.X.shape", tuple(split.X.shape), f"must be ({N}, n_max, "
+                   f"*{tuple(feature_shape)}): the training split's clients and features")
+    n_max = int(split.X.shape[1])
+    if not isinstance(counts, torch.Tensor) or counts.shape != (N,) \
+            or counts.dtype != torch.int64:
+        raise fail(f"{name}.counts", _described(counts), f"must be a ({N},) int64 tensor")
+    if bool(((counts < 1) | (counts > n_max)).any()):
+        raise fail(f"{name}.counts", _described(counts), f"must lie from 1 to n_max = {n_max} "
+                   "(every client holds at least one example)")
+    if not isinstance(y, torch.Tensor) or y.shape != (N, n_max) or y.dtype != split.X.dtype:
+        raise fail(f"{name}.y", _described(y), f"must be a ({N}, {n_max}) tensor of the "
+                   f"features' dtype {split.X.dtype}")
+
+
+def _described(value) -> str:
+    """A tensor in an error message: its shape, dtype and a few values."""
+    if isinstance(value, torch.Tensor):
+        more = "..." if value.numel() > 5 else ""
+        return f"<{tuple(value.shape)} {value.dtype} tensor {value.flatten()[:5].tolist()}{more}>"
+    return f"<{type(value).__name__}>"

@@ -319,8 +319,19 @@ class LazyFederatedDataset(FederatedDataset):
 
     def probe(self, size: int = 16) -> FederatedDataset:
         """The first ``size`` clients, materialised: what a problem checks (feature shape,
-        labels) before a run; the generated clients' labels are of one kind."""
-        return self.subset(torch.arange(min(size, self.num_clients)))
+        labels) before a run. Where the source can read every client's labels without
+        their features (a data set on disk), :meth:`~FederatedDataset.labels` of the
+        probe returns all of them, so one bad label anywhere is refused before the first
+        round; generated clients' labels are of one kind, and the first ones stand for
+        all."""
+        sub = self.subset(torch.arange(min(size, self.num_clients)))
+        every_label = getattr(self.source.read, "labels", None)
+        if every_label is None:
+            return sub
+        return _Probe(train=sub.train, weights=sub.weights, test=sub.test,
+                      ground_truth=sub.ground_truth, name=sub.name,
+                      every_label=[(split, torch.as_tensor(labels))
+                                   for split, labels in every_label()])
 
     def __repr__(self) -> str:
         # The eager data set's text: the fingerprint of a run (checkpoints) is the same.
@@ -332,6 +343,16 @@ class LazyFederatedDataset(FederatedDataset):
                 f"{extra}, examples={int(n.sum())} (per client {int(n.min())}..{int(n.max())}), "
                 f"test={'yes' if self.test is not None else 'no'}, "
                 f"ground_truth={'yes' if self.ground_truth is not None else 'no'})")
+
+
+@dataclass(frozen=True)
+class _Probe(FederatedDataset):
+    """A few clients of a lazy data set, materialised, with every client's labels."""
+
+    every_label: list[tuple[str, torch.Tensor]] | None = None
+
+    def split_labels(self) -> list[tuple[str, torch.Tensor]]:
+        return self.every_label
 
 
 def client_subset(data: FederatedDataset, clients: torch.Tensor,

@@ -114,7 +114,8 @@ def write_federated(data: FederatedDataset, path, *, overwrite: bool = False,
     ----------
     data : the federated data; dense features of dtype float16, float32 or float64.
     path : the directory to create.
-    overwrite : replace an existing data set at ``path`` (default: refuse).
+    overwrite : replace an earlier data set at ``path`` (default: refuse); a path that
+        holds anything else is never deleted.
     chunk_bytes : most bytes of features materialised at once.
 
     Returns
@@ -133,8 +134,7 @@ def write_federated(data: FederatedDataset, path, *, overwrite: bool = False,
         raise fail("data.dtype", str(data.dtype), f"must be one of {sorted(_DTYPES)}")
     np_dtype = np.dtype(names[data.dtype])
     path = Path(path)
-    if path.exists() and not overwrite:
-        raise fail("path", str(path), "already exists; pass overwrite=True to replace it")
+    check_target(path, overwrite)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.parent / f".{path.name}.partial-{uuid.uuid4().hex[:8]}"
     tmp.mkdir()
@@ -169,17 +169,52 @@ def write_federated(data: FederatedDataset, path, *, overwrite: bool = False,
     return path
 
 
+def check_target(path: Path, overwrite: bool, names: tuple[str, str] = ("path", "overwrite")
+                 ) -> None:
+    """Refuse to write a data set at ``path`` unless it is new, or ``overwrite`` is set and
+    ``path`` holds an earlier data set and nothing else: overwriting never deletes a
+    folder or file that is not one of this format's (a thesis, the working directory).
+    ``names`` are how the caller spells the two parameters (``--out``, ``--overwrite``)."""
+    where, flag = names
+    if not path.exists() and not path.is_symlink():
+        return
+    if not overwrite:
+        raise fail(where, str(path), f"already exists; {flag} replaces an earlier data set")
+    if path.is_symlink() or not path.is_dir():
+        raise fail(where, str(path), f"is a file, not an earlier data set; {flag} replaces "
+                   "only a data set of this format")
+    try:
+        index = _read_index(path)
+    except DataFormatError as exc:
+        raise fail(where, str(path), f"is not a data set of this format ({exc}); {flag} "
+                   "replaces only one, so nothing was deleted") from None
+    others = sorted(p.name for p in path.iterdir()
+                    if p.name != "index.json" and p.name not in index["files"])
+    if others:
+        raise fail(where, str(path), f"holds files that are not part of its data set "
+                   f"({', '.join(others[:5])}); {flag} would delete them, so nothing was "
+                   "deleted")
+
+
 class _Reader:
     """Client i's arrays from the memory-mapped split files, checked against the CRC."""
 
     def __init__(self, root: Path, splits: list, arrays: dict, crcs: dict, offsets: dict):
         self.root, self.splits = root, splits
         self.arrays, self.crcs, self.offsets = arrays, crcs, offsets
+        # what a checkpoint compares (fedsparse.data.digest): the checksums cover every row
+        self.identity = ";".join(f"{kind}:{zlib.crc32(crcs[kind].tobytes())}:"
+                                 f"{zlib.crc32(offsets[kind].tobytes())}" for kind in splits)
 
     def missing(self, i: int) -> DataFormatError:
         N = self.offsets["train"].shape[0] - 1
         return DataFormatError(f"{self.root}: client {i} does not exist; the data set holds "
                                f"clients 0..{N - 1}")
+
+    def labels(self) -> list[tuple[str, np.ndarray]]:
+        """``[(split, every client's labels)]``, read without the features (what a
+        problem's label check reads before a run)."""
+        return [(kind, np.array(self.arrays[kind][1])) for kind in self.splits]
 
     def __call__(self, i: int) -> tuple:
         out = []
@@ -302,8 +337,8 @@ def open_federated(path) -> LazyFederatedDataset:
         arrays[kind], crcs[kind], offsets[kind] = (X, Y), crc, off
         counts.append(torch.as_tensor(n, dtype=torch.int64))
     weights = _load(root / "weights.npy")
-    if weights.shape != (N,) or not np.isfinite(weights).all() or (weights < 0).any():
-        raise DataFormatError(f"{root / 'weights.npy'}: must be {N} finite non-negative "
+    if weights.shape != (N,) or not np.isfinite(weights).all() or (weights <= 0).any():
+        raise DataFormatError(f"{root / 'weights.npy'}: must be {N} finite positive "
                               f"weights, got shape {weights.shape}")
     gt = None
     if "ground_truth.npy" in files:
@@ -314,8 +349,11 @@ def open_federated(path) -> LazyFederatedDataset:
     source = ClientSource(reader, (counts[0], test), shape, dtype,
                           auto_pooled(shape, counts[0], test), describe=str(root),
                           missing=reader.missing)
+    # float16 is a storage format: a run computes in float32 (fedsparse computes in float32
+    # or float64 only), reading the stored values exactly.
     return LazyFederatedDataset.from_source(
-        source, dtype=dtype, name=str(index.get("name", root.name)), ground_truth=gt,
+        source, dtype=torch.float32 if dtype == torch.float16 else dtype,
+        name=str(index.get("name", root.name)), ground_truth=gt,
         weights=torch.as_tensor(weights, dtype=torch.float64))
 
 

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from .._validation import ConfigError, fail
+from .._validation import ConfigError, check_dtype, fail
 
 __all__ = ["SparseRows", "is_sparse_matrix"]
 
@@ -122,6 +122,8 @@ class SparseRows:
         mats = [m.tocsr() for m in mats]
         d = mats[0].shape[1]
         for i, m in enumerate(mats):
+            if m.dtype.kind not in "biuf":
+                raise fail(f"{name}[{i}].dtype", str(m.dtype), "must be real numbers")
             if m.shape[1] != d:
                 raise fail(f"{name}[{i}].shape[1]", m.shape[1],
                            f"must equal the feature dimension {d} of client 0")
@@ -154,6 +156,10 @@ class SparseRows:
         return self.val.dtype
 
     @property
+    def device(self) -> torch.device:
+        return self.val.device
+
+    @property
     def nnz(self) -> int:
         return int(self.val.numel())
 
@@ -173,9 +179,7 @@ class SparseRows:
         """
         if isinstance(dtype, str | torch.device):  # X.to("cpu"), as for a tensor
             dtype, device = None, dtype
-        if dtype is not None and (not isinstance(dtype, torch.dtype)
-                                  or not dtype.is_floating_point):
-            raise fail("dtype", dtype, "must be a floating torch dtype such as torch.float64")
+        check_dtype("dtype", dtype, allow_none=True)
         if device is not None:
             try:
                 device = torch.device(device)
@@ -323,6 +327,49 @@ class SparseRows:
         out = torch.zeros(S * b, C, dtype=src.dtype)
         out.index_add_(0, self.row, src)
         return out.reshape(S, b, C)
+
+    def __matmul__(self, A: torch.Tensor) -> torch.Tensor:
+        """``X_s A`` for every client: the dense (S, b, m) product with a dense (d, m)
+        matrix (a dictionary's atoms), one sparse-dense product over all rows."""
+        S, b, d = self.shape
+        if not isinstance(A, torch.Tensor) or A.ndim != 2 or A.shape[0] != d:
+            raise fail("A.shape", tuple(getattr(A, "shape", ())), f"must be ({d}, m)")
+        coo = torch.sparse_coo_tensor(torch.stack([self.row, self.col]), self.val.to(A.dtype),
+                                      size=(S * b, d), check_invariants=False)
+        return torch.sparse.mm(coo, A.to(self.device)).reshape(S, b, A.shape[1])
+
+    def columns(self, index: torch.Tensor) -> torch.Tensor:
+        """Dense features of the columns ``index[s]`` of each client: the sparse version of
+        ``torch.gather(X, 2, index[:, None, :].expand(-1, b, -1))``.
+
+        Every non-zero (client s, column c) is matched to the positions j with
+        ``index[s, j] == c`` by a binary search over the sorted keys ``s * d + index``
+        (a column may appear at several positions), so memory follows the non-zeros and
+        the matches, never (S, d).
+
+        Parameters
+        ----------
+        index : (S, k) int64 columns in ``0 .. d-1`` per client.
+
+        Returns
+        -------
+        (S, b, k) dense tensor, ``out[s, r, j] = X[s, r, index[s, j]]``.
+        """
+        S, b, d = self.shape
+        if index.ndim != 2 or index.shape[0] != S:
+            raise fail("index.shape", tuple(index.shape), f"must be ({S}, k)")
+        k = index.shape[1]
+        index = index.to(self.device, torch.int64)
+        keys, order = torch.sort((torch.arange(S)[:, None] * d + index).reshape(-1), stable=True)
+        query = self._client_of_nnz() * d + self.col
+        lo = torch.searchsorted(keys, query)
+        matches = torch.searchsorted(keys, query, right=True) - lo
+        nz = torch.repeat_interleave(torch.arange(query.numel()), matches)
+        first = torch.repeat_interleave(torch.cumsum(matches, 0) - matches, matches)
+        flat = order[lo[nz] + torch.arange(nz.numel()) - first]   # positions s * k + j
+        out = torch.zeros(S * b, k, dtype=self.dtype)
+        out[self.row[nz], flat % k] = self.val[nz]
+        return out.reshape(S, b, k)
 
     def class_weighted_transpose(self, coef: torch.Tensor) -> torch.Tensor:
         """``coef_s^T X_s`` per client: (S, C, d) from coef (S, b, C)."""

@@ -13,7 +13,15 @@ import numpy as np
 import torch
 
 from .._resources import check_memory
-from .._validation import check_bool, check_choice, check_float, check_int, check_seed, fail
+from .._validation import (
+    check_bool,
+    check_choice,
+    check_dtype,
+    check_float,
+    check_int,
+    check_seed,
+    fail,
+)
 from .federated import FederatedDataset, from_arrays
 from .lazy import ClientSource, LazyFederatedDataset, auto_pooled
 
@@ -21,14 +29,6 @@ from .lazy import ClientSource, LazyFederatedDataset, auto_pooled
 # (seed, _CLIENT, i), the sizes of all clients from (seed, _SIZES), what the clients
 # share (a ground truth, FedProx's IID model) from (seed, _SHARED).
 _CLIENT, _SIZES, _SHARED = 1, 2, 3
-
-
-
-def _check_dtype(dtype) -> torch.dtype:
-    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
-        raise fail("dtype", dtype, "must be a floating torch dtype, e.g. torch.float32 or "
-                   "torch.float64")
-    return dtype
 
 
 def _check_features_fit(examples: int, dim: int, dtype: torch.dtype, sizes: dict) -> None:
@@ -159,7 +159,7 @@ def fedht_simulation(task: str = "regression", alpha: float = 0.5, beta: float =
     test_fraction = _test_fraction(test_fraction)
     seed = check_seed("seed", seed)
     keyed, lazy = _seeding(per_client_seed, lazy)
-    _check_dtype(dtype)
+    check_dtype("dtype", dtype)
     if not lazy:
         _check_features_fit(num_clients * n, dim, dtype,
                             {"num_clients": num_clients, "samples_per_client": n, "dim": dim})
@@ -230,7 +230,7 @@ def fedprox_synthetic(alpha: float = 0.5, beta: float = 0.5, *, num_clients: int
     iid = check_bool("iid", iid)
     seed = check_seed("seed", seed)
     keyed, lazy = _seeding(per_client_seed, lazy)
-    _check_dtype(dtype)
+    check_dtype("dtype", dtype)
     shape = {"num_clients": num_clients, "size_scale": size_scale, "dim": dim}
     # every client has at least 50 * size_scale examples, drawn in float64 and stacked in
     # dtype; one client's W is a (d, C) float64 draw
@@ -309,7 +309,7 @@ def shifted_gaussian(num_clients: int = 50, samples_per_client: int = 100, dim: 
     test_fraction = _test_fraction(test_fraction)
     seed = check_seed("seed", seed)
     keyed, lazy = _seeding(per_client_seed, lazy)
-    _check_dtype(dtype)
+    check_dtype("dtype", dtype)
     if not lazy:
         _check_features_fit(num_clients * n, dim, dtype,
                             {"num_clients": num_clients, "samples_per_client": n, "dim": dim})

@@ -127,6 +127,8 @@ def class_weighted_transpose(X: torch.Tensor, coef: torch.Tensor) -> torch.Tenso
 def label_splits(data) -> list[tuple[str, torch.Tensor]]:
     """``[("train", labels), ("test", labels)]``: the real labels of each split of a
     :class:`~fedsparse.data.FederatedDataset` (no test entry when it has no test split)."""
+    if hasattr(data, "split_labels"):
+        return data.split_labels()
     out = [("train", data.train.y[data.train.mask])]
     if getattr(data, "test", None) is not None:
         out.append(("test", data.test.y[data.test.mask]))

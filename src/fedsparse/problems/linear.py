@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 
 from .._validation import ConfigError, check_float, check_int
+from ..data.sparse_rows import SparseRows
 from .base import (
     Problem,
     class_scores,
@@ -139,7 +140,10 @@ class LinearProblem(Problem):
         ``q // d`` (one row unless ``blocks > 1``).
         """
         d = X.shape[-1]
-        Z = torch.gather(X, 2, (index % d).unsqueeze(1).expand(-1, X.shape[1], -1))
+        if isinstance(X, SparseRows):
+            Z = X.columns(index % d).to(index.device)
+        else:
+            Z = torch.gather(X, 2, (index % d).unsqueeze(1).expand(-1, X.shape[1], -1))
         return Z, torch.div(index, d, rounding_mode="floor")
 
     def restricted_metric(self, index: torch.Tensor, valid: torch.Tensor):

@@ -49,7 +49,7 @@ from torch import nn
 from torch.func import functional_call, replace_all_batch_norm_modules_
 
 from .._memory import client_chunk, eval_chunk
-from .._validation import ConfigError, check_choice, check_int, fail
+from .._validation import ConfigError, check_choice, check_dtype, check_int, fail
 from ..models.layout import ParamLayout
 from ._mlp import mlp_grad, mlp_layers
 from ._neural_paths import PATHS, auto_path, cross_entropy, reduction, single_client
@@ -106,9 +106,7 @@ class NeuralProblem(Problem):
                  path: str = "auto", chunk_clients: int | None = None):
         if not isinstance(module, nn.Module):
             raise fail("module", type(module).__name__, "must be a torch.nn.Module")
-        if dtype is not None and (not isinstance(dtype, torch.dtype)
-                                  or not dtype.is_floating_point):
-            raise fail("dtype", dtype, "must be a floating torch dtype or None")
+        check_dtype("dtype", dtype, allow_none=True)
         self.path = check_choice("path", path, ("auto", "vmap", "loop", "mlp", "stacked"))
         self.chunk_clients = check_int("chunk_clients", chunk_clients, minimum=1,
                                        allow_none=True)
@@ -183,9 +181,7 @@ class NeuralProblem(Problem):
             is refused, since it is most likely a misplaced argument.
         """
         seed = check_int("seed", seed, minimum=0)
-        if dtype is not None and (not isinstance(dtype, torch.dtype)
-                                  or not dtype.is_floating_point):
-            raise fail("dtype", dtype, "must be a floating torch dtype or None")
+        check_dtype("dtype", dtype, allow_none=True)
         if feature_dim is not None:
             self._check_feature_dim(check_int("feature_dim", feature_dim, minimum=1))
         dtype = dtype or self._dtype or next(self._template.parameters()).dtype

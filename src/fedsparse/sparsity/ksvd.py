@@ -30,6 +30,16 @@ def omp(dictionary: torch.Tensor, signals: torch.Tensor, sparsity: int) -> torch
     -------
     (N, m) codes with at most ``sparsity`` non-zeros per row.
     """
+    for name, value in (("dictionary", dictionary), ("signals", signals)):
+        if not isinstance(value, torch.Tensor) or value.ndim != 2 \
+                or value.dtype not in (torch.float32, torch.float64):
+            raise fail(f"{name}", f"<{getattr(value, 'dtype', type(value).__name__)} "
+                       f"{tuple(getattr(value, 'shape', ()))}>", "must be a 2-D float32 or "
+                       "float64 tensor")
+    if signals.shape[1] != dictionary.shape[0] or signals.dtype != dictionary.dtype:
+        raise fail("signals", f"<{signals.dtype} {tuple(signals.shape)}>", "must be (N, d) of "
+                   f"the dictionary's dtype {dictionary.dtype}, d = {dictionary.shape[0]} "
+                   "(its atoms' length)")
     D = dictionary
     N, m = signals.shape[0], D.shape[1]
     sparsity = min(check_int("sparsity", sparsity, minimum=1), m)

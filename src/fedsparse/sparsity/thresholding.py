@@ -3,6 +3,8 @@ section 1)."""
 
 from __future__ import annotations
 
+from numbers import Integral
+
 import numpy as np
 import torch
 
@@ -26,6 +28,8 @@ def top_indices(x: torch.Tensor, k: int) -> torch.Tensor:
     -------
     (..., k) int64 indices, ordered by decreasing magnitude.
     """
+    if isinstance(k, bool) or not isinstance(k, Integral) or not 0 <= k <= x.shape[-1]:
+        raise fail("k", k, f"must be an integer from 0 to the last axis' length {x.shape[-1]}")
     # A stable descending sort keeps equal magnitudes in index order, which is exactly
     # the tie rule of docs/decisions.md (order on (-|x_j|, j)); torch.topk gives no such guarantee.
     order = torch.sort(x.abs(), dim=-1, descending=True, stable=True).indices

@@ -7,7 +7,7 @@ from numbers import Real
 
 import numpy as np
 
-from ..._validation import ConfigError
+from ..._validation import ConfigError, fail
 from .. import federated
 from ..sparse_rows import is_sparse_matrix
 
@@ -69,7 +69,11 @@ def from_partitions(X, y, parts, *, test_fraction=0.2, seed=0, dtype=None, name=
 
     xs, ys, txs, tys = [], [], [], []
     for i, p in enumerate(parts):
-        p = np.asarray(p, dtype=np.int64).reshape(-1)
+        raw = p.detach().cpu().numpy() if hasattr(p, "detach") else np.asarray(p)
+        if raw.size and raw.dtype.kind not in "iu":  # a bool mask or floats would be cast
+            raise fail(f"parts[{i}]", f"<{raw.dtype} array>", "must hold integer example "
+                       "indices (for a boolean mask m, pass numpy.flatnonzero(m))")
+        p = raw.astype(np.int64).reshape(-1)
         if p.size and (p.min() < 0 or p.max() >= n):
             raise ConfigError(f"parts[{i}] holds indices outside 0..{n - 1}")
         need = 2 if test_fraction > 0 else 1

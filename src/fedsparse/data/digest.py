@@ -1,0 +1,69 @@
+"""A short digest of a federated data set's contents, so that a checkpoint can refuse to
+resume on other data (another seed, another file) than the run that wrote it.
+
+An eager data set is hashed whole (features, targets, counts, weights, ground truth: a
+fraction of a second for Fashion-MNIST's 60,000 images). A lazy one is never read whole:
+an on-disk set contributes its per-client checksums (which cover every row), a generated
+one its counts, weights and ground truth and the examples of its first, middle and last
+clients, which any change of seed or generator argument changes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+import torch
+
+from .dataset import ClientSplit, FederatedDataset
+from .lazy import LazyFederatedDataset
+from .pooled import PooledRows
+from .sparse_rows import SparseRows
+
+__all__ = ["data_digest"]
+
+
+def data_digest(data: FederatedDataset) -> str:
+    """A 32-hex-digit BLAKE2b digest of ``data``'s contents (see the module docstring)."""
+    h = hashlib.blake2b(digest_size=16)
+    h.update(f"{data.dtype} {tuple(data.feature_shape)} {data.num_clients}".encode())
+    _update(h, data.weights)
+    if data.ground_truth is not None:
+        _update(h, data.ground_truth)
+    if isinstance(data, LazyFederatedDataset):
+        source = data.source
+        for counts in source.counts:
+            if counts is not None:
+                _update(h, counts)
+        identity = getattr(source.read, "identity", None)  # on disk: the checksums
+        if identity is not None:
+            h.update(identity.encode())
+        else:
+            N = source.num_clients
+            for i in sorted({0, N // 2, N - 1}):
+                for array in source.read(i):
+                    if array is not None:
+                        _update(h, array)
+        return h.hexdigest()
+    for split in (data.train, data.test):
+        if isinstance(split, ClientSplit):
+            for tensor in (*_features(split.X), split.y, split.counts):
+                _update(h, tensor)
+    return h.hexdigest()
+
+
+def _features(X) -> tuple[torch.Tensor, ...]:
+    if isinstance(X, SparseRows):
+        return X.indptr, X.col, X.val
+    if isinstance(X, PooledRows):
+        return X.pool, X.starts, X.counts
+    return (X,)
+
+
+def _update(h, array) -> None:
+    """Feed one array's dtype, shape and bytes (no copy when it is contiguous on the CPU)."""
+    if isinstance(array, torch.Tensor):
+        array = array.detach().cpu().contiguous().numpy()
+    array = np.ascontiguousarray(array)
+    h.update(f"{array.dtype} {array.shape}".encode())
+    h.update(memoryview(array).cast("B"))
