@@ -643,9 +643,14 @@ def test_python_experiments_get_rounds_seeds_quick_and_resume(tmp_path, python_e
     assert python_experiment.calls[-1] == {"quick": True, "rounds": 7, "seeds": 3,
                                            "resume": False, "device": None}
     assert (out / "table.txt").read_text() == "rounds=7\n"
-    code, _, err = _run(["run", python_experiment.name, "--out", str(out), "--resume"])
+    code, _, err = _run(["run", python_experiment.name, "--out", str(out), "--rounds", "7",
+                         "--seeds", "3", "--quick", "--resume"])
     assert code == 0, err
     assert python_experiment.calls[-1]["resume"] is True
+    # resumed as another form (its default seeds, not quick): refused, nothing called
+    _refused(["run", python_experiment.name, "--out", str(out), "--resume"],
+             "seeds 3 there, None now", "quick True there, False now")
+    assert len(python_experiment.calls) == 2
 
 
 @pytest.mark.parametrize("opt", [["--set", "rounds=3"], ["--only", "x"],

@@ -139,9 +139,25 @@ def _report_search(result, out: Path, args) -> int:
     if result is INTERRUPTED:
         return 130
     print(json.dumps(result["best"], indent=2))
+    if "tuned.toml" not in result["files"]:
+        print(f"wrote {out}/ : {', '.join(result['files'])}; every point diverged for every "
+              "run: there is no winner (a smaller step size or a narrower range may help)")
+        return 0
     print(f"wrote {out}/ : {', '.join(result['files'])}; `fedsparse run {out}/tuned.toml"
           f"{f' --seeds {args.seeds}' if args.seeds else ''}` reruns the winners")
     return 0
+
+
+def _once(option: str, pairs) -> dict:
+    """``[(field, value), ...]`` as a dict, refusing a field given twice (the second
+    would silently replace the first)."""
+    out: dict = {}
+    for key, value in pairs:
+        if key in out:
+            raise ConfigError(f"{option} {key} is given twice; give each field once, with "
+                              "all its values")
+        out[key] = value
+    return out
 
 
 def cmd_sweep(args) -> int:
@@ -154,7 +170,7 @@ def cmd_sweep(args) -> int:
     _check_log(args)
     device = _check_device(args)
     name, config = _search_config(args, device, "sweeps need")
-    grid = dict(args.grid)
+    grid = _once("--grid", args.grid)
     out = Path(args.out or Path("runs") / f"{name}-sweep").expanduser()
     created = prepare_output(out, force=args.force, resumable=False,  # never replaced silently
                              writes=[*SWEEP_FILES, "FAILED"])
@@ -174,7 +190,8 @@ def cmd_tune(args) -> int:
     require_optuna("fedsparse tune")
     _check_log(args)
     device = _check_device(args)
-    space = {key: parse_space(text, f"--param {key}") for key, text in args.param}
+    space = {key: parse_space(text, f"--param {key}")
+             for key, text in _once("--param", args.param).items()}
     name, config = _search_config(args, device, "tuning needs")
     out = Path(args.out or Path("runs") / f"{name}-tune").expanduser()
     created = prepare_output(out, force=args.force, resumable=False)
@@ -188,6 +205,16 @@ def cmd_tune(args) -> int:
 def cmd_report(args) -> int:
     from .report.html import write_reports
 
-    for page in write_reports(args.dir):
+    failed = []
+
+    def skipped(folder, error):
+        failed.append(folder)
+        print(f"fedsparse: error: {error}", file=sys.stderr)
+
+    for page in write_reports(args.dir, on_error=skipped):
         print(f"wrote {page}")
+    if failed:
+        print(f"fedsparse: no report for {len(failed)} folder(s): "
+              + ", ".join(map(str, failed[:5])), file=sys.stderr)
+        return 2
     return 0

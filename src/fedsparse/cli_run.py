@@ -85,6 +85,20 @@ def _python_options(name: str, python_exp, args) -> dict:
     return kwargs
 
 
+def _python_identity(name: str, python_exp, kwargs: dict) -> dict:
+    """What a Python experiment's folder records of it (``--resume`` compares): its name,
+    seeds and quick form, an option not given read as the experiment's default."""
+    params = inspect.signature(python_exp.fn).parameters
+    identity = {"experiment": name}
+    for key in ("seeds", "quick"):
+        value = kwargs.get(key)
+        if value in (None, False) and key in params:
+            default = params[key].default
+            value = None if default is inspect.Parameter.empty else default
+        identity[key] = bool(value) if key == "quick" else value
+    return identity
+
+
 def _seeds_text(runs: list[dict]) -> str:
     """"run seed 0, data seed 0" (or the list of each) for the runs of an experiment."""
     from .experiments.runner import data_seed
@@ -193,7 +207,8 @@ def cmd_run(args) -> int:
     _check_log(args)
     if python_exp is not None:
         kwargs = _python_options(name, python_exp, args)
-        created = prepare_output(out, resume=args.resume, force=args.force)
+        created = prepare_output(out, resume=args.resume, force=args.force,
+                                 identity=_python_identity(name, python_exp, kwargs))
         print(f"fedsparse run {name} -> {out}")
 
         def run_python():
@@ -222,14 +237,15 @@ def cmd_run(args) -> int:
                       "that --only leaves out: they are not tested here")
         config = _apply_overrides(config, args.set, args.rounds, device)
         if args.band:
-            if not args.seeds:
+            if not args.seeds or args.seeds < 2:
                 raise ConfigError(f"--band {args.band} draws the spread over seeds: give "
                                   "--seeds N (N >= 2) as well")
             config["plot"] = {**config.get("plot", {}), "band": args.band}
         runs = resolve_runs(config)  # every check before --out is touched
         slugs = [r["slug"] for r in runs]
         created = prepare_output(out, resume=args.resume, force=args.force, slugs=slugs,
-                                 writes=output_patterns(config, slugs))
+                                 writes=output_patterns(config, slugs),
+                                 identity={"experiment": name, "seeds": args.seeds or 1})
         print(f"fedsparse run {name} -> {out} ({_seeds_text(runs)})")
         summary = _guarded(out, created, args, lambda: run_experiment(
             config, out, resume=args.resume, progress=False if args.quiet else None,

@@ -78,6 +78,10 @@ class SimilarityCompensation(Wrapper):
     def hyperparameters(self):
         return {**self.inner.hyperparameters(), "compensation": True}
 
+    @property
+    def round_metric_names(self):
+        return (*self.inner.round_metric_names, "compensated", "dropped")
+
     def __repr__(self):
         return f"similarity_compensation({self.inner!r})"
 

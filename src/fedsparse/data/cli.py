@@ -14,15 +14,55 @@ generated data set (drawn lazily, a chunk of clients at a time).
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 import numpy as np
 
+from .._validation import ConfigError
 from .real import DATASETS, PARTITIONS
 
 __all__ = ["add_data_parser", "cmd_describe", "cmd_write"]
 
 #: Generated data sets ``data write`` can write (drawn per client, lazily).
 GENERATED = ("fedht_simulation", "fedprox_synthetic", "shifted_gaussian")
+#: Named data sets read as sparse (CSR) features, which the on-disk format (dense
+#: memory-mapped arrays) does not hold: ``data write`` does not offer them.
+SPARSE = ("e2006", "libsvm", "mnist_libsvm", "rcv1")
+
+
+#: Partition options: their defaults and the partitions that take them (an option given
+#: for another partition is refused, not ignored).
+_PARTITION_OPTIONS = {
+    "labels_per_client": (2, ("label_skew", "groups")), "sizes": (None, ("label_skew",)),
+    "groups": (5, ("groups",)), "alpha": (0.5, ("dirichlet",)),
+    "clusters": (10, ("clusters",)), "parts_per_cluster": (20, ("clusters",)),
+    "clusters_per_client": (2, ("clusters",)), "by_labels": (False, ("clusters",)),
+}
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _check_given(args, generated: bool = False) -> None:
+    """Refuse options that do not apply (to the chosen partition, or to a generator),
+    then fill in the defaults of those not given."""
+    if generated:
+        given = [n for n in ("path", "partition", "max_examples", *_PARTITION_OPTIONS)
+                 if getattr(args, n) not in (None, False)]
+        if given:
+            raise ConfigError(f"{', '.join(map(_flag, given))}: {args.dataset!r} is generated "
+                              "(its clients drawn from the seed), so there is nothing to "
+                              "read, subsample or partition")
+    if args.partition is None:
+        args.partition = "iid"
+    for name, (default, partitions) in _PARTITION_OPTIONS.items():
+        value = getattr(args, name)
+        if value not in (None, False) and args.partition not in partitions:
+            raise ConfigError(f"{_flag(name)} applies to --partition "
+                              f"{' or '.join(partitions)}, not {args.partition!r}")
+        if value is None:
+            setattr(args, name, default)
 
 
 def _partition_kwargs(args) -> dict:
@@ -47,15 +87,20 @@ def cmd_describe(args) -> int:
     """Load, partition, print the description; returns the exit status."""
     from ..report.partition_plots import plot_partition
     from .partition import describe_partition
-    from .real import _scale, load_named, make_partition
+    from .real import REGRESSION, _scale, load_named, make_partition
 
+    _check_given(args)
+    if args.plot and Path(args.plot).is_dir():
+        raise ConfigError(f"--plot={args.plot!r} is invalid: it is a folder; give the PNG "
+                          "file to write, e.g. --plot split.png")
     X, y = load_named(args.dataset, path=args.path, seed=args.seed,
                       max_examples=args.max_examples)
     if args.partition == "clusters" and not args.by_labels:
         X = _scale(X, "maxabs")  # K-means on comparable feature ranges
     parts = make_partition(args.partition, X, y, num_clients=args.clients, seed=args.seed,
+                           dataset=args.dataset,
                            **_partition_kwargs(args))
-    regression = args.dataset in ("diabetes", "e2006") or (
+    regression = args.dataset in REGRESSION or (
         y.dtype.kind == "f" and len(set(y[: 1000].tolist())) > 50)
     desc = describe_partition(parts, None if regression else y)
     sizes = desc["sizes"]
@@ -83,8 +128,10 @@ def cmd_write(args) -> int:
     """Build the data set (a real one split among clients, or a generated one) and
     write it with :func:`~fedsparse.data.ondisk.write_federated`; returns the exit status."""
     from . import GENERATORS
-    from .ondisk import write_federated
+    from .ondisk import check_target, write_federated
 
+    _check_given(args, generated=args.dataset in GENERATED)
+    check_target(Path(args.out), args.overwrite, ("--out", "--overwrite"))  # before the build
     if args.dataset in GENERATED:
         kw = {} if args.test_fraction is None else {"test_fraction": args.test_fraction}
         data = GENERATORS[args.dataset](num_clients=args.clients, seed=args.seed, lazy=True,
@@ -104,18 +151,21 @@ def cmd_write(args) -> int:
 def _split_options(d) -> None:
     """The data set and partition options ``describe`` and ``write`` share."""
     d.add_argument("--path", help="file or directory for data sets read from disk")
-    d.add_argument("--partition", choices=PARTITIONS, default="iid")
+    d.add_argument("--partition", choices=PARTITIONS, default=None, help="default iid")
     d.add_argument("--clients", type=int, default=20, help="number of clients (default 20)")
     d.add_argument("--seed", type=int, default=0)
-    d.add_argument("--labels-per-client", type=int, default=2,
-                   help="label_skew: labels per client; groups: labels per group")
+    d.add_argument("--labels-per-client", type=int, default=None,
+                   help="label_skew: labels per client; groups: labels per group (default 2)")
     d.add_argument("--sizes", choices=("balanced", "power_law"), default=None,
                    help="label_skew client sizes")
-    d.add_argument("--groups", type=int, default=5, help="groups: number of groups")
-    d.add_argument("--alpha", type=float, default=0.5, help="dirichlet concentration")
-    d.add_argument("--clusters", type=int, default=10, help="clusters: number of clusters")
-    d.add_argument("--parts-per-cluster", type=int, default=20)
-    d.add_argument("--clusters-per-client", type=int, default=2)
+    d.add_argument("--groups", type=int, default=None,
+                   help="groups: number of groups (default 5)")
+    d.add_argument("--alpha", type=float, default=None,
+                   help="dirichlet concentration (default 0.5)")
+    d.add_argument("--clusters", type=int, default=None,
+                   help="clusters: number of clusters (default 10)")
+    d.add_argument("--parts-per-cluster", type=int, default=None, help="default 20")
+    d.add_argument("--clusters-per-client", type=int, default=None, help="default 2")
     d.add_argument("--by-labels", action="store_true",
                    help="clusters: use the labels as clusters (Tong et al. 2022 on MNIST)")
     d.add_argument("--max-examples", type=int, help="subsample first (seeded)")
@@ -135,10 +185,14 @@ def add_data_parser(subparsers) -> argparse.ArgumentParser:
     d.set_defaults(func=cmd_describe)
     w = sub.add_parser("write", help="write a split (or a generated data set) in the on-disk "
                        "format that training reads a client at a time",
-                       description=f"Data sets: {names}; generated: {', '.join(GENERATED)}.")
-    w.add_argument("dataset", choices=sorted(DATASETS) + list(GENERATED), metavar="DATASET",
-                   help="a named data set or a generator: "
-                   + ", ".join(sorted(DATASETS) + list(GENERATED)))
+                       description=f"Data sets: {names}, except the sparse "
+                       f"{', '.join(SPARSE)}; generated: {', '.join(GENERATED)}.")
+    dense = sorted(set(DATASETS) - set(SPARSE))
+    w.add_argument("dataset", choices=dense + list(GENERATED), metavar="DATASET",
+                   help="a named data set with dense features or a generator: "
+                   + ", ".join(dense + list(GENERATED)) + " (the LibSVM sets "
+                   + ", ".join(SPARSE) + " are sparse, which the on-disk format does not "
+                   "hold)")
     w.add_argument("--out", required=True, help="directory to create")
     w.add_argument("--overwrite", action="store_true", help="replace an existing data set")
     w.add_argument("--test-fraction", type=float, default=None,

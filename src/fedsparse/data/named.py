@@ -164,8 +164,9 @@ def _named_idx(what: str, path, subdir: str, debian_dir: str, apt: str | None, u
                 f"{what} IDX files ({expected}, optionally .gz) were not found in any of: "
                 f"{', '.join(map(str, places))}. {put} the files in a "
                 "directory and pass path=DIR (data.path in a config, --path in `fedsparse "
-                "data describe`), or call "
-                f"with download=True to fetch them from the official site into {cache}")
+                "data describe`), or, from Python, call "
+                f"with download=True to fetch them from the official site into {cache} "
+                "(runs never download on their own)")
     out = []
     for img, lab in _IDX_FILES.values():
         out.append(load_idx(found[img], found[lab], flatten=flatten, scale=scale))

@@ -40,6 +40,9 @@ DATASETS = {
     "libsvm": (True, "any LibSVM / svmlight file (path)"),
 }
 
+#: Named data sets whose targets are continuous (regression), whatever their values.
+REGRESSION = frozenset({"diabetes", "e2006"})
+
 #: Image data sets and the shape of one example when loaded with ``flatten=False``.
 IMAGE_SHAPES = {
     "digits": (1, 8, 8),
@@ -129,7 +132,8 @@ def _scale(X, how: str | None):
     return X / np.where(m > 0, m, 1.0)
 
 
-def make_partition(kind: str, X, y, *, num_clients: int, seed: int = 0, **kwargs):
+def make_partition(kind: str, X, y, *, num_clients: int, seed: int = 0,
+                   dataset: str | None = None, **kwargs):
     """Split ``(X, y)`` among ``num_clients`` clients with the partitioner ``kind``.
 
     Parameters
@@ -139,6 +143,8 @@ def make_partition(kind: str, X, y, *, num_clients: int, seed: int = 0, **kwargs
     y : (n,) labels.
     num_clients : number of clients.
     seed : partition seed.
+    dataset : the named data set ``y`` comes from, if any (a regression set is refused
+        by the partitions that split by class label, whatever its target values).
     **kwargs : the partitioner's own options (``labels_per_client``, ``alpha``,
         ``num_groups``, ``num_clusters``, ``parts_per_cluster``, ...). For ``clusters``,
         ``by_labels=True`` uses the labels as the clusters (Tong et al. 2022 does so for MNIST).
@@ -148,6 +154,16 @@ def make_partition(kind: str, X, y, *, num_clients: int, seed: int = 0, **kwargs
     list of ``num_clients`` int64 index arrays.
     """
     check_choice("partition", kind, PARTITIONS)
+    by_label = kind in ("label_skew", "groups", "dirichlet") or kwargs.get("by_labels")
+    if by_label:
+        values = np.asarray(y)
+        continuous = dataset in REGRESSION or not np.array_equal(values, np.round(values))
+        if continuous:
+            what = f"{dataset!r} is a regression data set" if dataset in REGRESSION \
+                else "the targets are not integer class labels"
+            raise fail("partition", kind, f"splits by class label, and {what} (it would keep "
+                       "a few examples and drop the rest); use 'iid', or 'clusters' without "
+                       "by_labels")
     try:
         if kind == "iid":
             return _partition.partition_iid(X.shape[0], num_clients, seed=seed, **kwargs)
@@ -223,7 +239,7 @@ def federated_real(dataset: str, *, partition: str = "clusters", num_clients: in
         y = np.asarray(y, dtype=np.float64)
         y = (y - y.mean()) / (y.std() if y.std() > 0 else 1.0)
     parts = make_partition(partition, X, y, num_clients=num_clients, seed=seed,
-                           **partition_kwargs)
+                           dataset=dataset, **partition_kwargs)
     try:
         return _partition.from_partitions(X, y, parts, test_fraction=test_fraction, seed=seed,
                                           dtype=dtype, name=f"{dataset}/{partition}")

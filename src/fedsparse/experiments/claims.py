@@ -98,13 +98,19 @@ def claim_labels(claim: dict) -> list[str]:
     return claim["runs"] if claim["kind"] == "order" else [claim["run"], claim["reference"]]
 
 
-def check_claim_labels(claims: list[dict], labels: set[str]) -> None:
-    """Every run a claim names is a run of the config."""
+def check_claim_labels(claims: list[dict], labels: set[str],
+                       panels: set[str] | None = None) -> None:
+    """Every run a claim names is a run of the config, and its ``panel`` one of the
+    config's panels (a misspelt panel would leave the claim silently untested)."""
     for i, claim in enumerate(claims):
         for label in claim_labels(claim):
             if label not in labels:
                 raise ConfigError(f"claims[{i}] names the run {label!r}, which is not a run "
                                   f"of this config: {', '.join(sorted(labels))}")
+        if panels is not None and "panel" in claim and claim["panel"] not in panels:
+            known = ", ".join(repr(p) for p in sorted(panels)) or "none (no run names one)"
+            raise fail(f"claims[{i}].panel", claim["panel"], f"must be a panel of this "
+                       f"config's runs: {known}")
 
 
 def _value(history: History, metric: str, at: str) -> float | None:

@@ -24,7 +24,7 @@ Schema::
     [runs.algorithm]
     kind = "fed_iter_ht"
     [plot]
-    y = ["objective"]        # metrics on the y axis (one figure each)
+    y = ["objective"]        # metrics on the y axis (one figure each; [] = no figures)
     x = ["round", "bytes_total"]
     logy = true
     band = "std"             # with --seeds: "std" or "ci95" (95% interval of the mean)
@@ -59,7 +59,7 @@ from pathlib import Path
 
 import torch
 
-from .._validation import ConfigError, check_choice, check_int, fail
+from .._validation import ConfigError, check_choice, check_float, check_int, fail
 from ..devices import DEFAULT_DEVICE, check_device_spec
 
 # the builders, importable from here as they always were
@@ -209,7 +209,9 @@ def check_config(config: dict) -> dict:
         check_metric("compare.metric", compare.get("metric", "objective"))
     if "claims" in config:
         check_claims(config["claims"], check_metric)
-        check_claim_labels(config["claims"], {run_label(r) for r in runs})
+        default_panel = config.get("defaults", {}).get("panel", "")
+        check_claim_labels(config["claims"], {run_label(r) for r in runs},
+                           {str(r.get("panel", default_panel) or "") for r in runs})
     return config
 
 
@@ -452,6 +454,24 @@ def resolve_runs(config: dict) -> list[dict]:
 
 def _check_flower(name: str, table: dict) -> None:
     check_keys(f"[{name}]", table, FLOWER_DEFAULTS)
+    check_flower_values({**FLOWER_DEFAULTS, **table})
+
+
+def check_flower_values(flower: dict) -> None:
+    """The values of a complete ``[flower]`` table (the defaults filled in)."""
+    check_float("flower.round_timeout", flower["round_timeout"], positive=True)
+    check_float("flower.wait_timeout", flower["wait_timeout"], nonnegative=True)
+    check_int("flower.min_nodes", flower["min_nodes"], minimum=0)
+    check_float("flower.poll_interval", flower["poll_interval"], positive=True)
+    check_int("flower.evaluate_every", flower["evaluate_every"], minimum=-1)
+    check_float("flower.max_update_norm", flower["max_update_norm"], nonnegative=True)
+    ratio = check_float("flower.max_update_ratio", flower["max_update_ratio"], nonnegative=True)
+    if 0 < ratio < 1:
+        raise fail("flower.max_update_ratio", ratio, "must be 0 (no bound) or at least 1: it "
+                   "multiplies the round's median update distance")
+    if not isinstance(flower["out_dir"], str):
+        raise fail("flower.out_dir", flower["out_dir"], 'must be a folder path as a string '
+                   '("" = save nothing)')
 
 
 def slugify(text: str) -> str:

@@ -115,7 +115,8 @@ def _why_kept(inv, paths: list[str]) -> str:
 
 def prepare_output(out: str | Path, *, resume: bool = False, force: bool = False,
                    slugs: list[str] | None = None, resumable: bool = True,
-                   writes: list[str] | None = None, log=print) -> bool:
+                   writes: list[str] | None = None, identity: dict | None = None,
+                   log=print) -> bool:
     """Make ``out`` ready for a run, refusing to mix, silently replace or remove results.
 
     * a new or empty folder is used as is (``resume`` is refused there: nothing to
@@ -130,6 +131,10 @@ def prepare_output(out: str | Path, *, resume: bool = False, force: bool = False
     * either way, the run is refused before anything is removed when a kept file lies
       where the run writes (``writes``, glob patterns, :func:`output_patterns`); while it
       runs, :func:`output_guard` refuses any write to a kept file.
+    * ``identity`` (the experiment's name, its number of seeds, its quick form:
+      :data:`IDENTITY`) is kept in the folder's marker; ``resume`` refuses a folder whose
+      marker names other values, since the continued runs would be mixed with or replace
+      results of another experiment or seed count.
 
     Returns
     -------
@@ -161,11 +166,15 @@ def prepare_output(out: str | Path, *, resume: bool = False, force: bool = False
                        f"{how}, or choose another --out")
         manifest = read_manifest(out)
         if manifest is None:
-            older = ("; its status marker is from an earlier fedsparse that kept no manifest"
-                     if (out / MARKER).exists() else "")
+            if (out / MANIFEST).exists():
+                why = (f"its manifest ({MANIFEST}) of the files fedsparse wrote there is "
+                       "damaged (no header), so what is fedsparse's cannot be told apart")
+            else:
+                older = ("; its status marker is from an earlier fedsparse that kept no "
+                         "manifest" if (out / MARKER).exists() else "")
+                why = f"there is no manifest ({MANIFEST}) of files fedsparse wrote here{older}"
             raise fail("--out", str(out), f"holds files fedsparse did not write "
-                       f"({_describe(out)}): there is no manifest ({MANIFEST}) of files "
-                       f"fedsparse wrote here{older}, so --resume and --force do not apply: "
+                       f"({_describe(out)}): {why}, so --resume and --force do not apply: "
                        "nothing was changed; choose an empty or new folder")
         inv = inventory(out, manifest, bookkeeping={MARKER})
         blocked = colliding(inv.kept, writes or [])
@@ -180,9 +189,10 @@ def prepare_output(out: str | Path, *, resume: bool = False, force: bool = False
             if inv.kept:
                 log(f"--force: removed the earlier output fedsparse wrote in {out}; kept "
                     f"{_why_kept(inv, inv.kept)}")
-        elif slugs is not None:
-            stale = sorted(p.name for p in out.iterdir() if _is_run_dir(p)
-                           and p.name not in slugs)
+        else:
+            _check_same_identity(out, identity or {})
+            stale = [] if slugs is None else sorted(
+                p.name for p in out.iterdir() if _is_run_dir(p) and p.name not in slugs)
             if stale:
                 raise fail("--resume", str(out), f"holds runs this config does not have "
                            f"({', '.join(stale)}), which would be mixed with its results; "
@@ -190,8 +200,12 @@ def prepare_output(out: str | Path, *, resume: bool = False, force: bool = False
     try:
         out.mkdir(parents=True, exist_ok=True)
         start_manifest(out, folder_created=created)
-        if not (out / MARKER).exists():  # an existing one keeps the earlier run's status
-            _write_marker(out, "new")
+        info = _marker_info(out)
+        if not info:  # an existing one keeps the earlier run's status
+            _write_marker(out, "new", **(identity or {}))
+        elif identity and not all(k in info for k in identity):  # an older marker
+            earlier = {k: v for k, v in info.items() if k not in ("status", "time")}
+            _write_marker(out, str(info.get("status", "new")), **{**identity, **earlier})
     except OSError as exc:
         raise fail("--out", str(out), f"cannot be written: {exc.strerror}") from None
     return created
@@ -216,9 +230,37 @@ def _recorded_attempts(marker: str | None) -> tuple[int, float]:
         return 0, 0.0
 
 
+#: What a run folder's marker records of the experiment that writes it, for ``--resume``
+#: to refuse another one (see :func:`prepare_output`).
+IDENTITY = ("experiment", "seeds", "quick")
+
+
+def _marker_info(out: Path) -> dict:
+    """The folder's marker as a dict ({} when there is none, or it is not ours)."""
+    try:
+        info = json.loads((out / MARKER).read_text())
+    except (OSError, ValueError):
+        return {}
+    return info if isinstance(info, dict) else {}
+
+
+def _check_same_identity(out: Path, identity: dict) -> None:
+    """Refuse to continue the runs in ``out`` as another experiment, seed count or form."""
+    recorded = _marker_info(out)
+    differ = {k: (recorded[k], v) for k, v in identity.items()
+              if k in recorded and recorded[k] != v}
+    if differ:
+        said = ", ".join(f"{k} {old!r} there, {new!r} now" for k, (old, new) in differ.items())
+        raise fail("--resume", str(out), f"holds the runs of another experiment or setting "
+                   f"({said}), which this one would mix with or replace; continue them with "
+                   "the command that started them, or use --force to replace them, or "
+                   "choose another --out")
+
+
 def _write_marker(out: Path, status: str, **extra) -> None:
+    kept = {k: v for k, v in _marker_info(out).items() if k in IDENTITY}
     info = {"status": status, "time": datetime.datetime.now().isoformat(timespec="seconds"),
-            **extra}
+            **kept, **extra}
     (out / MARKER).write_text(json.dumps(info, indent=2) + "\n")
 
 

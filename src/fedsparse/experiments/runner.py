@@ -18,6 +18,7 @@ import tomli_w
 
 from .. import __version__
 from .._validation import ConfigError, fail
+from ..channels import checked_channel
 from ..devices import DEFAULT_DEVICE, device_info, devices_info, resolve_device
 from ..history import History
 from ..loggers import resolve_loggers, track_run
@@ -46,7 +47,7 @@ from .output import (
     plot_names,
     prepare_output,
 )
-from .seeds import check_seeds, report_row, run_seeds, strict_json
+from .seeds import check_last_replicate, check_seeds, report_row, run_seeds, strict_json
 
 __all__ = ["FAILED", "MARKER", "RUN_FILES", "check_out_dir", "check_runs_buildable",
            "data_key", "data_seed", "execute_run", "failed_text", "format_comparison",
@@ -55,6 +56,9 @@ __all__ = ["FAILED", "MARKER", "RUN_FILES", "check_out_dir", "check_runs_buildab
            "run_experiment", "tracked_params"]
 
 #: Metrics that only some runs record (the rest are recorded by every run).
+#: The record fields of :data:`METRICS` that only some algorithms record (their
+#: ``client_metrics`` and ``round_metric_names``).
+_DIAGNOSTICS = {"inner_iterations", "compensated", "dropped", "mask_density"}
 _CONDITIONAL = {"accuracy", "test_objective", "test_accuracy", "rel_error",
                 "support_precision", "support_recall", "support_f1", "personal_objective",
                 "personal_accuracy", "personal_test_objective", "personal_test_accuracy"}
@@ -146,7 +150,8 @@ def recordable_metrics(data, problem, algorithm=None) -> set[str]:
     Accuracy needs a classification problem, test metrics a test split, the relative
     error and support scores a ground truth, the ``personal_*`` metrics an algorithm with
     personalised models (one that overrides ``Algorithm.personalized``); the other fields
-    of :data:`METRICS` are recorded by every run (algorithm diagnostics are not checked).
+    of :data:`METRICS` are recorded by every run, and an algorithm's diagnostics by the
+    algorithms that declare them.
     """
     from ..algorithms.base import Algorithm
 
@@ -161,6 +166,10 @@ def recordable_metrics(data, problem, algorithm=None) -> set[str]:
             names.add("test_accuracy")
     if getattr(data, "ground_truth", None) is not None:
         names |= {"rel_error", "support_precision", "support_recall", "support_f1"}
+    # an algorithm's own diagnostics: those it declares, never another algorithm's
+    names -= _DIAGNOSTICS
+    if algorithm is not None:
+        names |= _DIAGNOSTICS & {*algorithm.client_metrics, *algorithm.round_metric_names}
     personal = getattr(type(algorithm), "personalized", None)
     if algorithm is not None and personal is not Algorithm.personalized:
         names.add("personal_objective")
@@ -186,7 +195,12 @@ def check_runs_buildable(config: dict, runs: list[dict], data_cache: dict) -> No
             data = _data(run, data_cache)
             problem = build_problem(run["problem"])
             algorithm = build_algorithm(run["algorithm"])
-            build_channel(run.get("channel"))
+            channel = build_channel(run.get("channel"))
+            if channel is not None:
+                try:  # per-client arguments against the data's clients, now, not at its turn
+                    checked_channel(channel, data.num_clients, run["rounds"])
+                except ConfigError as exc:
+                    raise ConfigError(f"channel: {exc}") from None
             cpr = run.get("clients_per_round")
             if cpr is not None and cpr > data.num_clients:
                 raise fail("clients_per_round", cpr, "must be at most the number of clients "
@@ -287,6 +301,8 @@ def run_experiment(config: dict, out: str | Path, *, resume: bool = False,
         check_seeds(seeds)
     out = Path(out)
     runs = resolve_runs(config)
+    if seeds:
+        check_last_replicate(runs, seeds)
     trackers = resolve_loggers(loggers, out, experiment=out.absolute().name)
     data_cache: dict = {}
     check_runs_buildable(config, runs, data_cache)  # before hours of runs

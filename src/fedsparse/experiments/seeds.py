@@ -28,7 +28,7 @@ import math
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from .._validation import check_int
+from .._validation import check_int, check_seed
 from ..history import History, higher_is_better
 
 #: Record fields that describe the model at a round; a diverged run's are recorded as
@@ -54,6 +54,16 @@ PARAM_KEYS = ("rounds", "seed", "clients_per_round", "dtype", "channel", "data",
 def check_seeds(seeds) -> int:
     """``seeds`` (the number of replicates) as an int >= 1."""
     return check_int("seeds", seeds, minimum=1)
+
+
+def check_last_replicate(runs: list[dict], seeds: int) -> None:
+    """Refuse, before any run, seeds that the last of ``seeds`` replicates would push
+    past the largest seed (its run and data seeds are the first ones plus ``seeds - 1``)."""
+    for run in runs:
+        last = with_seed(run, seeds - 1)
+        check_seed(f"run {run['label']!r}: seed + seeds - 1", last["seed"])
+        if last.get("data", {}).get("seed") is not None:
+            check_seed(f"run {run['label']!r}: data.seed + seeds - 1", last["data"]["seed"])
 
 
 def with_seed(run: dict, offset: int) -> dict:

@@ -8,7 +8,8 @@ processes), compares the metric at the last round and writes
 * ``best.json``: ``{run label: {"params": {field: value}, "value": best value}}``;
 * ``sweep.png``: the metric against the swept value, one line per run;
 * ``tuned.toml``: the config with each run's winning values, so ``fedsparse run
-  tuned.toml`` reproduces the winners.
+  tuned.toml`` reproduces the winners (not written when every point of every run
+  diverged: there is no winner).
 
 The direction follows the metric: accuracy-like metrics (names containing accuracy, f1,
 precision or recall) are maximised, everything else (objective, errors, bytes) is
@@ -35,7 +36,15 @@ from ..devices import check_device_spec
 from ..loggers import resolve_loggers
 from .config import METRICS, RUN_KEYS, build_algorithm, build_problem, resolve_runs, set_path
 from .runner import _data, execute_run, recordable_metrics
-from .seeds import best_direction, check_seeds, divergence, spread, strict_json, with_seed
+from .seeds import (
+    best_direction,
+    check_last_replicate,
+    check_seeds,
+    divergence,
+    spread,
+    strict_json,
+    with_seed,
+)
 
 #: The files a sweep writes into its output folder.
 SWEEP_FILES = ("sweep.csv", "best.json", "sweep.png", "tuned.toml")
@@ -94,6 +103,8 @@ def run_sweep(config: dict, grid: dict[str, list], *, out: str | Path | None = N
     keys = _run_keys(base_runs)
     cache: dict = {}
     point_runs = [_runs_at(config, point, cache, metric) for point in points]
+    if seeds:
+        check_last_replicate([run for runs in point_runs for run in runs], n_seeds)
     tasks = [(p, i, with_seed(run, k) if seeds else run)
              for p, runs in enumerate(point_runs) for i, run in enumerate(runs)
              for k in range(n_seeds)]
@@ -162,10 +173,10 @@ def _runs_at(config: dict, point: dict, cache: dict, metric: str) -> list[dict]:
             run["device"] = check_device_spec("device", run["device"])  # a grid may set it
             data = _data(run, cache)
             problem = build_problem(run["problem"])
-            build_algorithm(run["algorithm"])
+            algorithm = build_algorithm(run["algorithm"])
         except ConfigError as exc:
             raise ConfigError(f"{where}: {exc}") from None
-        recorded = recordable_metrics(data, problem)
+        recorded = recordable_metrics(data, problem, algorithm)
         if metric not in recorded:
             raise fail("metric", metric, f"{where} does not record it; it records "
                        + ", ".join(m for m in METRICS if m in recorded))
@@ -301,9 +312,10 @@ def _write(out: Path, config: dict, rows, best, points, keys, names, metric, up,
                   names), metric=metric, path=out / "sweep.png", maximize=up,
                   title=_plot_title(config, metric, up, n_seeds)):
         files.append("sweep.png")
-    with open(out / "tuned.toml", "wb") as fh:
-        tomli_w.dump(tuned_config(config, best, keys, metric, up), fh)
-    files.append("tuned.toml")
+    if any(b["params"] is not None for b in best.values()):  # else there is no winner
+        with open(out / "tuned.toml", "wb") as fh:
+            tomli_w.dump(tuned_config(config, best, keys, metric, up), fh)
+        files.append("tuned.toml")
     return files
 
 

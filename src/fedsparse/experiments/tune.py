@@ -62,7 +62,15 @@ from ..rounds import DivergenceError
 from .config import METRICS, resolve_runs
 from .refine import refine_count, refine_point
 from .runner import execute_run
-from .seeds import best_direction, check_seeds, divergence, spread, strict_json, with_seed
+from .seeds import (
+    best_direction,
+    check_last_replicate,
+    check_seeds,
+    divergence,
+    spread,
+    strict_json,
+    with_seed,
+)
 from .sweep import _check_recorded, _run_keys, _runs_at, point_slug, tuned_config
 from .tune_space import Space, check_space, start_points
 from .tune_space import parse_space as parse_space  # (importable from here, as before)
@@ -137,7 +145,9 @@ def run_tune(config: dict, space: dict[str, Space | str], *, trials: int,
     up = best_direction(metric, maximize)
     keys = _run_keys(resolve_runs(config))
     cache: dict = {}
-    _runs_at(config, {n: s.first() for n, s in space.items()}, cache, metric)  # checks
+    first = _runs_at(config, {n: s.first() for n, s in space.items()}, cache, metric)  # checks
+    if seeds:
+        check_last_replicate(first, n_seeds)
     from ..loggers import resolve_loggers
 
     trackers = resolve_loggers(loggers, out, experiment=Path(out or "tune").absolute().name)
@@ -397,7 +407,8 @@ def _write(out: Path, config: dict, rows, best, keys, space, metric, up, info) -
             f"{info['sampler_seed']}; {metric} at the last round, "
             f"{'maximised' if up else 'minimised'}).")
     tuned["description"] = f"{config.get('description', '')} {note}".strip()
-    with open(out / "tuned.toml", "wb") as fh:
-        tomli_w.dump(tuned, fh)
-    files.append("tuned.toml")
+    if any(b["params"] is not None for b in best.values()):  # else there is no winner
+        with open(out / "tuned.toml", "wb") as fh:
+            tomli_w.dump(tuned, fh)
+        files.append("tuned.toml")
     return files

@@ -51,7 +51,7 @@ import numpy as np
 import torch
 
 from .._resources import check_rounds
-from .._validation import ConfigError, check_choice, check_float, check_int, check_seed, fail
+from .._validation import ConfigError, check_choice, check_int, check_seed, fail
 from ..algorithms import REGISTRY as ALGORITHMS
 from ..data import GENERATORS
 from ..data.federated import ClientSplit, FederatedDataset, from_arrays
@@ -63,6 +63,7 @@ from ..experiments.config import (
     build_data,
     build_problem,
     check_config,
+    check_flower_values,
     deep_merge,
     pick_run,
     unknown_key,
@@ -224,16 +225,7 @@ def job_from_config(config: dict, run: str | int | None = None) -> Job:
         raise ConfigError(f"unknown [flower] keys {sorted(extra)}; allowed: "
                           f"{sorted(FLOWER_DEFAULTS)}")
     flower.update(config.get("flower", {}))
-    check_float("flower.round_timeout", flower["round_timeout"], positive=True)
-    check_float("flower.wait_timeout", flower["wait_timeout"], nonnegative=True)
-    check_int("flower.min_nodes", flower["min_nodes"], minimum=0)
-    check_float("flower.poll_interval", flower["poll_interval"], positive=True)
-    check_int("flower.evaluate_every", flower["evaluate_every"], minimum=-1)
-    check_float("flower.max_update_norm", flower["max_update_norm"], nonnegative=True)
-    ratio = check_float("flower.max_update_ratio", flower["max_update_ratio"], nonnegative=True)
-    if 0 < ratio < 1:
-        raise fail("flower.max_update_ratio", ratio, "must be 0 (no bound) or at least 1: it "
-                   "multiplies the round's median update distance")
+    check_flower_values(flower)
     cpr = config.get("clients_per_round")
     cpr = None if cpr in (None, 0) else check_int("clients_per_round", cpr, minimum=1)
     job = Job(rounds=check_rounds(config.get("rounds", 100)),

@@ -173,7 +173,7 @@ def run_on_grid(grid: Grid, job: Job, *, callback: Callable | None = None) -> Hi
             callback(record, state)
 
     loop = RoundLoop(bound, weights, job.seed, per_round,
-                     checked_channel(job.build_channel(), N),
+                     checked_channel(job.build_channel(), N, job.rounds),
                      grid_executor(grid, job, bound, table, refusals, weights,
                                     feature_shape),
                      evaluate, ClientStore(None), eval_every=int(fl["evaluate_every"]),

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .._validation import fail
+from .._validation import ConfigError, fail
 from .html_parts import (
     COLORS,
     DASHES,
@@ -71,12 +71,23 @@ def report_folders(path: str | Path) -> list[Path]:
     return found
 
 
-def write_reports(path: str | Path) -> list[Path]:
-    """Write ``report.html`` into each folder of :func:`report_folders`; the pages."""
+def write_reports(path: str | Path, on_error=None) -> list[Path]:
+    """Write ``report.html`` into each folder of :func:`report_folders`; the pages.
+
+    A folder whose files cannot be read raises its ConfigError, or, with ``on_error``,
+    is passed to ``on_error(folder, error)`` and skipped, so one damaged folder of many
+    does not stop the others' pages."""
     pages = []
     for folder in report_folders(path):
+        try:
+            text = render(folder)
+        except ConfigError as exc:
+            if on_error is None:
+                raise
+            on_error(folder, exc)
+            continue
         page = folder / PAGE
-        page.write_text(render(folder), encoding="utf-8")
+        page.write_text(text, encoding="utf-8")
         pages.append(page)
     return pages
 
@@ -85,8 +96,13 @@ def render(folder: str | Path) -> str:
     """The HTML page of one run, sweep or tuning folder."""
     folder = Path(folder)
     kind = kind_of(folder)
-    if kind == "run":
-        return run_page(folder)
-    if kind in ("sweep", "tune"):
-        return sweep_page(folder, kind)
-    raise fail("DIR", str(folder), "is not a fedsparse run, sweep or tuning folder")
+    if kind not in ("run", "sweep", "tune"):
+        raise fail("DIR", str(folder), "is not a fedsparse run, sweep or tuning folder")
+    try:
+        return run_page(folder) if kind == "run" else sweep_page(folder, kind)
+    except (ValueError, TypeError, AttributeError, KeyError, IndexError) as exc:
+        if isinstance(exc, ConfigError):
+            raise
+        # a file of the right syntax but another shape (a copied or edited folder)
+        raise ConfigError(f"{folder}: its files are not laid out as fedsparse writes them "
+                          f"({type(exc).__name__}: {exc}); no report was written") from None

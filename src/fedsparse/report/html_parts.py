@@ -8,7 +8,10 @@ import base64
 import html
 import json
 import math
+import tomllib
 from pathlib import Path
+
+from .._validation import ConfigError
 
 __all__ = ["COLORS", "DASHES", "cell", "details", "esc", "fmt", "image", "page", "section",
            "table"]
@@ -115,9 +118,31 @@ def _anchors(sections: list[str]) -> list[tuple[str, str]]:
     return out
 
 
-def _read_json(path: Path):
-    with open(path, encoding="utf-8") as fh:
-        return json.load(fh)
+def _read_json(path: Path, kind: type = dict):
+    """A JSON file fedsparse wrote, whose top level must be a ``kind`` (a clear
+    ConfigError naming the file otherwise: a report is often made of copied folders)."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            value = json.load(fh)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: not valid JSON ({exc}); it was not written by fedsparse "
+                          "or was damaged since") from None
+    if not isinstance(value, kind):
+        raise ConfigError(f"{path}: holds a JSON {type(value).__name__}, where fedsparse "
+                          f"writes {'an object' if kind is dict else 'a ' + kind.__name__}")
+    return value
+
+
+def _read_toml(path: Path) -> tuple[str, dict]:
+    """A TOML file of the folder as (text, table) (("", {}) when there is none), with a
+    ConfigError naming it."""
+    if not path.is_file():
+        return "", {}
+    try:
+        text = path.read_text(encoding="utf-8")
+        return text, tomllib.loads(text)
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: not valid TOML ({exc})") from None
 
 
 def _number(v) -> bool:

@@ -6,15 +6,16 @@ from __future__ import annotations
 
 import datetime
 import json
-import tomllib
 from pathlib import Path
 
+from .._validation import ConfigError
 from .html_parts import (
     COLORS,
     DASHES,
     _charts_html,
     _number,
     _read_json,
+    _read_toml,
     _spans,
     cell,
     details,
@@ -39,8 +40,18 @@ def _records(run_dir: Path) -> list[dict]:
     path = run_dir / "history.jsonl"
     if not path.is_file():
         return []
+    rows = []
     with open(path, encoding="utf-8") as fh:
-        rows = [json.loads(line) for line in fh if line.strip()]
+        for n, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except ValueError as exc:
+                raise ConfigError(f"{path}, line {n}: not valid JSON ({exc})") from None
+            if not isinstance(row, dict):
+                raise ConfigError(f"{path}, line {n}: a round record must be a JSON object")
+            rows.append(row)
     return [{k: (float(v) if v in ("inf", "-inf", "nan") else v) for k, v in r.items()}
             for r in rows]
 
@@ -56,9 +67,7 @@ def _numeric_fields(records: list[dict]) -> list[str]:
 
 def run_page(folder: Path) -> str:
     summary = _read_json(folder / "summary.json")
-    config_text = (folder / "config.toml").read_text(encoding="utf-8") \
-        if (folder / "config.toml").is_file() else ""
-    config = tomllib.loads(config_text) if config_text else {}
+    config_text, config = _read_toml(folder / "config.toml")
     rows = summary.get("runs") if isinstance(summary.get("runs"), list) else []
     rows = [r for r in rows if isinstance(r, dict)]
     title = summary.get("title") or config.get("title") or folder.name

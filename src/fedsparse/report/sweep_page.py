@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import csv
 import datetime
-import tomllib
 from pathlib import Path
 
 from .html_parts import (
@@ -14,6 +13,7 @@ from .html_parts import (
     _charts_html,
     _number,
     _read_json,
+    _read_toml,
     _spans,
     cell,
     esc,
@@ -49,9 +49,7 @@ def _parse_cell(text: str):
 def sweep_page(folder: Path, kind: str) -> str:
     best = _read_json(folder / "best.json")
     rows = _csv_rows(folder / ("trials.csv" if kind == "tune" else "sweep.csv"))
-    tuned_text = (folder / "tuned.toml").read_text(encoding="utf-8") \
-        if (folder / "tuned.toml").is_file() else ""
-    tuned = tomllib.loads(tuned_text) if tuned_text else {}
+    tuned_text, tuned = _read_toml(folder / "tuned.toml")
     info = _read_json(folder / "tune.json") if (folder / "tune.json").is_file() else {}
     fields = _swept_fields(rows, best)
     metric = info.get("metric") or _metric_of(rows, fields)

@@ -67,6 +67,8 @@ class PersonalizedAlgorithm(Algorithm):
         fallback = fallback.to(personal.device)
         return torch.where(trained[:, None], personal, fallback)
 
+    round_metric_names = ("model_density",)
+
     def round_metrics(self, state):
         # evaluate() gives the density on evaluation rounds only; this is every round
         return {"model_density": float(density(self.model(state)))}

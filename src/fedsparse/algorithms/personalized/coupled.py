@@ -180,6 +180,8 @@ class CoupledPersonalization(PersonalizedAlgorithm):
         return {**state, "model": new, "averaged": int(used.sum()), "fedmac_bits": bits,
                 "fedmac_bits_total": state["fedmac_bits_total"] + bits}
 
+    round_metric_names = ("model_density", "averaged", "fedmac_bits", "fedmac_bits_total")
+
     def round_metrics(self, state):
         return {**super().round_metrics(state), "averaged": state["averaged"],
                 "fedmac_bits": state["fedmac_bits"],
