@@ -108,6 +108,7 @@ def test_data_options_that_do_not_apply_are_refused(argv, expected):
 def test_a_generator_refuses_the_options_of_real_data(tmp_path):
     _refused(_write(tmp_path / "g", "--partition", "dirichlet", "--max-examples", "10"),
              "--partition, --max-examples", "is generated")
+    _refused(_write(tmp_path / "g", "--alpha", "0"), "--alpha: ", "is generated")  # 0 is given
     assert not (tmp_path / "g").exists()
 
 
@@ -128,7 +129,7 @@ def test_resume_with_another_seed_count_is_refused_and_keeps_the_results(tiny, t
     assert _run(["run", str(tiny), "--out", str(out), "--quiet", "--seeds", "2"])[0] == 0
     before = (out / "summary.json").read_bytes()
     _refused(["run", str(tiny), "--out", str(out), "--quiet", "--resume"],
-             "--resume=", "seeds 2 there, 1 now")
+             "--resume=", "seeds 2 there, None now")
     _refused(["run", str(tiny), "--out", str(out), "--quiet", "--resume", "--seeds", "3"],
              "seeds 2 there, 3 now")
     assert (out / "summary.json").read_bytes() == before
@@ -137,12 +138,41 @@ def test_resume_with_another_seed_count_is_refused_and_keeps_the_results(tiny, t
     assert code == 0, err
 
 
+def test_resume_takes_the_config_by_content_not_by_file_name(tiny, tmp_path):
+    out = tmp_path / "o"
+    assert _run(["run", str(tiny), "--out", str(out), "--quiet"])[0] == 0
+    # the run folder's own resolved config.toml is the same experiment
+    code, _, err = _run(["run", str(out / "config.toml"), "--out", str(out), "--quiet",
+                         "--resume", "--rounds", "5"])
+    assert code == 0, err
+    # with --seeds 1 a run writes seed folders and a mean: not the run without --seeds
+    _refused(["run", str(tiny), "--out", str(out), "--quiet", "--resume", "--seeds", "1"],
+             "seeds None there, 1 now")
+
+
+def test_a_marker_without_an_identity_is_left_as_it_is(tiny, tmp_path):
+    """A folder of an earlier fedsparse (no identity in its marker) resumes as before, and
+    a refused resume does not stamp its own identity into it."""
+    out = tmp_path / "o"
+    assert _run(["run", str(tiny), "--out", str(out), "--quiet"])[0] == 0
+    marker = out / ".fedsparse-run"
+    old = {k: v for k, v in json.loads(marker.read_text()).items()
+           if k not in ("experiment", "seeds", "quick")}
+    marker.write_text(json.dumps(old))
+    other = tmp_path / "other.toml"
+    other.write_text(TINY.replace("dim = 30", "dim = 40"))
+    _refused(["run", str(other), "--out", str(out), "--quiet", "--resume"], "another run")
+    assert "experiment" not in json.loads(marker.read_text())
+    code, _, err = _run(["run", str(tiny), "--out", str(out), "--quiet", "--resume"])
+    assert code == 0, err
+
+
 def test_resume_of_a_toml_run_as_a_python_experiment_is_refused(tiny, tmp_path):
     out = tmp_path / "m"
     assert _run(["run", str(tiny), "--out", str(out), "--quiet"])[0] == 0
     before = sorted(p.name for p in out.iterdir())
     _refused(["run", "fig6-libsvm", "--quick", "--out", str(out), "--resume"],
-             "experiment 'tiny' there, 'fig6-libsvm' now")
+             "experiment 'a TOML config' there, 'fig6-libsvm' now")
     assert sorted(p.name for p in out.iterdir()) == before
 
 
@@ -183,6 +213,15 @@ def test_a_claim_on_a_misspelt_panel_is_refused(tiny, tmp_path):
                       'panel = "Simulaton I"\n')
     _refused(["run", str(config), "--out", str(tmp_path / "o"), "--quiet"],
              "claims[0].panel='Simulaton I'", "'Simulation I'")
+
+
+def test_only_leaves_out_the_claims_of_panels_it_leaves_out(tmp_path):
+    runs = [f"Simulation I (regression)/{label}"
+            for label in ("Fed-HT", "FedIter-HT", "Distributed-IHT")]
+    code, text, err = _run(["run", "fedht-fig3", "--out", str(tmp_path / "o"), "--quiet",
+                            "--rounds", "1", *[a for r in runs for a in ("--only", r)]])
+    assert code == 0, err
+    assert "are not tested here" in text
 
 
 def test_flower_values_are_checked_where_the_config_is_read(tiny, tmp_path):

@@ -159,6 +159,29 @@ def test_a_resume_on_another_lazy_seed_is_refused(tmp_path):
                     checkpoint=ckpt, resume=True)
 
 
+def test_a_dictionary_problem_resumes_and_another_dictionary_is_another_run(tmp_path):
+    from fedsparse.problems.dictionary import DictionaryProblem
+
+    ckpt = tmp_path / "run.pt"
+    g = torch.Generator().manual_seed(0)
+    atoms = torch.randn(6, 8, dtype=torch.float64, generator=g)
+
+    def problem(A):
+        return DictionaryProblem(fs.problems.least_squares(), A)
+
+    data = fs.data.from_arrays([torch.randn(5, 6, dtype=torch.float64, generator=g)] * 3,
+                               [torch.randn(5, dtype=torch.float64, generator=g)] * 3,
+                               dtype=torch.float64)
+    fs.simulate(fs.algorithms.fed_avg(), problem(atoms), data, rounds=2, checkpoint=ckpt)
+    # a new object of the same atoms is the same run (its repr was an address before)
+    resumed = fs.simulate(fs.algorithms.fed_avg(), problem(atoms.clone()), data, rounds=4,
+                          checkpoint=ckpt, resume=True)
+    assert len(resumed.records) == 4
+    with pytest.raises(ConfigError, match="problem_config"):
+        fs.simulate(fs.algorithms.fed_avg(), problem(atoms + 1), data, rounds=6,
+                    checkpoint=ckpt, resume=True)
+
+
 def test_a_network_with_other_layers_of_the_same_shapes_is_another_run(tmp_path):
     ckpt = tmp_path / "run.pt"
     data = _classes()
@@ -282,7 +305,8 @@ def test_auto_step_size_on_features_that_are_all_zero_is_refused():
         fs.simulate(fs.algorithms.fed_ht(sparsity=1, step_size="auto"), LS, data, rounds=1)
 
 
-@pytest.mark.parametrize("p", [np.bool_(True), np.array([True, False]), torch.tensor([True])])
+@pytest.mark.parametrize("p", [np.bool_(True), np.array([True, False]), torch.tensor([True]),
+                               [True, False]])
 def test_booleans_are_no_delivery_probability(p):
     with pytest.raises(ConfigError, match="probability=.*number in \\[0, 1\\]"):
         fs.channels.BernoulliChannel(p)

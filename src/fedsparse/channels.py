@@ -68,7 +68,7 @@ def _probability_tensor(value, name: str) -> torch.Tensor:
     if isinstance(value, (str, bytes)) or _is_bool(value):
         raise fail(name, value, "must be a number in [0, 1] or a sequence of them")
     try:
-        if str(getattr(value, "dtype", "")) in ("torch.bool", "bool"):  # True is no probability
+        if torch.as_tensor(value).dtype == torch.bool:  # True is no probability
             raise TypeError
         p = torch.as_tensor(value, dtype=torch.float64)
     except (TypeError, ValueError, RuntimeError):

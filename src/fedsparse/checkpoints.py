@@ -46,10 +46,10 @@ CHECKPOINT_FORMAT = "fedsparse-checkpoint-3"
 #: a message saying so, every other algorithm's resumes.
 READABLE_FORMATS = ("fedsparse-checkpoint-2", CHECKPOINT_FORMAT)
 
-#: Every key a checkpoint holds.
 #: Fingerprint entries added after checkpoints were first written: a checkpoint without
 #: one resumes as before (it cannot be compared), one with it must match.
 ADDED_KEYS = frozenset({"problem_config", "data_digest"})
+#: Every key a checkpoint holds.
 CHECKPOINT_KEYS = ("format", "round", "state", "client_state", "records", "initial",
                    "fingerprint")
 

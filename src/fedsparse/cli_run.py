@@ -85,6 +85,12 @@ def _python_options(name: str, python_exp, args) -> dict:
     return kwargs
 
 
+#: What a run folder's marker records as the experiment of a TOML config: not its file
+#: name (a renamed copy, or the run folder's own config.toml, is the same experiment);
+#: the run folders' names tell its runs apart.
+TOML_CONFIG = "a TOML config"
+
+
 def _python_identity(name: str, python_exp, kwargs: dict) -> dict:
     """What a Python experiment's folder records of it (``--resume`` compares): its name,
     seeds and quick form, an option not given read as the experiment's default."""
@@ -245,7 +251,7 @@ def cmd_run(args) -> int:
         slugs = [r["slug"] for r in runs]
         created = prepare_output(out, resume=args.resume, force=args.force, slugs=slugs,
                                  writes=output_patterns(config, slugs),
-                                 identity={"experiment": name, "seeds": args.seeds or 1})
+                                 identity={"experiment": TOML_CONFIG, "seeds": args.seeds})
         print(f"fedsparse run {name} -> {out} ({_seeds_text(runs)})")
         summary = _guarded(out, created, args, lambda: run_experiment(
             config, out, resume=args.resume, progress=False if args.quiet else None,

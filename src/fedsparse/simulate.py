@@ -57,6 +57,8 @@ def _contents(problem, data) -> dict:
     on another data set, seed or loss is refused (:data:`fedsparse.checkpoints.ADDED_KEYS`:
     checkpoints written before these existed resume without them)."""
     config = repr(problem)
+    if type(problem).__repr__ is object.__repr__:  # an address, new with every object
+        config = f"{type(problem).__qualname__}({problem.name})"
     module = getattr(problem, "module", None)
     if isinstance(module, torch.nn.Module):
         layers = hashlib.blake2b(str(module).encode(), digest_size=8).hexdigest()

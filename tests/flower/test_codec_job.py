@@ -125,8 +125,15 @@ def test_node_data_is_the_simulators_row(tmp_path):
     import numpy as np
 
     np.savez(tmp_path / "d.npz", X=np.ones((4, 12)), y=np.zeros(4))
-    node = load_node_data(job, {"partition-id": 1, "data-path": str(tmp_path / "d.npz")})
+    # a file on a node of a generated job would train on other data with another weight
+    with pytest.raises(ConfigError, match=r"data-path=.*applies to data.kind = \"node\""):
+        load_node_data(job, {"partition-id": 1, "data-path": str(tmp_path / "d.npz")})
+    own = job_from_config({**JOB, "data": {"kind": "node", "num_clients": 3}})
+    node = load_node_data(own, {"partition-id": 1, "data-path": str(tmp_path / "d.npz")})
     assert node.train.counts.tolist() == [4] and node.weight == 4.0
+    for bad in (2.9, True, float("inf"), "two"):  # Flower parses node config as TOML
+        with pytest.raises(ConfigError, match=r"node config partition-id=.*whole number"):
+            load_node_data(job, {"partition-id": bad})
 
 
 def test_app_project_builds_with_flwr(tmp_path):
@@ -177,3 +184,80 @@ def test_import_without_flwr_names_the_extra():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=120)
     assert "pip install 'fedsparse[flower]'" in done.stdout, done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("change, match", [
+    ({"data": {"kind": "node", "num_clients": -2}}, r"data\.num_clients=-2 .*at least 1"),
+    ({"data": {"kind": "node", "num_clients": 2.5}}, r"data\.num_clients=2\.5 .*integer"),
+    ({"data": {"kind": "node", "num_clients": "two"}}, r"data\.num_clients='two'"),
+    ({"data": {**JOB["data"], "dimm": 30}}, r"unknown key 'dimm'.*did you mean 'dim'"),
+    ({"flower": 5}, r"flower=5 is invalid: must be a table"),
+    ({"flower": {"round_timeout": 0.3, "poll_interval": 4}},
+     r"flower\.poll_interval=4 .*at most 0\.3"),
+    ({"flower": {"out_dir": 3}}, r"flower\.out_dir=3 .*string"),
+])
+def test_a_job_is_checked_at_the_server_before_any_node_starts(change, match):
+    with pytest.raises(ConfigError, match=match):
+        job_from_config({**JOB, **change})
+
+
+def test_an_app_project_refuses_values_flower_cannot_carry(tmp_path):
+    scheduled = {**JOB, "channel": {"kind": "scheduled",
+                                    "delivered": [[1] * 3, [1, 0, 1], [1, 1, 0]]}}
+    with pytest.raises(ConfigError, match=r"channel\.delivered=.*Flower run config"):
+        write_app_project(scheduled, tmp_path / "app")
+    assert not (tmp_path / "app").exists()
+
+
+def test_the_server_refuses_an_out_dir_holding_an_earlier_history(tmp_path):
+    from fedsparse.flower.server_app import check_out_dir_free
+
+    check_out_dir_free(tmp_path / "new")  # none yet: fine
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / "history.jsonl").write_text("{}\n")
+    with pytest.raises(ConfigError, match=r"flower\.out_dir=.*already holds a run's "
+                       r"history\.jsonl"):
+        check_out_dir_free(tmp_path / "old")
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(ConfigError, match="is a file"):
+        check_out_dir_free(tmp_path / "file")
+
+
+def _client_reply(job, kind, content):
+    from flwr.app import Context, Message, RecordDict
+
+    from fedsparse.flower import make_client_app
+
+    app = make_client_app(job)
+    ctx = Context(run_id=1, node_id=5, state=RecordDict(), node_config={"partition-id": 1},
+                  run_config={})
+    msg = Message(content, 5, kind, group_id="1")
+    msg.metadata.__dict__["_message_id"] = "m1"
+    return app(msg, ctx)
+
+
+def _train_content(P=12, step_size=0.01, **task):
+    from flwr.app import ConfigRecord, RecordDict
+
+    content = RecordDict()
+    codec.put(content, codec.PAYLOAD, torch.zeros(P), "dense")
+    content[codec.CONFIG] = ConfigRecord({"step_size": step_size})
+    content[codec.TASK] = ConfigRecord({codec.ROUND: 0, codec.PARTITION_ID: 1,
+                                        codec.UPLOAD_ENCODING: "auto", **task})
+    return content
+
+
+@pytest.mark.parametrize("content, match", [
+    (lambda: _train_content(P=13), r"server payload shape=\(13,\) .*12 parameters"),
+    (lambda: _train_content(round=-5), r"server task round=-5 .*whole number"),
+    (lambda: _train_content(partition_id=1.9), r"server task partition_id=1\.9"),
+    (lambda: _train_content(step_size="x"), r"server config step_size='x' .*positive"),
+    (lambda: _train_content(step_size=float("nan")), r"server config step_size=nan"),
+])
+def test_the_client_app_names_what_the_server_sent_wrong(content, match, task_identity):
+    from flwr.app import MessageType
+
+    job = job_from_config(JOB)
+    assert not _client_reply(job, MessageType.TRAIN, _train_content()).has_error()
+    with pytest.raises(ConfigError, match=match):
+        _client_reply(job, MessageType.TRAIN, content())

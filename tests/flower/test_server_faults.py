@@ -210,8 +210,16 @@ def _sparse_index_out_of_range(content):
     content["upload"]["index"] = Array(index)
 
 
+def _extra_array(content):
+    from flwr.app import Array
+
+    content["upload"]["junk"] = Array("bogus", (1,), "numpy.ndarray", b"")
+
+
 CORRUPTIONS = {
     "wrong length": _set_meta("shape", [31]),
+    "a list as the dtype": _set_meta("dtype", ["float32"]),
+    "an extra array of no dtype": _extra_array,
     "lying shape metadata": _set_meta("nnz", [3]),
     "unknown encoding": _set_meta("encoding", "zip"),
     "index out of range": _sparse_index_out_of_range,
@@ -236,6 +244,43 @@ def test_a_malformed_or_nonfinite_reply_is_a_failed_upload_of_that_client(fake_g
     assert history.column("delivered_clients")[1] == [0, 2, 3]
     reference = _simulate(job, Replay(history.column("delivered_clients")))
     torch.testing.assert_close(history.model, reference.model, rtol=1e-5, atol=1e-7)
+
+
+def test_upload_bytes_are_counted_from_the_data_not_the_declared_shape(fake_grid):
+    """A node that re-declares its upload's array as 10^15 entries (the data unchanged)
+    is counted by what it sent."""
+    from flwr.app import Array
+
+    job = job_from_config({**JOB, "clients_per_round": None})
+
+    def inflate(content):
+        value = content["upload"]["value"]
+        content["upload"]["value"] = Array(value.dtype, (10**15,), value.stype, value.data)
+
+    def fate(kind, group, pid):
+        return inflate if kind == "train" and group == "2" and pid == 1 else "ok"
+
+    history = run_on_grid(fake_grid(job, range(4), fate), job)
+    honest = run_on_grid(fake_grid(job, range(4)), job)
+    assert history.column("bytes_up") == honest.column("bytes_up")
+
+
+def test_a_statistic_beyond_float32_refuses_that_node_only(fake_grid):
+    job = job_from_config({**JOB, "clients_per_round": None,
+                           "algorithm": {**JOB["algorithm"], "step_size": "auto"}})
+
+    def huge(content):
+        content["node"]["stat.lipschitz"] = 1e39
+
+    def fate(kind, group, pid):
+        return huge if kind == "query" and pid == 3 else "ok"
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        history = run_on_grid(fake_grid(job, range(4), fate), job)
+    reasons = history.config["refused_nodes"]  # {node id: why}
+    assert list(reasons) == [1003] and "stat.lipschitz=1e+39 is outside" in reasons[1003]
+    assert all(3 not in d for d in history.column("delivered_clients"))
 
 
 def test_max_update_norm_drops_uploads_far_from_the_broadcast(fake_grid):

@@ -44,12 +44,17 @@ def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
+def _given(value) -> bool:
+    """An option the user gave: a value (0 included) or a set flag (``--by-labels``)."""
+    return value is not None and value is not False
+
+
 def _check_given(args, generated: bool = False) -> None:
     """Refuse options that do not apply (to the chosen partition, or to a generator),
     then fill in the defaults of those not given."""
     if generated:
         given = [n for n in ("path", "partition", "max_examples", *_PARTITION_OPTIONS)
-                 if getattr(args, n) not in (None, False)]
+                 if _given(getattr(args, n))]
         if given:
             raise ConfigError(f"{', '.join(map(_flag, given))}: {args.dataset!r} is generated "
                               "(its clients drawn from the seed), so there is nothing to "
@@ -58,7 +63,7 @@ def _check_given(args, generated: bool = False) -> None:
         args.partition = "iid"
     for name, (default, partitions) in _PARTITION_OPTIONS.items():
         value = getattr(args, name)
-        if value not in (None, False) and args.partition not in partitions:
+        if _given(value) and args.partition not in partitions:
             raise ConfigError(f"{_flag(name)} applies to --partition "
                               f"{' or '.join(partitions)}, not {args.partition!r}")
         if value is None:

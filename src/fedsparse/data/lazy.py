@@ -329,9 +329,7 @@ class LazyFederatedDataset(FederatedDataset):
         if every_label is None:
             return sub
         return _Probe(train=sub.train, weights=sub.weights, test=sub.test,
-                      ground_truth=sub.ground_truth, name=sub.name,
-                      every_label=[(split, torch.as_tensor(labels))
-                                   for split, labels in every_label()])
+                      ground_truth=sub.ground_truth, name=sub.name, every_label=every_label)
 
     def __repr__(self) -> str:
         # The eager data set's text: the fingerprint of a run (checkpoints) is the same.
@@ -349,10 +347,10 @@ class LazyFederatedDataset(FederatedDataset):
 class _Probe(FederatedDataset):
     """A few clients of a lazy data set, materialised, with every client's labels."""
 
-    every_label: list[tuple[str, torch.Tensor]] | None = None
+    every_label: Callable[[], list] | None = None  # read only if a problem checks labels
 
     def split_labels(self) -> list[tuple[str, torch.Tensor]]:
-        return self.every_label
+        return [(split, torch.as_tensor(labels)) for split, labels in self.every_label()]
 
 
 def client_subset(data: FederatedDataset, clients: torch.Tensor,

@@ -337,9 +337,15 @@ def open_federated(path) -> LazyFederatedDataset:
         arrays[kind], crcs[kind], offsets[kind] = (X, Y), crc, off
         counts.append(torch.as_tensor(n, dtype=torch.int64))
     weights = _load(root / "weights.npy")
-    if weights.shape != (N,) or not np.isfinite(weights).all() or (weights <= 0).any():
-        raise DataFormatError(f"{root / 'weights.npy'}: must be {N} finite positive "
-                              f"weights, got shape {weights.shape}")
+    if weights.shape != (N,) or not np.isfinite(weights).all():
+        raise DataFormatError(f"{root / 'weights.npy'}: must be {N} finite weights, got "
+                              f"shape {weights.shape}")
+    if (weights <= 0).any():
+        bad = int(np.argmax(weights <= 0))
+        raise DataFormatError(f"{root / 'weights.npy'}: client {bad} has weight "
+                              f"{float(weights[bad])!r}; clients need positive weights (a "
+                              "round in which only zero-weight clients deliver would average "
+                              "0/0): write the data set again without that client")
     gt = None
     if "ground_truth.npy" in files:
         gt = torch.as_tensor(_load(root / "ground_truth.npy")).reshape(-1)

@@ -317,9 +317,12 @@ def select_runs(config: dict, only: Iterable[str]) -> dict:
     compare = config.get("compare")
     if compare and compare.get("reference") not in {run_label(r) for r in config["runs"]}:
         del config["compare"]  # its reference run is not selected: nothing to compare with
-    if config.get("claims"):  # likewise the claims about runs that are not selected
+    if config.get("claims"):  # likewise the claims about runs or panels not selected
         kept = {run_label(r) for r in config["runs"]}
-        config["claims"] = [c for c in config["claims"] if set(claim_labels(c)) <= kept]
+        panel = config.get("defaults", {}).get("panel", "")
+        panels = {str(r.get("panel", panel) or "") for r in config["runs"]}
+        config["claims"] = [c for c in config["claims"] if set(claim_labels(c)) <= kept
+                            and ("panel" not in c or c["panel"] in panels)]
     return config
 
 
@@ -462,7 +465,8 @@ def check_flower_values(flower: dict) -> None:
     check_float("flower.round_timeout", flower["round_timeout"], positive=True)
     check_float("flower.wait_timeout", flower["wait_timeout"], nonnegative=True)
     check_int("flower.min_nodes", flower["min_nodes"], minimum=0)
-    check_float("flower.poll_interval", flower["poll_interval"], positive=True)
+    check_float("flower.poll_interval", flower["poll_interval"], positive=True,
+                maximum=check_float("flower.round_timeout", flower["round_timeout"]))
     check_int("flower.evaluate_every", flower["evaluate_every"], minimum=-1)
     check_float("flower.max_update_norm", flower["max_update_norm"], nonnegative=True)
     ratio = check_float("flower.max_update_ratio", flower["max_update_ratio"], nonnegative=True)

@@ -200,12 +200,9 @@ def prepare_output(out: str | Path, *, resume: bool = False, force: bool = False
     try:
         out.mkdir(parents=True, exist_ok=True)
         start_manifest(out, folder_created=created)
-        info = _marker_info(out)
-        if not info:  # an existing one keeps the earlier run's status
+        if not _marker_info(out):  # an existing one keeps the earlier run's status (and
+            # an older one without an identity stays without: it cannot be told)
             _write_marker(out, "new", **(identity or {}))
-        elif identity and not all(k in info for k in identity):  # an older marker
-            earlier = {k: v for k, v in info.items() if k not in ("status", "time")}
-            _write_marker(out, str(info.get("status", "new")), **{**identity, **earlier})
     except OSError as exc:
         raise fail("--out", str(out), f"cannot be written: {exc.strerror}") from None
     return created

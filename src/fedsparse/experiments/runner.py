@@ -55,10 +55,10 @@ __all__ = ["FAILED", "MARKER", "RUN_FILES", "check_out_dir", "check_runs_buildab
            "prepare_output", "recordable_metrics", "rounds_to_reach", "run_device",
            "run_experiment", "tracked_params"]
 
-#: Metrics that only some runs record (the rest are recorded by every run).
 #: The record fields of :data:`METRICS` that only some algorithms record (their
 #: ``client_metrics`` and ``round_metric_names``).
 _DIAGNOSTICS = {"inner_iterations", "compensated", "dropped", "mask_density"}
+#: Metrics that only some runs record (the rest are recorded by every run).
 _CONDITIONAL = {"accuracy", "test_objective", "test_accuracy", "rel_error",
                 "support_precision", "support_recall", "support_f1", "personal_objective",
                 "personal_accuracy", "personal_test_objective", "personal_test_accuracy"}

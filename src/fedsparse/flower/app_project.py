@@ -258,6 +258,7 @@ def write_app_project(config: dict | Job, out: str | Path, *, run: str | int | N
     The project directory.
     """
     job = config if isinstance(config, Job) else job_from_config(config, run)
+    run_config = job_to_run_config(job)  # before anything is written: refuses lists
     out = Path(out)
     say = log or (lambda line: None)
     force, home = ("--force", "--flwr-home") if cli else ("overwrite=True", "flwr_home")
@@ -295,7 +296,7 @@ def write_app_project(config: dict | Job, out: str | Path, *, run: str | int | N
                      "publisher": "fedsparse",
                      "components": {"serverapp": f"{PACKAGE}.server_app:app",
                                     "clientapp": f"{PACKAGE}.client_app:app"},
-                     "config": job_to_run_config(job)}}},
+                     "config": run_config}}},
     }
     (out / "pyproject.toml").write_text(tomli_w.dumps(pyproject))
     links = connections(address=address, root_certificates=root_certificates,

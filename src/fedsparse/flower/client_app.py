@@ -29,13 +29,15 @@ which the server logs when it refuses the node.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, replace
+from numbers import Integral, Real
 
 import torch
 from flwr.app import ConfigRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
-from .._validation import ConfigError
+from .._validation import ConfigError, fail
 from ..algorithms.base import ClientContext, DataSpec
 from ..data.federated import FederatedDataset
 from ..devices import resolve_device
@@ -158,11 +160,44 @@ def _store_state(context: Context, state: dict | None) -> None:
 
 def _config(content: RecordDict, device: torch.device) -> dict:
     """The algorithm's client config: scalars from :data:`~fedsparse.flower.codec.CONFIG`,
-    tensors (moved to ``device``) from :data:`~fedsparse.flower.codec.CONFIG_ARRAYS`."""
+    tensors (moved to ``device``) from :data:`~fedsparse.flower.codec.CONFIG_ARRAYS`.
+    The server is not trusted either: a number must be finite, a step size positive."""
     config = dict(content[codec.CONFIG]) if codec.CONFIG in content else {}
+    for key, value in config.items():
+        number = isinstance(value, Real) and not isinstance(value, bool)
+        if key == "step_size" and not (number and math.isfinite(value) and value > 0):
+            raise fail("server config step_size", value, "must be a positive number")
+        if not (number and math.isfinite(value)) and not isinstance(value, str | bool):
+            raise fail(f"server config {key}", value, "must be a finite number or text")
     if codec.CONFIG_ARRAYS in content:
         config.update(_on(device, codec.record_to_tensors(content[codec.CONFIG_ARRAYS])))
     return config
+
+
+def _task_int(meta, key: str) -> int:
+    """A whole number of the server's task record (round, partition id), by name."""
+    value = meta[key] if key in meta else None
+    if isinstance(value, bool) or not isinstance(value, Integral) or value < 0:
+        raise fail(f"server task {key}", value, "must be a whole number >= 0")
+    return int(value)
+
+
+def _model_payload(rt: _Runtime, msg: Message, name: str, rows: bool = True) -> torch.Tensor:
+    """The model the server sent: P values (or one (1, P) row of a per-client broadcast,
+    with ``rows``), P being this node's model size; anything else is named here rather
+    than failing inside the problem's products."""
+    x, _ = codec.get(msg.content, name)
+    algorithm = rt.algorithm
+    while hasattr(algorithm, "inner"):  # a wrapper holds the inner algorithm's model
+        algorithm = algorithm.inner
+    geometry = getattr(algorithm, "geometry", None)  # a dictionary: the model is coefficients
+    problem = rt.problem if geometry is None else geometry.wrap(rt.problem)
+    P = problem.param_dim(math.prod(rt.node.train.feature_shape))
+    allowed = [(P,), (1, P)] if rows else [(P,)]
+    if tuple(x.shape) not in allowed:
+        raise fail(f"server {name} shape", tuple(x.shape), f"must be one of {allowed}: this "
+                   f"node's model has {P} parameters")
+    return x
 
 
 def make_client_app(job: Job | None = None) -> ClientApp:
@@ -199,16 +234,21 @@ def make_client_app(job: Job | None = None) -> ClientApp:
     @app.train()
     def train(msg: Message, context: Context) -> Message:
         rt = _runtime(job, job_key, context)
-        meta = msg.content[codec.TASK]
-        expected = int(meta[codec.PARTITION_ID])
+        meta = msg.content[codec.TASK] if codec.TASK in msg.content else {}
+        expected = _task_int(meta, codec.PARTITION_ID)
         if expected != rt.node.partition_id:
             raise RuntimeError(f"the server sent client {expected}'s work to the node holding "
                                f"partition {rt.node.partition_id}")
-        payload, _ = codec.get(msg.content, codec.PAYLOAD)
+        payload = _model_payload(rt, msg, codec.PAYLOAD)
         ctx = ClientContext(rt.problem, rt.node.train, torch.tensor([rt.node.partition_id]),
-                            int(meta[codec.ROUND]), rt.job.seed, state=_client_state(rt, context),
+                            _task_int(meta, codec.ROUND), rt.job.seed,
+                            state=_client_state(rt, context),
                             config=_config(msg.content, rt.device))
-        uploads, new_state, info = rt.algorithm.client_update(payload.to(rt.device), ctx)
+        try:
+            uploads, new_state, info = rt.algorithm.client_update(payload.to(rt.device), ctx)
+        except KeyError as exc:  # a config value the algorithm reads was not sent
+            raise ConfigError(f"the server's train message lacks the config value "
+                              f"{exc.args[0]!r} that {rt.algorithm.name} needs") from None
         _store_state(context, new_state)
         content = RecordDict()
         codec.put(content, codec.UPLOAD, uploads[0], str(meta[codec.UPLOAD_ENCODING]))
@@ -220,8 +260,7 @@ def make_client_app(job: Job | None = None) -> ClientApp:
     @app.evaluate()
     def evaluate(msg: Message, context: Context) -> Message:
         rt = _runtime(job, job_key, context)
-        model, _ = codec.get(msg.content, codec.MODEL)
-        model = model.to(rt.device)
+        model = _model_payload(rt, msg, codec.MODEL, rows=False).to(rt.device)
         metrics = {codec.WEIGHT: float(rt.node.weight),
                    codec.NUM_EXAMPLES: int(rt.node.train.counts[0])}
         if rt.node.test is not None:

@@ -34,6 +34,8 @@ _INDEX_DTYPES = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 _VALUE_DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16,
                  "float32": torch.float32, "float64": torch.float64}
 _CONCRETE = ("dense", "sparse", "bitmap")
+#: The arrays of each encoding's payload, and no others.
+_ARRAYS = {"dense": ("value",), "sparse": ("value", "index"), "bitmap": ("value", "bitmap")}
 
 
 #: The most entries a decoded payload may have (2^31, 8 GB of float32): what a remote
@@ -212,9 +214,13 @@ def decode(arrays: ArrayRecord, meta: ConfigRecord,
     """
     enc, dtype = _meta_field(meta, "encoding"), _meta_field(meta, "dtype")
     shape = tuple(_int_list(_meta_field(meta, "shape"), "shape"))
-    if enc not in _CONCRETE:
+    if not isinstance(enc, str) or enc not in _CONCRETE:
         raise MalformedPayload(f"payload encoding {enc!r} is not one of {list(_CONCRETE)}")
-    if dtype not in _VALUE_DTYPES:
+    names = sorted(arrays.keys())
+    if names != sorted(_ARRAYS[enc]):  # an extra array would be counted, or read, unchecked
+        raise MalformedPayload(f"payload arrays {names}; a {enc} payload has exactly "
+                               f"{sorted(_ARRAYS[enc])}")
+    if not isinstance(dtype, str) or dtype not in _VALUE_DTYPES:
         raise MalformedPayload(f"payload dtype {dtype!r} is not one of "
                                f"{sorted(_VALUE_DTYPES)}")
     if not shape:
@@ -273,12 +279,12 @@ def decode(arrays: ArrayRecord, meta: ConfigRecord,
 
 
 def encoded_bytes(arrays: ArrayRecord) -> int:
-    """Payload bytes of an encoded record: the raw bytes of its arrays, no framing.
+    """Payload bytes of an encoded record: the raw bytes of its arrays, no framing, as
+    read from the arrays themselves (never from the shape and dtype a sender declares).
 
     Equals ``fedsparse.comm.payload_bytes(x, encoding).sum()`` for the encoded tensor.
     """
-    return int(sum(int(np.prod(a.shape, dtype=np.int64)) * np.dtype(a.dtype).itemsize
-                   for a in arrays.values()))
+    return int(sum(_array_of(arrays, key).nbytes for key in arrays.keys()))
 
 
 def put(content: RecordDict, name: str, x: torch.Tensor, encoding: str = "auto") -> int:

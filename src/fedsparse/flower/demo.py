@@ -20,7 +20,7 @@ from .._signals import sigterm_raises
 from .._validation import ConfigError, check_float, check_int, fail
 from ..manifest import record_files, start_manifest
 from .app_project import prepare_project_dir, write_app_project
-from .job import NODE_DATA, Job, job_from_config
+from .job import NODE_DATA, Job, job_from_config, job_to_run_config
 from .processes import (
     BIN,
     Cluster,
@@ -208,6 +208,7 @@ def run_demo(config: dict | Job | None = None, out: str | Path = "runs/flower-de
     timeout = check_float("timeout", timeout, positive=True)
     out = Path(out).resolve()
     job, notes = demo_job(config, nodes=nodes, rounds=rounds, run=run, out=out)
+    job_to_run_config(job)  # a value Flower's run config cannot hold: before any process
     workdir = _prepare_out(out, overwrite, "--force" if cli else "overwrite=True")
     for note in notes:
         say(f"demo: {note}")

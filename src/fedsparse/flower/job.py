@@ -45,6 +45,7 @@ import inspect
 import json
 from dataclasses import dataclass, field
 from functools import lru_cache
+from numbers import Integral
 from pathlib import Path
 
 import numpy as np
@@ -217,6 +218,10 @@ def job_from_config(config: dict, run: str | int | None = None) -> Job:
     check_choice("data.kind", data_kind, [*GENERATORS, NODE_DATA])
     if data_kind == NODE_DATA and "num_clients" not in config["data"]:
         raise ConfigError('data.kind="node" needs data.num_clients, the number of clients')
+    _check_data_table(config["data"])
+    if not isinstance(config.get("flower", {}), dict):
+        raise fail("flower", config["flower"], "must be a table of Flower settings, e.g. "
+                   "[flower] round_timeout = 60")
     check_choice("problem.kind", config["problem"]["kind"], PROBLEMS)
     check_choice("algorithm.kind", config["algorithm"]["kind"], ALGORITHMS)
     flower = dict(FLOWER_DEFAULTS)
@@ -256,6 +261,14 @@ def job_to_run_config(job: Job) -> dict:
         nulls = [k for k, v in out[table].items() if v is None]
         for k in nulls:
             del out[table][k]
+    for key, value in flatten(out).items():
+        # Flower's run config holds scalars only: a list (a scheduled channel's rows,
+        # per-client probabilities) would be refused by `flwr run` after the project and
+        # its processes are up
+        if isinstance(value, list | tuple | dict):
+            raise fail(key, value if len(str(value)) < 60 else f"<{type(value).__name__}>",
+                       "is a list; a Flower run config holds numbers, booleans and "
+                       "strings only, so this job cannot run on Flower as it is")
     return out
 
 
@@ -294,14 +307,34 @@ class NodeData:
     source: str
 
 
+def _check_data_table(data: dict) -> None:
+    """``[data]``'s keys and ``num_clients`` now, at the server: the nodes build the data,
+    and a typo there would surface only once every node has refused the handshake."""
+    if "num_clients" in data:
+        check_int("data.num_clients", data["num_clients"], minimum=1)
+    if data["kind"] == NODE_DATA:
+        extra = set(data) - {"kind", "num_clients"}
+        if extra:
+            raise unknown_key('[data] of kind "node"', sorted(extra)[0], {"kind", "num_clients"})
+        return
+    known = set(inspect.signature(GENERATORS[data["kind"]]).parameters) | {"kind"}
+    for key in data:
+        if key not in known:
+            raise unknown_key(f"[data] of kind {data['kind']!r}", key, known)
+
+
 def _node_int(node_config: dict, key: str) -> int | None:
     if key not in node_config:
         return None
     value = node_config[key]
-    try:
+    # Flower parses --node-config as TOML: 2.9, true or inf arrive as such, and int()
+    # would take 2.9 for 2 and true for 1
+    if isinstance(value, str) and value.strip().isdigit():
         return int(value)
-    except (TypeError, ValueError):
-        raise fail(f"node config {key}", value, "must be an integer") from None
+    if isinstance(value, bool) or not isinstance(value, Integral):
+        raise fail(f"node config {key}", value, "must be a whole number, e.g. "
+                   f"--node-config '{key}=0'")
+    return int(value)
 
 
 def load_node_data(job: Job, node_config: dict) -> NodeData:
@@ -325,6 +358,10 @@ def load_node_data(job: Job, node_config: dict) -> NodeData:
     if not 0 <= pid < N:
         raise fail("node config partition-id", pid, f"must be in 0..{N - 1}")
     path = node_config.get("data-path")
+    if path and job.data["kind"] != NODE_DATA:
+        raise fail("node config data-path", str(path), f'applies to data.kind = "node"; this '
+                   f"job draws every node's data from data.kind = {job.data['kind']!r}, so a "
+                   "file would train on other data with another weight")
     if path:
         train, test = _load_npz(Path(str(path)), job.torch_dtype)
         return NodeData(pid, N, train, test, float(int(train.counts[0])), f"file {path}")

@@ -40,7 +40,8 @@ def exchange(grid: Grid, messages: list[Message], timeout: float, poll: float = 
             if mid in pending:
                 pending.discard(mid)
                 replies[index[mid]] = reply
-        if not pending or time.monotonic() >= deadline:
+        left = deadline - time.monotonic()
+        if not pending or left <= 0:
             break
-        time.sleep(poll)
+        time.sleep(min(poll, left))  # never past the deadline
     return replies

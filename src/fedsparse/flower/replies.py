@@ -18,7 +18,7 @@ Handshake (``query``) reply, record :data:`~fedsparse.flower.codec.NODE`:
 * ``feature_shape``: 1 to 8 positive integers with at most ``MAX_ELEMENTS`` entries in
   all;
 * ``stat.<name>``: at most :data:`~fedsparse.screening.MAX_CLIENT_METRICS` statistics,
-  each a finite number >= 0 (e.g. the smoothness L_i).
+  each a finite number from 0 to float32's largest (e.g. the smoothness L_i).
 
 Evaluate reply, record :data:`~fedsparse.flower.codec.METRICS`: ``weight`` and
 ``num-examples`` equal to the node's handshake (the server uses its own copies), a finite
@@ -40,6 +40,8 @@ from . import codec
 #: The most training examples one node may claim (2^31): a larger count is a lie that
 #: would let one node outweigh every other.
 MAX_EXAMPLES = 2**31
+#: The largest float32, the bound of a node's statistics (stored in the run's dtype).
+FLOAT32_MAX = float.fromhex("0x1.fffffep+127")
 #: Features of one example: at most 8 axes.
 MAX_FEATURE_AXES = 8
 #: Metrics an evaluate reply may carry: the global model's and the personalised one's.
@@ -131,7 +133,8 @@ def node_info(content, num_clients: int) -> dict:
         name = key.removeprefix(codec.STAT_PREFIX)
         if not name or len(name) > MAX_METRIC_NAME:
             raise Refused(f"statistic name {shown(name)} is empty or too long")
-        stats[name] = number(info, key, low=0.0)
+        # at most float32's largest: the server stores the statistics in the run's dtype
+        stats[name] = number(info, key, low=0.0, high=FLOAT32_MAX)
     return {"partition_id": pid, "count": count, "weight": weight,
             "feature_shape": tuple(int(n) for n in shape), "stats": stats}
 

@@ -58,7 +58,7 @@ from flwr.app import Context
 from flwr.common.logger import log
 from flwr.serverapp import Grid, ServerApp
 
-from .._validation import ConfigError
+from .._validation import ConfigError, fail
 from ..algorithms.base import DataSpec
 from ..channels import checked_channel
 from ..client_store import ClientStore, has_personal_models
@@ -210,8 +210,10 @@ def make_server_app(job: Job | None = None, *, callback: Callable | None = None,
         if the_job is None:
             raise ConfigError("this ServerApp has no fedsparse job: the run config is empty "
                               "and make_server_app() was given none")
-        history = run_on_grid(grid, the_job, callback=callback)
         out_dir = the_job.flower.get("out_dir")
+        if out_dir:
+            check_out_dir_free(Path(out_dir))  # now, not after the rounds
+        history = run_on_grid(grid, the_job, callback=callback)
         if out_dir:
             history.save(Path(out_dir))
             log(INFO, "fedsparse: history and model saved to %s", out_dir)
@@ -219,6 +221,23 @@ def make_server_app(job: Job | None = None, *, callback: Callable | None = None,
             on_finish(history)
 
     return app
+
+
+#: What :meth:`fedsparse.History.save` writes into ``flower.out_dir``.
+SAVED = ("history.jsonl", "history.csv", "model.npy", "personal_models.npy", "config.json")
+
+
+def check_out_dir_free(out: Path) -> None:
+    """``flower.out_dir`` must be a folder (or none yet) without an earlier run's history:
+    a file there would fail the save after every round has run, and an earlier history
+    would be overwritten without a word."""
+    if out.exists() and not out.is_dir():
+        raise fail("flower.out_dir", str(out), "is a file; give a folder for the history "
+                   "and the model")
+    earlier = [name for name in SAVED if (out / name).exists()]
+    if earlier:
+        raise fail("flower.out_dir", str(out), f"already holds a run's {', '.join(earlier)}; "
+                   "give another folder, so this run cannot overwrite them")
 
 
 #: The ServerApp ``flwr run`` loads (``fedsparse.flower.server_app:app``); its job comes

@@ -9,6 +9,8 @@ are the coefficients (per class row for softmax: ``C * m`` entries), the gradien
 
 from __future__ import annotations
 
+import hashlib
+
 import torch
 
 from .._validation import ConfigError
@@ -54,6 +56,12 @@ class DictionaryProblem(Problem):
     @property
     def matrix(self) -> torch.Tensor:
         return self.dictionary.matrix
+
+    def __repr__(self) -> str:
+        # the atoms' digest: two dictionaries of one spec text may hold other atoms
+        atoms = self.matrix.detach().cpu().contiguous().numpy()
+        digest = hashlib.blake2b(atoms.tobytes(), digest_size=8).hexdigest()
+        return f"DictionaryProblem({self.base!r}, {self.dictionary!r}, atoms={digest})"
 
     def param_dim(self, feature_dim: int) -> int:
         if feature_dim != self.dictionary.dim:
