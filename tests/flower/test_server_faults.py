@@ -403,3 +403,20 @@ def test_the_flower_server_writes_the_simulators_per_round_schema(fake_grid, tmp
     reference.save(tmp_path / "sim")
     header = [(tmp_path / d / "history.csv").read_text().splitlines()[0] for d in ("flower", "sim")]
     assert header[0] == header[1]
+
+
+def test_one_node_whose_statistic_sets_the_auto_step_is_named(fake_grid, caplog):
+    job = job_from_config({**JOB, "clients_per_round": None,
+                           "algorithm": {**JOB["algorithm"], "step_size": "auto"}})
+
+    def inflate(content):
+        content["node"]["stat.lipschitz"] = 1e30
+
+    def fate(kind, group, pid):
+        return inflate if kind == "query" and pid == 2 else "ok"
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        run_on_grid(fake_grid(job, range(4), fate), job)
+    assert "client 2's lipschitz = 1e+30" in caplog.text
+    assert "set by that one node" in caplog.text

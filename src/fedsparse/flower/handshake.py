@@ -154,4 +154,23 @@ def node_statistics(table: dict[int, dict], N: int, dtype: torch.dtype
             if name in info["stats"]:
                 values[pid] = info["stats"][name]
         out[name] = values
+        _warn_if_one_dominates(name, values)
     return out
+
+
+#: A statistic this many times the nodes' median is named in a warning: with
+#: ``step_size="auto"`` (1 / max_i L_i) one node's L_i sets every client's step.
+DOMINANT = 100.0
+
+
+def _warn_if_one_dominates(name: str, values: torch.Tensor) -> None:
+    known = values[torch.isfinite(values)]
+    if known.numel() < 3:
+        return
+    median = float(known.median())
+    top = int(torch.nan_to_num(values, nan=-1.0).argmax())
+    if median > 0 and float(values[top]) > DOMINANT * median:
+        log(WARNING, "fedsparse: client %d's %s = %.4g is %.0f times the nodes' median "
+            "%.4g; a step size derived from the largest value (step_size=\"auto\") is set by "
+            "that one node: check it, or give a numeric step size", top, name,
+            float(values[top]), float(values[top]) / median, median)
