@@ -156,3 +156,41 @@ def test_fed_mid_and_fed_dual_avg_are_two_classes_of_one_regulariser():
     assert (dual.upload_encoding, dual.broadcast_encoding) == ("dense", "dense")
     l1 = fs.algorithms.fed_mid(regularizer="l1", penalty=1.0)
     assert l1.upload_encoding == "dense"
+
+
+def test_fed_dual_avg_schedule_follows_the_round_index_through_a_lost_round():
+    """Yuan et al. 2021, Alg. 1: eta~_{t,k} = eta_s eta_c K t + eta_c k with t the round.
+    A round in which nothing arrives keeps the dual, but the next round's clients and the
+    server's prox still use its index (an aggregation counter would fall one behind)."""
+    import numpy as np
+
+    rng = np.random.default_rng(5)
+    xs = [np.round(rng.normal(size=(n, 6)), 2) for n in (4, 5)]
+    ys = [np.round(rng.normal(size=n), 2) for n in (4, 5)]
+    data = fs.data.from_arrays(xs, ys, dtype=torch.float64)
+    p, ec, es, K, lam = np.array([4, 5]) / 9, 0.3, 1.0, 2, 0.05
+    delivered = np.array([[1, 1], [0, 0], [1, 1]], dtype=bool)
+
+    def prox(v, step):
+        return np.sign(v) * np.maximum(np.abs(v) - lam * step, 0)
+
+    def grad(x, A, y):  # f_i = 1/(2 n_i) ||A x - y||^2
+        return A.T @ (A @ x - y) / len(y)
+
+    z = np.zeros(6)
+    for t in range(3):
+        uploads = []
+        for A, y in zip(xs, ys, strict=True):
+            zi = z.copy()
+            for k in range(K):
+                zi = zi - ec * grad(prox(zi, es * ec * K * t + ec * k), A, y)
+            uploads.append(zi)
+        if delivered[t].any():
+            z = z + es * sum(p[i] * (uploads[i] - z) for i in range(2))
+    expected = prox(z, es * ec * K * 3)
+    algo = fs.algorithms.fed_dual_avg(client_lr=ec, server_lr=es, local_steps=K,
+                                      regularizer="l1", penalty=lam)
+    with pytest.warns(RuntimeWarning, match="no upload was delivered"):
+        history = fs.simulate(algo, fs.problems.least_squares(), data, rounds=3,
+                              channel=fs.channels.ScheduledChannel(torch.tensor(delivered)))
+    np.testing.assert_allclose(history.model.numpy(), expected, rtol=1e-12, atol=1e-14)

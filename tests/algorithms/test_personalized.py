@@ -71,6 +71,37 @@ def test_fedmac_round_by_hand():
     assert record["clients_sampled"] == 2 and record["averaged"] == 2
 
 
+@pytest.mark.parametrize("nu, theta0, theta1", [
+    # nu = 1: client 0's first gradient (-1/2, 1/2) has ||g||^2 = 1/2 <= nu: no step;
+    # client 1 steps once to (-1, 1), where ||g||^2 = 2 (1/2 - 2 sigmoid(-4))^2 < 1
+    (1.0, vec(0, 0), vec(-1, 1)),
+    # nu = 0.45: client 0 steps once to (1/2, -1/2) (1/2 > 0.45), then its
+    # ||g||^2 = 2 (sigmoid(1) - 3/4)^2 is below nu; client 1 as above
+    (0.45, vec(0.5, -0.5), vec(-1, 1)),
+])
+def test_inner_tolerance_stops_each_clients_theta_steps_by_hand(nu, theta0, theta1):
+    """Liu et al. 2023 (after eq. 9) and Dinh et al. 2020 solve theta until
+    ||grad H~||^2 <= nu: a client whose gradient is within nu takes no more steps."""
+    algo = fs.algorithms.pfedme(lam=0.5, step_size=1.0, personal_step_size=1.0,
+                                local_steps=1, inner_steps=2, batch_size=None,
+                                inner_tolerance=nu)
+    h = run_one(algo)
+    assert torch.allclose(h.personal_models, torch.stack([theta0, theta1]), rtol=1e-14,
+                          atol=1e-15)
+    assert torch.allclose(h.model, (theta0 + theta1) / 4, rtol=1e-14, atol=1e-15)
+
+
+def test_a_tolerance_no_client_reaches_takes_all_k_steps():
+    common = dict(lam=0.5, step_size=1.0, personal_step_size=1.0, local_steps=2,
+                  inner_steps=3, batch_size=None, gamma=0.01)
+    plain = run_one(fs.algorithms.fedmac(**common), rounds=2)
+    tight = run_one(fs.algorithms.fedmac(**common, inner_tolerance=1e-300), rounds=2)
+    assert torch.equal(plain.personal_models, tight.personal_models)
+    assert torch.equal(plain.model, tight.model)
+    with pytest.raises(ConfigError, match="inner_tolerance=0 "):
+        fs.algorithms.fedmac(**common, inner_tolerance=0)
+
+
 def test_pfedme_round_by_hand_and_pm_is_theta():
     # eta_p = 1, eta = 1, lambda = 1/2, R = 1, K = 2 on the same (full) batch.
     # client 0: theta1 = (1/2, -1/2); theta2 = theta1 - (g(theta1) + theta1 / 2)

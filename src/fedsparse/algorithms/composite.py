@@ -93,11 +93,8 @@ class FederatedComposite(Algorithm):
 
     def init(self, problem, seed=0):
         state = super().init(problem, seed)
-        state["round"] = 0
+        state["round"] = 0  # rounds aggregated (kept in checkpoints; the schedule reads t)
         return state
-
-    def client_config(self, state):
-        return {"round": state["round"]}
 
 
 class FedMid(FederatedComposite):
@@ -162,7 +159,7 @@ class FedDualAvg(FederatedComposite):
     def client_update(self, payload: torch.Tensor, ctx: ClientContext):
         eta = self.client_lr
         z = payload_rows(payload, ctx.size)
-        base = self.server_lr * eta * self.local_steps * ctx.config["round"]  # eta~_{t,0}
+        base = self.server_lr * eta * self.local_steps * ctx.round  # eta~_{t,0}, t the round
         for k in range(self.local_steps):
             X, y, w = ctx.batch(k, self.batch_size)
             x = self.prox(z, base + eta * k)
@@ -170,7 +167,9 @@ class FedDualAvg(FederatedComposite):
         return z, None, {}
 
     def aggregate(self, state, uploads, cohort):
-        t = state["round"] + 1
+        # t is the round's index, not a count of aggregations: a round in which nothing
+        # arrived keeps the state but not the schedule (Yuan et al. 2021, Alg. 1)
+        t = cohort.round + 1
         z = state["dual"] + self.server_lr * (weighted_mean(uploads, cohort) - state["dual"])
         step = self.server_lr * self.client_lr * self.local_steps * t
         return {**state, "dual": z, "model": self.prox(z, step), "round": t}

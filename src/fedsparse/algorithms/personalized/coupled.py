@@ -8,6 +8,7 @@ from __future__ import annotations
 import torch
 
 from ..._validation import check_float, check_int, fail
+from ...sparsity.smooth import zero_small
 from ..base import ClientContext, Cohort, payload_rows
 from .base import PersonalizedAlgorithm, check_unit, density
 
@@ -74,9 +75,11 @@ class CoupledPersonalization(PersonalizedAlgorithm):
 
     Round t, every client i that trains (all N by default), from ``theta = w_i = w^t``;
     for r = 0..R-1, on one mini-batch D (b examples without replacement) per r, K steps
-    ``theta <- personal_step(theta, w_i, grad l_i(theta; D))``, then one step
-    ``w_i <- global_step(w_i, theta)``. theta warm-starts across r and restarts from w^t
-    every round. The client uploads w_i and keeps theta_i, its PM.
+    ``theta <- Z(theta - eta_p g)`` with ``g = personal_gradient(theta, w_i,
+    grad l_i(theta; D))`` (with ``inner_tolerance`` nu, a client stops early once
+    ``||g||^2 <= nu``), then one step ``w_i <- global_step(w_i, theta)``. theta
+    warm-starts across r and restarts from w^t every round. The client uploads w_i and
+    keeps theta_i, its PM.
 
     Server: S^t = :func:`averaged_clients` (S of the clients that trained),
     ``w^{t+1} = server_step((1 - beta) w^t + (beta / S) sum_{i in S^t} w_i)`` over those
@@ -98,7 +101,8 @@ class CoupledPersonalization(PersonalizedAlgorithm):
     client_metrics = ("personal_density", "upload_density")
 
     def __init__(self, *, lam, gamma, rho, step_size, personal_step_size, local_steps,
-                 inner_steps, batch_size, beta, clients_per_round, density_floor):
+                 inner_steps, batch_size, beta, clients_per_round, density_floor,
+                 inner_tolerance=None):
         self.lam = check_float("lam", lam, positive=True)
         self.gamma = check_float("gamma", gamma, nonnegative=True)
         if check_float("rho", rho) <= 0:
@@ -110,6 +114,8 @@ class CoupledPersonalization(PersonalizedAlgorithm):
                                               positive=True)
         self.local_steps = check_int("local_steps", local_steps, minimum=1)
         self.inner_steps = check_int("inner_steps", inner_steps, minimum=1)
+        self.inner_tolerance = check_float("inner_tolerance", inner_tolerance,
+                                           positive=True, allow_none=True)
         self.batch_size = check_int("batch_size", batch_size, minimum=1, allow_none=True)
         self.beta = _check_beta(beta)
         # S^t's size: drawn by aggregate among the clients that trained (all of them, as
@@ -125,7 +131,7 @@ class CoupledPersonalization(PersonalizedAlgorithm):
                 "local_steps": self.local_steps, "inner_steps": self.inner_steps,
                 "batch_size": self.batch_size, "beta": self.beta,
                 "clients_per_round": self.averaged_per_round,
-                "density_floor": self.density_floor}
+                "density_floor": self.density_floor, "inner_tolerance": self.inner_tolerance}
 
     def _bind(self, problem, spec, stats):
         super()._bind(problem, spec, stats)
@@ -141,11 +147,18 @@ class CoupledPersonalization(PersonalizedAlgorithm):
         return state
 
     # -- the steps ------------------------------------------------------------------------
-    def personal_step(self, theta: torch.Tensor, w: torch.Tensor, grad: torch.Tensor
-                      ) -> torch.Tensor:
-        """One step on the PMs theta (S, P) given the copies w (S, P) of the global model
-        and ``grad`` (S, P) = grad l_i(theta; D), a fresh tensor the step may reuse."""
+    def personal_gradient(self, theta: torch.Tensor, w: torch.Tensor, grad: torch.Tensor
+                          ) -> torch.Tensor:
+        """The gradient (S, P) of the PMs' objective at theta (S, P), given the copies w
+        (S, P) of the global model and ``grad`` (S, P) = grad l_i(theta; D), a fresh
+        tensor it may build the result in."""
         raise NotImplementedError
+
+    def personal_step(self, theta: torch.Tensor, gradient: torch.Tensor) -> torch.Tensor:
+        """theta <- Z(theta - eta_p gradient), Z with the shrink size eta_p gamma."""
+        eta_p = self.personal_step_size
+        return zero_small(theta.sub_(gradient, alpha=eta_p), eta_p * self.gamma,
+                          floor=self.density_floor)
 
     def global_step(self, w: torch.Tensor, theta: torch.Tensor) -> torch.Tensor:
         """One step on the copies w (S, P) of the global model given the PMs theta."""
@@ -162,7 +175,16 @@ class CoupledPersonalization(PersonalizedAlgorithm):
         for r in range(self.local_steps):
             X, y, weights = ctx.batch(r, self.batch_size)
             for _ in range(self.inner_steps):
-                theta = self.personal_step(theta, w, ctx.problem.grad(theta, X, y, weights))
+                g = self.personal_gradient(theta, w, ctx.problem.grad(theta, X, y, weights))
+                if self.inner_tolerance is None:
+                    theta = self.personal_step(theta, g)
+                    continue
+                # nu: a client whose ||grad H~||^2 is within it takes no more steps on D
+                moving = (g * g).sum(-1) > self.inner_tolerance
+                if not bool(moving.any()):
+                    break
+                theta = torch.where(moving[:, None], self.personal_step(theta.clone(), g),
+                                    theta)
             w = self.global_step(w, theta)
         info = {"personal_density": float(density(theta).mean()),
                 "upload_density": float(density(w).mean())}

@@ -40,16 +40,13 @@ class FedMac(CoupledPersonalization):
         return {"lam": out.pop("lam"), "gamma": out.pop("gamma"), "gamma_w": self.gamma_w,
                 **out}
 
-    def personal_step(self, theta: torch.Tensor, w: torch.Tensor, grad: torch.Tensor
-                      ) -> torch.Tensor:
-        """Eq. (9): theta <- Z(theta - eta_p (grad l_i(theta; D) + gamma tanh(theta / rho)
-        - lambda w_i)); every argument (S, P)."""
-        eta_p = self.personal_step_size
+    def personal_gradient(self, theta: torch.Tensor, w: torch.Tensor, grad: torch.Tensor
+                          ) -> torch.Tensor:
+        """Eq. (9)'s gradient grad H~_i = grad l_i(theta; D) + gamma tanh(theta / rho)
+        - lambda w_i, built in ``grad``; every argument (S, P)."""
         if self.gamma:
             grad.add_(phi_rho_grad(theta, self.rho), alpha=self.gamma)
-        grad.sub_(w, alpha=self.lam)
-        return zero_small(theta.sub_(grad, alpha=eta_p), eta_p * self.gamma,
-                          floor=self.density_floor)
+        return grad.sub_(w, alpha=self.lam)
 
     def global_step(self, w: torch.Tensor, theta: torch.Tensor) -> torch.Tensor:
         """Eq. (6): w_i <- Z(w_i - eta (lambda (w_i - theta) + gamma_w tanh(w_i / rho)));
@@ -69,7 +66,8 @@ class FedMac(CoupledPersonalization):
 def fedmac(*, lam: float, step_size: float, personal_step_size: float, gamma: float = 0.0,
            gamma_w: float = 0.0, rho: float = 1e-3, local_steps: int = 20,
            inner_steps: int = 1, batch_size: int | None = 20, beta: float = 1.0,
-           clients_per_round: int | None = None, density_floor: float = 0.5) -> FedMac:
+           clients_per_round: int | None = None, density_floor: float = 0.5,
+           inner_tolerance: float | None = None) -> FedMac:
     """FedMac: sparse personalised FL by maximising correlation (Liu et al. 2023, Alg. 1).
 
     Client i's PM theta_i minimises ``H_i(theta; w) = l_i(theta) + gamma phi_rho(theta)
@@ -90,7 +88,10 @@ def fedmac(*, lam: float, step_size: float, personal_step_size: float, gamma: fl
     rho : smoothing level of phi_rho (> 0); steps are stable while eta_p gamma / rho < 2.
     local_steps : R, the w steps per round (one mini-batch each).
     inner_steps : K, theta steps per w step on the same mini-batch (1 in the paper's
-        experiments).
+        experiments); with ``inner_tolerance``, the most steps taken.
+    inner_tolerance : nu (None = K steps): a client's theta steps stop once
+        ``||grad H~_i(theta; w_i, D)||^2 <= nu`` (the paper's criterion after eq. 9),
+        after at most K of them.
     batch_size : |D| examples per mini-batch (None = the full local data).
     beta : server mix in (0, 2]: ``w <- (1 - beta) w + beta mean_{S^t} w_i``.
     clients_per_round : S, the uploads averaged each round (None = all); every client
@@ -100,4 +101,5 @@ def fedmac(*, lam: float, step_size: float, personal_step_size: float, gamma: fl
     return FedMac(lam=lam, gamma=gamma, gamma_w=gamma_w, rho=rho, step_size=step_size,
                   personal_step_size=personal_step_size, local_steps=local_steps,
                   inner_steps=inner_steps, batch_size=batch_size, beta=beta,
-                  clients_per_round=clients_per_round, density_floor=density_floor)
+                  clients_per_round=clients_per_round, density_floor=density_floor,
+                  inner_tolerance=inner_tolerance)

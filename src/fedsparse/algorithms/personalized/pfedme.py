@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from ...sparsity.smooth import phi_rho_grad, zero_small
+from ...sparsity.smooth import phi_rho_grad
 from .coupled import CoupledPersonalization
 
 
@@ -29,16 +29,14 @@ class PFedMe(CoupledPersonalization):
 
     name = "pfedme"
 
-    def personal_step(self, theta: torch.Tensor, w: torch.Tensor, grad: torch.Tensor
-                      ) -> torch.Tensor:
-        """theta <- Z(theta - eta_p (grad l_i(theta; D) + gamma tanh(theta / rho)
-        + lambda (theta - w_i))); every argument (S, P)."""
-        eta_p, lam = self.personal_step_size, self.lam
+    def personal_gradient(self, theta: torch.Tensor, w: torch.Tensor, grad: torch.Tensor
+                          ) -> torch.Tensor:
+        """grad l_i(theta; D) + gamma tanh(theta / rho) + lambda (theta - w_i), built in
+        ``grad``; every argument (S, P)."""
+        lam = self.lam
         if self.gamma:
             grad.add_(phi_rho_grad(theta, self.rho), alpha=self.gamma)
-        grad.add_(theta, alpha=lam).sub_(w, alpha=lam)
-        return zero_small(theta.sub_(grad, alpha=eta_p), eta_p * self.gamma,
-                          floor=self.density_floor)
+        return grad.add_(theta, alpha=lam).sub_(w, alpha=lam)
 
     def global_step(self, w: torch.Tensor, theta: torch.Tensor) -> torch.Tensor:
         """w_i <- w_i - eta lambda (w_i - theta); every argument (S, P)."""
@@ -49,7 +47,8 @@ class PFedMe(CoupledPersonalization):
 def pfedme(*, lam: float, step_size: float, personal_step_size: float,
            local_steps: int = 20, inner_steps: int = 1, batch_size: int | None = 20,
            beta: float = 1.0, gamma: float = 0.0, rho: float = 1e-3,
-           clients_per_round: int | None = None, density_floor: float = 0.5) -> PFedMe:
+           clients_per_round: int | None = None, density_floor: float = 0.5,
+           inner_tolerance: float | None = None) -> PFedMe:
     """pFedMe (Dinh et al. 2020, Alg. 1) with Moreau envelopes, as Liu et al. 2023 run it.
 
     theta_i approximately minimises ``l_i(theta) + gamma phi_rho(theta) + (lambda / 2)
@@ -64,12 +63,14 @@ def pfedme(*, lam: float, step_size: float, personal_step_size: float,
     lam : lambda > 0 (the paper: 15).
     step_size : eta, the step of w_i.
     personal_step_size : eta_p, the step of theta.
-    local_steps, inner_steps, batch_size, beta, clients_per_round, density_floor :
-        as :func:`~fedsparse.algorithms.fedmac`.
+    local_steps, inner_steps, batch_size, beta, clients_per_round, density_floor,
+    inner_tolerance : as :func:`~fedsparse.algorithms.fedmac` (Dinh et al. 2020 also
+        solve theta to an accuracy nu).
     gamma, rho : the modified pFedMe's phi_rho weight on theta (0 = pFedMe) and its
         smoothing level.
     """
     return PFedMe(lam=lam, gamma=gamma, rho=rho, step_size=step_size,
                   personal_step_size=personal_step_size, local_steps=local_steps,
                   inner_steps=inner_steps, batch_size=batch_size, beta=beta,
-                  clients_per_round=clients_per_round, density_floor=density_floor)
+                  clients_per_round=clients_per_round, density_floor=density_floor,
+                  inner_tolerance=inner_tolerance)
