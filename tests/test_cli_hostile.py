@@ -635,6 +635,16 @@ def python_experiment():
     registry._PYTHON.pop(exp.name, None)
 
 
+def test_a_python_experiment_refuses_a_changed_output_before_computing(tmp_path,
+                                                                       python_experiment):
+    out = tmp_path / "out"
+    assert _run(["run", python_experiment.name, "--out", str(out)])[0] == 0
+    (out / "table.txt").write_text("my edit")
+    _refused(["run", python_experiment.name, "--out", str(out), "--force"], "table.txt")
+    assert len(python_experiment.calls) == 1  # refused before it ran
+    assert (out / "table.txt").read_text() == "my edit"
+
+
 def test_python_experiments_get_rounds_seeds_quick_and_resume(tmp_path, python_experiment):
     out = tmp_path / "out"
     code, _, err = _run(["run", python_experiment.name, "--out", str(out), "--rounds", "7",

@@ -130,12 +130,22 @@ def test_resume_with_another_seed_count_is_refused_and_keeps_the_results(tiny, t
     before = (out / "summary.json").read_bytes()
     _refused(["run", str(tiny), "--out", str(out), "--quiet", "--resume"],
              "--resume=", "seeds 2 there, None now")
-    _refused(["run", str(tiny), "--out", str(out), "--quiet", "--resume", "--seeds", "3"],
-             "seeds 2 there, 3 now")
+    _refused(["run", str(tiny), "--out", str(out), "--quiet", "--resume", "--seeds", "1"],
+             "seeds 2 there, 1 now")
     assert (out / "summary.json").read_bytes() == before
     code, _, err = _run(["run", str(tiny), "--out", str(out), "--quiet", "--resume",
                          "--seeds", "2"])
     assert code == 0, err
+    # more seeds add replicates (how a long run is split by seed); the marker then says 3
+    code, _, err = _run(["run", str(tiny), "--out", str(out), "--quiet", "--resume",
+                         "--seeds", "3"])
+    assert code == 0, err
+    assert json.loads((out / "summary.json").read_text())["seeds"] == 3
+    assert (out / "a" / "seed-2").is_dir()
+    marker = json.loads((out / ".fedsparse-run").read_text())
+    assert marker["seeds"] == 3 and marker["attempts"] == 3
+    _refused(["run", str(tiny), "--out", str(out), "--quiet", "--resume", "--seeds", "2"],
+             "seeds 3 there, 2 now")
 
 
 def test_resume_takes_the_config_by_content_not_by_file_name(tiny, tmp_path):
@@ -293,3 +303,47 @@ def test_a_damaged_manifest_is_named_as_damaged(tiny, tmp_path):
     (out / ".fedsparse-manifest").write_text("garbage")
     _refused(["run", str(tiny), "--out", str(out), "--force"], "is damaged")
     assert (out / "summary.json").is_file()
+
+
+def test_force_keeps_a_users_file_inside_a_run_folder_and_replaces_the_rest(tiny, tmp_path):
+    out = tmp_path / "f"
+    assert _run(["run", str(tiny), "--out", str(out), "--quiet"])[0] == 0
+    (out / "a" / "notes.txt").write_text("mine")
+    code, text, err = _run(["run", str(tiny), "--out", str(out), "--quiet", "--force"])
+    assert code == 0, err
+    assert (out / "a" / "notes.txt").read_text() == "mine"
+    assert (out / "a" / "checkpoint.pt").is_file() and "notes.txt" in text + err
+    code, _, err = _run(["run", str(tiny), "--out", str(out), "--quiet", "--force"])
+    assert code == 0, err  # and again
+
+
+@pytest.mark.parametrize("marker, summary, expected", [
+    ({"status": "done", "experiment": "fedmac-fig3"}, {}, "a run of 'fedmac-fig3'"),
+    ({"status": "done", "quick": True}, {}, "--quick run"),
+    ({"status": "done"}, {"quick": True}, "--quick run"),
+    ({"status": "interrupted"}, {}, "'interrupted', not finished"),
+])
+def test_results_pages_collect_takes_only_a_finished_full_run_of_that_experiment(
+        tmp_path, marker, summary, expected, capsys):
+    from fedsparse.report import results_pages
+
+    folder = tmp_path / "run"
+    folder.mkdir()
+    (folder / ".fedsparse-run").write_text(json.dumps(marker))
+    (folder / "summary.json").write_text(json.dumps({"rounds": 800, "seeds": 2, **summary}))
+    assert results_pages.main(["collect", "fedmac-fig2", str(folder)]) == 2
+    assert expected in capsys.readouterr().err
+    assert results_pages.main(["collect", "fedmac-fig2", str(tmp_path / "none")]) == 2
+    assert "no summary.json" in capsys.readouterr().err
+
+
+def test_wandb_over_a_folder_it_wrote_is_refused_before_anything_is_removed(tiny, tmp_path):
+    pytest.importorskip("wandb")
+    out = tmp_path / "w"
+    out.mkdir()
+    (out / "wandb").mkdir()
+    (out / "keep.txt").write_text("x")
+    for flag in ("--resume", "--force"):
+        _refused(["run", str(tiny), "--out", str(out), "--quiet", "--log", "wandb", flag],
+                 "--log wandb", "already holds W&B's files")
+    assert (out / "keep.txt").read_text() == "x"

@@ -172,6 +172,7 @@ def cmd_sweep(args) -> int:
     name, config = _search_config(args, device, "sweeps need")
     grid = _once("--grid", args.grid)
     out = Path(args.out or Path("runs") / f"{name}-sweep").expanduser()
+    _check_log(args, out)
     created = prepare_output(out, force=args.force, resumable=False,  # never replaced silently
                              writes=[*SWEEP_FILES, "FAILED"])
     result = _guarded(out, created, args, lambda: run_sweep(
@@ -194,6 +195,7 @@ def cmd_tune(args) -> int:
              for key, text in _once("--param", args.param).items()}
     name, config = _search_config(args, device, "tuning needs")
     out = Path(args.out or Path("runs") / f"{name}-tune").expanduser()
+    _check_log(args, out)
     created = prepare_output(out, force=args.force, resumable=False)
     result = _guarded(out, created, args, lambda: run_tune(
         config, space, trials=args.trials, out=out, metric=args.metric,

@@ -202,6 +202,7 @@ def cmd_run(args) -> int:
     from .experiments.config import resolve_runs, select_runs
     from .experiments.output import output_patterns, prepare_output
     from .experiments.runner import run_experiment
+    from .manifest import read_manifest
 
     device = _check_device(args)
     name, config, python_exp = resolve_experiment(args.experiment)
@@ -210,10 +211,14 @@ def cmd_run(args) -> int:
         raise ConfigError(f"--log: {name!r} is a Python experiment, which writes its own "
                           "files; --log applies to TOML experiments (and fs.simulate("
                           "..., loggers=...) in Python)")
-    _check_log(args)
+    _check_log(args, out)
     if python_exp is not None:
         kwargs = _python_options(name, python_exp, args)
+        # what it wrote last time is what it writes again: a file kept there (the user's,
+        # or one changed since) is refused now, not after the computing
+        earlier = read_manifest(out) if out.is_dir() else None
         created = prepare_output(out, resume=args.resume, force=args.force,
+                                 writes=sorted(earlier.files) if earlier else None,
                                  identity=_python_identity(name, python_exp, kwargs))
         print(f"fedsparse run {name} -> {out}")
 
@@ -268,8 +273,11 @@ def cmd_run(args) -> int:
     return 0
 
 
-def _check_log(args) -> None:
-    """A --log tracker that is not installed is refused before anything runs."""
+def _check_log(args, out: Path | None = None) -> None:
+    """A --log tracker that is not installed is refused before anything runs, and so is
+    W&B over a folder it already wrote (``out``) with --resume or --force: W&B relinks
+    its own files there, which the output guard cannot tell from a user's, so the run
+    would fail after --force had removed the earlier results."""
     if getattr(args, "log", None):
         from .loggers import check_installed
 
@@ -279,3 +287,7 @@ def _check_log(args) -> None:
                 raise ConfigError(f"--log {kind} is given twice")
             seen.add(kind)
             check_installed(kind, "--log")
+        again = getattr(args, "resume", False) or getattr(args, "force", False)
+        if "wandb" in seen and again and out is not None and (out / "wandb").exists():
+            raise ConfigError(f"--log wandb: {out} already holds W&B's files; --resume and "
+                              "--force cannot continue or replace them: give a new --out")

@@ -134,7 +134,8 @@ def prepare_output(out: str | Path, *, resume: bool = False, force: bool = False
     * ``identity`` (the experiment's name, its number of seeds, its quick form:
       :data:`IDENTITY`) is kept in the folder's marker; ``resume`` refuses a folder whose
       marker names other values, since the continued runs would be mixed with or replace
-      results of another experiment or seed count.
+      results of another experiment or seed count; only a larger number of seeds is
+      accepted (the earlier replicates continue, the new ones are added).
 
     Returns
     -------
@@ -185,7 +186,11 @@ def prepare_output(out: str | Path, *, resume: bool = False, force: bool = False
         if force:
             remove_ours(out, inv)
             (out / MARKER).unlink(missing_ok=True)
-            write_manifest(out, Manifest(folder_created=manifest.folder_created))
+            # the folders fedsparse created and that remain (they hold a user's file) stay
+            # fedsparse's: the new run writes into them, around the kept file
+            write_manifest(out, Manifest(folder_created=manifest.folder_created,
+                                         dirs={d for d in manifest.dirs
+                                               if (out / d).is_dir()}))
             if inv.kept:
                 log(f"--force: removed the earlier output fedsparse wrote in {out}; kept "
                     f"{_why_kept(inv, inv.kept)}")
@@ -200,7 +205,7 @@ def prepare_output(out: str | Path, *, resume: bool = False, force: bool = False
     try:
         out.mkdir(parents=True, exist_ok=True)
         start_manifest(out, folder_created=created)
-        if not _marker_info(out):  # an existing one keeps the earlier run's status (and
+        if not marker_info(out):  # an existing one keeps the earlier run's status (and
             # an older one without an identity stays without: it cannot be told)
             _write_marker(out, "new", **(identity or {}))
     except OSError as exc:
@@ -232,7 +237,7 @@ def _recorded_attempts(marker: str | None) -> tuple[int, float]:
 IDENTITY = ("experiment", "seeds", "quick")
 
 
-def _marker_info(out: Path) -> dict:
+def marker_info(out: Path) -> dict:
     """The folder's marker as a dict ({} when there is none, or it is not ours)."""
     try:
         info = json.loads((out / MARKER).read_text())
@@ -241,11 +246,23 @@ def _marker_info(out: Path) -> dict:
     return info if isinstance(info, dict) else {}
 
 
+def _more_seeds(old, new) -> bool:
+    """More replicates of the same runs: the earlier seeds continue from their
+    checkpoints and the new ones are added (how a long run is split by seed)."""
+    return isinstance(old, int) and isinstance(new, int) and new > old
+
+
 def _check_same_identity(out: Path, identity: dict) -> None:
-    """Refuse to continue the runs in ``out`` as another experiment, seed count or form."""
-    recorded = _marker_info(out)
+    """Refuse to continue the runs in ``out`` as another experiment, seed count or form;
+    more seeds than before is allowed (the marker then records the new count)."""
+    recorded = marker_info(out)
     differ = {k: (recorded[k], v) for k, v in identity.items()
-              if k in recorded and recorded[k] != v}
+              if k in recorded and recorded[k] != v
+              and not (k == "seeds" and _more_seeds(recorded[k], v))}
+    if not differ and _more_seeds(recorded.get("seeds"), identity.get("seeds")):
+        kept = {k: v for k, v in recorded.items() if k not in ("status", "time")}
+        _write_marker(out, str(recorded.get("status", "new")),
+                      **{**kept, "seeds": identity["seeds"]})
     if differ:
         said = ", ".join(f"{k} {old!r} there, {new!r} now" for k, (old, new) in differ.items())
         raise fail("--resume", str(out), f"holds the runs of another experiment or setting "
@@ -255,7 +272,7 @@ def _check_same_identity(out: Path, identity: dict) -> None:
 
 
 def _write_marker(out: Path, status: str, **extra) -> None:
-    kept = {k: v for k, v in _marker_info(out).items() if k in IDENTITY}
+    kept = {k: v for k, v in marker_info(out).items() if k in IDENTITY}
     info = {"status": status, "time": datetime.datetime.now().isoformat(timespec="seconds"),
             **kept, **extra}
     (out / MARKER).write_text(json.dumps(info, indent=2) + "\n")

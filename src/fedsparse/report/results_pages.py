@@ -30,7 +30,7 @@ import sys
 from pathlib import Path
 
 from .._validation import ConfigError
-from ..experiments.output import attempts_so_far
+from ..experiments.output import attempts_so_far, marker_info
 
 ROOT = Path(__file__).resolve().parents[3]
 RESULTS = ROOT / "docs" / "results"
@@ -62,7 +62,18 @@ def collect(experiment: str, run_dir: str | Path, *, command: str | None = None,
     Path of the file written.
     """
     run_dir = Path(run_dir)
+    if not (run_dir / "summary.json").is_file():
+        raise ConfigError(f"{run_dir}: no summary.json; give the --out folder of a finished run")
     summary = json.loads((run_dir / "summary.json").read_text())
+    marker = marker_info(run_dir)
+    if marker.get("experiment", experiment) != experiment:
+        raise ConfigError(f"{run_dir} holds a run of {marker['experiment']!r}, not of "
+                          f"{experiment!r}")
+    if marker.get("quick") or summary.get("quick"):
+        raise ConfigError(f"{run_dir} holds a --quick run; the pages quote full runs only")
+    if marker and marker.get("status") != "done":
+        raise ConfigError(f"{run_dir}: its run is {marker.get('status')!r}, not finished; "
+                          "continue it with --resume first")
     if "skipped" in summary:
         raise ConfigError(f"{run_dir}: the run was skipped ({summary['skipped']})")
     record = {"experiment": experiment, "command": command or f"fedsparse run {experiment}",
@@ -340,10 +351,14 @@ def main(argv=None) -> int:
     g = sub.add_parser("generate", allow_abbrev=False)
     g.add_argument("--check", action="store_true")
     args = parser.parse_args(argv)
-    if args.cmd == "collect":
-        print(collect(args.experiment, args.run_dir, command=args.command))
-        return 0
-    differ = generate(check=args.check)
+    try:
+        if args.cmd == "collect":
+            print(collect(args.experiment, args.run_dir, command=args.command))
+            return 0
+        differ = generate(check=args.check)
+    except (ConfigError, OSError, ValueError) as exc:  # a clear line, not a traceback
+        print(f"results_pages: error: {exc}", file=sys.stderr)
+        return 2
     if differ:
         print(("differ from their committed runs: " if args.check else "rewrote: ")
               + ", ".join(differ))
