@@ -6,14 +6,10 @@ naming what does not fit, and nothing lost."""
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 from pathlib import Path
 
 import pytest
-
-from fedsparse.cli import main
 
 TINY = """
 title = "tiny"
@@ -45,51 +41,32 @@ def tiny(tmp_path):
     return path
 
 
-def _run(argv: list[str]) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
-        try:
-            code = main(argv)
-        except SystemExit as exc:
-            code = exc.code
-    return code, out.getvalue(), err.getvalue()
-
-
-def _refused(argv, *expected) -> str:
-    code, _, err = _run(argv)
-    assert code == 2, err
-    assert "Traceback" not in err
-    for text in expected:
-        assert text in err, (text, err)
-    return err
-
-
 # ---------------------------------------------------------------- data write --overwrite
 
 def _write(out, *extra):
     return ["data", "write", "fedprox_synthetic", "--clients", "3", "--out", str(out), *extra]
 
 
-def test_overwrite_never_deletes_a_folder_that_is_no_data_set(tmp_path):
+def test_overwrite_never_deletes_a_folder_that_is_no_data_set(tmp_path, cli):
     thesis = tmp_path / "d" / "thesis.tex"
     thesis.parent.mkdir()
     thesis.write_text("years of work")
-    _refused(_write(thesis.parent, "--overwrite"), "--out=", "not a data set",
+    cli.refused(_write(thesis.parent, "--overwrite"), "--out=", "not a data set",
              "nothing was deleted")
     assert thesis.read_text() == "years of work"
-    _refused(_write(thesis.parent), "--out=", "already exists", "--overwrite")
+    cli.refused(_write(thesis.parent), "--out=", "already exists", "--overwrite")
     plain = tmp_path / "f.txt"
     plain.write_text("mine")
-    _refused(_write(plain, "--overwrite"), "is a file")
+    cli.refused(_write(plain, "--overwrite"), "is a file")
     assert plain.read_text() == "mine"
 
 
-def test_overwrite_replaces_an_earlier_data_set_but_not_files_added_to_it(tmp_path):
+def test_overwrite_replaces_an_earlier_data_set_but_not_files_added_to_it(tmp_path, cli):
     out = tmp_path / "set"
-    assert _run(_write(out))[0] == 0
-    assert _run(_write(out, "--overwrite", "--seed", "1"))[0] == 0
+    assert cli.run(_write(out))[0] == 0
+    assert cli.run(_write(out, "--overwrite", "--seed", "1"))[0] == 0
     (out / "notes.txt").write_text("mine")
-    _refused(_write(out, "--overwrite"), "notes.txt", "nothing was deleted")
+    cli.refused(_write(out, "--overwrite"), "notes.txt", "nothing was deleted")
     assert (out / "notes.txt").read_text() == "mine"
 
 
@@ -101,165 +78,165 @@ def test_overwrite_replaces_an_earlier_data_set_but_not_files_added_to_it(tmp_pa
     (["data", "describe", "diabetes", "--partition", "label_skew", "--clients", "5"],
      "'diabetes' is a regression data set"),
 ])
-def test_data_options_that_do_not_apply_are_refused(argv, expected):
-    _refused(argv, expected)
+def test_data_options_that_do_not_apply_are_refused(argv, expected, cli):
+    cli.refused(argv, expected)
 
 
-def test_a_generator_refuses_the_options_of_real_data(tmp_path):
-    _refused(_write(tmp_path / "g", "--partition", "dirichlet", "--max-examples", "10"),
+def test_a_generator_refuses_the_options_of_real_data(tmp_path, cli):
+    cli.refused(_write(tmp_path / "g", "--partition", "dirichlet", "--max-examples", "10"),
              "--partition, --max-examples", "is generated")
-    _refused(_write(tmp_path / "g", "--alpha", "0"), "--alpha: ", "is generated")  # 0 is given
+    cli.refused(_write(tmp_path / "g", "--alpha", "0"), "--alpha: ", "is generated")  # 0 is given
     assert not (tmp_path / "g").exists()
 
 
-def test_data_write_does_not_offer_the_sparse_libsvm_sets(tmp_path):
-    _refused(["data", "write", "libsvm", "--path", "x.svm", "--out", str(tmp_path / "w")],
+def test_data_write_does_not_offer_the_sparse_libsvm_sets(tmp_path, cli):
+    cli.refused(["data", "write", "libsvm", "--path", "x.svm", "--out", str(tmp_path / "w")],
              "invalid choice: 'libsvm'")
 
 
-def test_describe_plot_into_a_folder_is_a_usage_error(tmp_path):
-    _refused(["data", "describe", "digits", "--clients", "3", "--plot", str(tmp_path)],
+def test_describe_plot_into_a_folder_is_a_usage_error(tmp_path, cli):
+    cli.refused(["data", "describe", "digits", "--clients", "3", "--plot", str(tmp_path)],
              "--plot=", "is a folder")
 
 
 # ---------------------------------------------------------------- run --resume
 
-def test_resume_with_another_seed_count_is_refused_and_keeps_the_results(tiny, tmp_path):
+def test_resume_with_another_seed_count_is_refused_and_keeps_the_results(tiny, tmp_path, cli):
     out = tmp_path / "r"
-    assert _run(["run", str(tiny), "--out", str(out), "--quiet", "--seeds", "2"])[0] == 0
+    assert cli.run(["run", str(tiny), "--out", str(out), "--quiet", "--seeds", "2"])[0] == 0
     before = (out / "summary.json").read_bytes()
-    _refused(["run", str(tiny), "--out", str(out), "--quiet", "--resume"],
+    cli.refused(["run", str(tiny), "--out", str(out), "--quiet", "--resume"],
              "--resume=", "seeds 2 there, None now")
-    _refused(["run", str(tiny), "--out", str(out), "--quiet", "--resume", "--seeds", "1"],
+    cli.refused(["run", str(tiny), "--out", str(out), "--quiet", "--resume", "--seeds", "1"],
              "seeds 2 there, 1 now")
     assert (out / "summary.json").read_bytes() == before
-    code, _, err = _run(["run", str(tiny), "--out", str(out), "--quiet", "--resume",
+    code, _, err = cli.run(["run", str(tiny), "--out", str(out), "--quiet", "--resume",
                          "--seeds", "2"])
     assert code == 0, err
     # more seeds add replicates (how a long run is split by seed); the marker then says 3
-    code, _, err = _run(["run", str(tiny), "--out", str(out), "--quiet", "--resume",
+    code, _, err = cli.run(["run", str(tiny), "--out", str(out), "--quiet", "--resume",
                          "--seeds", "3"])
     assert code == 0, err
     assert json.loads((out / "summary.json").read_text())["seeds"] == 3
     assert (out / "a" / "seed-2").is_dir()
     marker = json.loads((out / ".fedsparse-run").read_text())
     assert marker["seeds"] == 3 and marker["attempts"] == 3
-    _refused(["run", str(tiny), "--out", str(out), "--quiet", "--resume", "--seeds", "2"],
+    cli.refused(["run", str(tiny), "--out", str(out), "--quiet", "--resume", "--seeds", "2"],
              "seeds 3 there, 2 now")
 
 
-def test_resume_takes_the_config_by_content_not_by_file_name(tiny, tmp_path):
+def test_resume_takes_the_config_by_content_not_by_file_name(tiny, tmp_path, cli):
     out = tmp_path / "o"
-    assert _run(["run", str(tiny), "--out", str(out), "--quiet"])[0] == 0
+    assert cli.run(["run", str(tiny), "--out", str(out), "--quiet"])[0] == 0
     # the run folder's own resolved config.toml is the same experiment
-    code, _, err = _run(["run", str(out / "config.toml"), "--out", str(out), "--quiet",
+    code, _, err = cli.run(["run", str(out / "config.toml"), "--out", str(out), "--quiet",
                          "--resume", "--rounds", "5"])
     assert code == 0, err
     # with --seeds 1 a run writes seed folders and a mean: not the run without --seeds
-    _refused(["run", str(tiny), "--out", str(out), "--quiet", "--resume", "--seeds", "1"],
+    cli.refused(["run", str(tiny), "--out", str(out), "--quiet", "--resume", "--seeds", "1"],
              "seeds None there, 1 now")
 
 
-def test_a_marker_without_an_identity_is_left_as_it_is(tiny, tmp_path):
+def test_a_marker_without_an_identity_is_left_as_it_is(tiny, tmp_path, cli):
     """A folder of an earlier fedsparse (no identity in its marker) resumes as before, and
     a refused resume does not stamp its own identity into it."""
     out = tmp_path / "o"
-    assert _run(["run", str(tiny), "--out", str(out), "--quiet"])[0] == 0
+    assert cli.run(["run", str(tiny), "--out", str(out), "--quiet"])[0] == 0
     marker = out / ".fedsparse-run"
     old = {k: v for k, v in json.loads(marker.read_text()).items()
            if k not in ("experiment", "seeds", "quick")}
     marker.write_text(json.dumps(old))
     other = tmp_path / "other.toml"
     other.write_text(TINY.replace("dim = 30", "dim = 40"))
-    _refused(["run", str(other), "--out", str(out), "--quiet", "--resume"], "another run")
+    cli.refused(["run", str(other), "--out", str(out), "--quiet", "--resume"], "another run")
     assert "experiment" not in json.loads(marker.read_text())
-    code, _, err = _run(["run", str(tiny), "--out", str(out), "--quiet", "--resume"])
+    code, _, err = cli.run(["run", str(tiny), "--out", str(out), "--quiet", "--resume"])
     assert code == 0, err
 
 
-def test_resume_of_a_toml_run_as_a_python_experiment_is_refused(tiny, tmp_path):
+def test_resume_of_a_toml_run_as_a_python_experiment_is_refused(tiny, tmp_path, cli):
     out = tmp_path / "m"
-    assert _run(["run", str(tiny), "--out", str(out), "--quiet"])[0] == 0
+    assert cli.run(["run", str(tiny), "--out", str(out), "--quiet"])[0] == 0
     before = sorted(p.name for p in out.iterdir())
-    _refused(["run", "fig6-libsvm", "--quick", "--out", str(out), "--resume"],
+    cli.refused(["run", "fig6-libsvm", "--quick", "--out", str(out), "--resume"],
              "experiment 'a TOML config' there, 'fig6-libsvm' now")
     assert sorted(p.name for p in out.iterdir()) == before
 
 
 # ---------------------------------------------------------------- checks before any run
 
-def test_a_channel_that_does_not_fit_the_data_is_refused_before_the_first_run(tiny, tmp_path):
+def test_a_channel_that_does_not_fit_the_data_is_refused_before_the_first_run(tiny, tmp_path, cli):
     out = tmp_path / "c"
-    _refused(["run", str(tiny), "--out", str(out), "--quiet", "--set",
+    cli.refused(["run", str(tiny), "--out", str(out), "--quiet", "--set",
               'B:channel={kind="bernoulli", probability=[0.5, 0.5]}'],
              "run 'B': channel: probability=", "(4)")
     assert not out.exists()  # run A never started
-    _refused(["run", str(tiny), "--out", str(out), "--quiet", "--set",
+    cli.refused(["run", str(tiny), "--out", str(out), "--quiet", "--set",
               'B:channel={kind="scheduled", delivered=[[true, true, true, true]]}'],
              "run 'B': channel: delivered='1 rows'", "3 rounds")
     assert not out.exists()
 
 
-def test_the_last_replicate_seed_is_checked_before_the_first_runs(tiny, tmp_path):
+def test_the_last_replicate_seed_is_checked_before_the_first_runs(tiny, tmp_path, cli):
     out = tmp_path / "s"
-    _refused(["run", str(tiny), "--out", str(out), "--quiet", "--seeds", "2", "--set",
+    cli.refused(["run", str(tiny), "--out", str(out), "--quiet", "--seeds", "2", "--set",
               "seed=9223372036854775807"], "seed + seeds - 1=9223372036854775808")
     assert not out.exists()
 
 
-def test_a_diagnostic_no_run_records_cannot_be_plotted(tiny, tmp_path):
+def test_a_diagnostic_no_run_records_cannot_be_plotted(tiny, tmp_path, cli):
     config = tmp_path / "plot.toml"
     config.write_text(TINY + '[plot]\ny = ["compensated"]\n')
-    _refused(["run", str(config), "--out", str(tmp_path / "p"), "--quiet"],
+    cli.refused(["run", str(config), "--out", str(tmp_path / "p"), "--quiet"],
              "plot.y='compensated'", "no run records it")
 
 
-def test_a_claim_on_a_misspelt_panel_is_refused(tiny, tmp_path):
+def test_a_claim_on_a_misspelt_panel_is_refused(tiny, tmp_path, cli):
     config = tmp_path / "claims.toml"
     config.write_text(TINY.replace('label = "A"', 'label = "A"\npanel = "Simulation I"')
                       .replace('label = "B"', 'label = "B"\npanel = "Simulation I"')
                       + '[[claims]]\nkind = "reaches"\ntext = "A reaches B"\nrun = "A"\n'
                       'reference = "B"\nreference_round = 3\nwithin = 3\n'
                       'panel = "Simulaton I"\n')
-    _refused(["run", str(config), "--out", str(tmp_path / "o"), "--quiet"],
+    cli.refused(["run", str(config), "--out", str(tmp_path / "o"), "--quiet"],
              "claims[0].panel='Simulaton I'", "'Simulation I'")
 
 
-def test_only_leaves_out_the_claims_of_panels_it_leaves_out(tmp_path):
+def test_only_leaves_out_the_claims_of_panels_it_leaves_out(tmp_path, cli):
     runs = [f"Simulation I (regression)/{label}"
             for label in ("Fed-HT", "FedIter-HT", "Distributed-IHT")]
-    code, text, err = _run(["run", "fedht-fig3", "--out", str(tmp_path / "o"), "--quiet",
+    code, text, err = cli.run(["run", "fedht-fig3", "--out", str(tmp_path / "o"), "--quiet",
                             "--rounds", "1", *[a for r in runs for a in ("--only", r)]])
     assert code == 0, err
     assert "are not tested here" in text
 
 
-def test_flower_values_are_checked_where_the_config_is_read(tiny, tmp_path):
-    _refused(["run", str(tiny), "--out", str(tmp_path / "o"), "--quiet", "--set",
+def test_flower_values_are_checked_where_the_config_is_read(tiny, tmp_path, cli):
+    cli.refused(["run", str(tiny), "--out", str(tmp_path / "o"), "--quiet", "--set",
               "flower.round_timeout=-5"], "flower.round_timeout=-5", "positive")
-    _refused(["run", str(tiny), "--out", str(tmp_path / "o"), "--quiet", "--set",
+    cli.refused(["run", str(tiny), "--out", str(tmp_path / "o"), "--quiet", "--set",
               "flower.out_dir=3"], "flower.out_dir=3", "string")
 
 
-def test_band_needs_two_seeds(tiny, tmp_path):
-    _refused(["run", str(tiny), "--out", str(tmp_path / "o"), "--seeds", "1", "--band",
+def test_band_needs_two_seeds(tiny, tmp_path, cli):
+    cli.refused(["run", str(tiny), "--out", str(tmp_path / "o"), "--seeds", "1", "--band",
               "ci95"], "--band ci95", "N >= 2")
 
 
 # ---------------------------------------------------------------- sweep and tune
 
-def test_a_field_given_twice_is_refused(tiny, tmp_path):
-    _refused(["sweep", str(tiny), "--out", str(tmp_path / "s"), "--rounds", "2",
+def test_a_field_given_twice_is_refused(tiny, tmp_path, cli):
+    cli.refused(["sweep", str(tiny), "--out", str(tmp_path / "s"), "--rounds", "2",
               "--grid", "algorithm.sparsity=[2, 3]", "--grid", "algorithm.sparsity=[4]"],
              "--grid algorithm.sparsity is given twice")
-    _refused(["tune", str(tiny), "--out", str(tmp_path / "t"), "--rounds", "2", "--trials",
+    cli.refused(["tune", str(tiny), "--out", str(tmp_path / "t"), "--rounds", "2", "--trials",
               "2", "--param", "algorithm.sparsity=int(2,5)", "--param",
               "algorithm.sparsity=int(6,8)"], "--param algorithm.sparsity is given twice")
 
 
-def test_a_sweep_where_every_point_diverged_names_no_winner(tiny, tmp_path):
+def test_a_sweep_where_every_point_diverged_names_no_winner(tiny, tmp_path, cli):
     out = tmp_path / "s"
-    code, text, err = _run(["sweep", str(tiny), "--out", str(out), "--rounds", "2",
+    code, text, err = cli.run(["sweep", str(tiny), "--out", str(out), "--rounds", "2",
                             "--grid", "algorithm.step_size=[1e30, 1e35]"])
     assert code == 0, err
     assert "there is no winner" in text and "reruns the winners" not in text
@@ -285,35 +262,35 @@ def _damage(folder: Path, how: str) -> None:
     ("bad json", "summary.json: not valid JSON"), ("list", "holds a JSON list"),
     ("bad toml", "config.toml: not valid TOML"), ("bad history", "line 1: not valid JSON")])
 def test_report_names_the_damaged_file_and_still_writes_the_others(tiny, tmp_path, how,
-                                                                   expected):
+                                                                   expected, cli):
     runs = tmp_path / "runs"
     for name in ("good", "bad"):
-        assert _run(["run", str(tiny), "--out", str(runs / name), "--quiet"])[0] == 0
+        assert cli.run(["run", str(tiny), "--out", str(runs / name), "--quiet"])[0] == 0
     _damage(runs / "bad", how)
-    code, text, err = _run(["report", str(runs)])
+    code, text, err = cli.run(["report", str(runs)])
     assert code == 2 and "Traceback" not in err
     assert expected in err and "no report for 1 folder(s)" in err
     assert (runs / "good" / "report.html").is_file()
     assert not (runs / "bad" / "report.html").exists()
 
 
-def test_a_damaged_manifest_is_named_as_damaged(tiny, tmp_path):
+def test_a_damaged_manifest_is_named_as_damaged(tiny, tmp_path, cli):
     out = tmp_path / "o"
-    assert _run(["run", str(tiny), "--out", str(out), "--quiet"])[0] == 0
+    assert cli.run(["run", str(tiny), "--out", str(out), "--quiet"])[0] == 0
     (out / ".fedsparse-manifest").write_text("garbage")
-    _refused(["run", str(tiny), "--out", str(out), "--force"], "is damaged")
+    cli.refused(["run", str(tiny), "--out", str(out), "--force"], "is damaged")
     assert (out / "summary.json").is_file()
 
 
-def test_force_keeps_a_users_file_inside_a_run_folder_and_replaces_the_rest(tiny, tmp_path):
+def test_force_keeps_a_users_file_inside_a_run_folder_and_replaces_the_rest(tiny, tmp_path, cli):
     out = tmp_path / "f"
-    assert _run(["run", str(tiny), "--out", str(out), "--quiet"])[0] == 0
+    assert cli.run(["run", str(tiny), "--out", str(out), "--quiet"])[0] == 0
     (out / "a" / "notes.txt").write_text("mine")
-    code, text, err = _run(["run", str(tiny), "--out", str(out), "--quiet", "--force"])
+    code, text, err = cli.run(["run", str(tiny), "--out", str(out), "--quiet", "--force"])
     assert code == 0, err
     assert (out / "a" / "notes.txt").read_text() == "mine"
     assert (out / "a" / "checkpoint.pt").is_file() and "notes.txt" in text + err
-    code, _, err = _run(["run", str(tiny), "--out", str(out), "--quiet", "--force"])
+    code, _, err = cli.run(["run", str(tiny), "--out", str(out), "--quiet", "--force"])
     assert code == 0, err  # and again
 
 
@@ -337,13 +314,13 @@ def test_results_pages_collect_takes_only_a_finished_full_run_of_that_experiment
     assert "no summary.json" in capsys.readouterr().err
 
 
-def test_wandb_over_a_folder_it_wrote_is_refused_before_anything_is_removed(tiny, tmp_path):
+def test_wandb_over_a_folder_it_wrote_is_refused_before_anything_is_removed(tiny, tmp_path, cli):
     pytest.importorskip("wandb")
     out = tmp_path / "w"
     out.mkdir()
     (out / "wandb").mkdir()
     (out / "keep.txt").write_text("x")
     for flag in ("--resume", "--force"):
-        _refused(["run", str(tiny), "--out", str(out), "--quiet", "--log", "wandb", flag],
+        cli.refused(["run", str(tiny), "--out", str(out), "--quiet", "--log", "wandb", flag],
                  "--log wandb", "already holds W&B's files")
     assert (out / "keep.txt").read_text() == "x"

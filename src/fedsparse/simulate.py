@@ -114,17 +114,17 @@ def _client_executor(algorithm: Algorithm, problem: Problem, data: FederatedData
 
 def _check_uploads(algorithm: Algorithm, uploads, rows: int, payload: torch.Tensor) -> None:
     """Refuse what a (custom) ``client_update`` returned unless it is (rows, P) uploads of
-    the broadcast's dtype and device: a wrong shape would otherwise fail deep in torch, or
-    be broadcast silently into every client's row."""
+    the broadcast's dtype: a wrong shape would otherwise fail deep in torch, or be
+    broadcast silently into every client's row."""
     want = (rows, payload.shape[-1])
     if not isinstance(uploads, torch.Tensor) or tuple(uploads.shape) != want \
-            or uploads.dtype != payload.dtype or uploads.device != payload.device:
-        got = f"{tuple(uploads.shape)} {uploads.dtype} on {uploads.device}" \
+            or uploads.dtype != payload.dtype:
+        got = f"{tuple(uploads.shape)} {uploads.dtype}" \
             if isinstance(uploads, torch.Tensor) else type(uploads).__name__
         raise ConfigError(
             f"{type(algorithm).__name__}.client_update returned uploads {got}; they must be "
             f"a {want} tensor (one row per client of the chunk) of the broadcast's dtype "
-            f"{payload.dtype} on {payload.device}")
+            f"{payload.dtype}")
 
 
 def _chunk_rows(rows: torch.Tensor, a: int, b: int, order: torch.Tensor | None
