@@ -188,11 +188,11 @@ def cmd_tune(args) -> int:
     if not args.param:
         raise ConfigError("tune needs at least one --param FIELD=SPACE, e.g. --param "
                           "'algorithm.step_size=log(1e-4, 1e-1)'")
+    params = _once("--param", args.param)  # a typo in the command first, then the extra
     require_optuna("fedsparse tune")
     _check_log(args)
     device = _check_device(args)
-    space = {key: parse_space(text, f"--param {key}")
-             for key, text in _once("--param", args.param).items()}
+    space = {key: parse_space(text, f"--param {key}") for key, text in params.items()}
     name, config = _search_config(args, device, "tuning needs")
     out = Path(args.out or Path("runs") / f"{name}-tune").expanduser()
     _check_log(args, out)
