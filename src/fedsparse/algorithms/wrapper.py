@@ -28,7 +28,8 @@ INNER = "inner"
 #: The attributes a wrapper reports as the inner algorithm's (read through, so the bound
 #: inner algorithm's values are the ones used).
 DELEGATED = ("name", "requires", "upload_encoding", "broadcast_encoding",
-             "stateful_clients", "clients_per_round", "client_metrics", "uploads_are_updates")
+             "stateful_clients", "clients_per_round", "client_metrics", "uploads_are_updates",
+             "round_metric_names")
 
 
 def innermost_state(state: dict) -> dict:

@@ -209,10 +209,16 @@ def check_config(config: dict) -> dict:
         check_metric("compare.metric", compare.get("metric", "objective"))
     if "claims" in config:
         check_claims(config["claims"], check_metric)
-        default_panel = config.get("defaults", {}).get("panel", "")
         check_claim_labels(config["claims"], {run_label(r) for r in runs},
-                           {str(r.get("panel", default_panel) or "") for r in runs})
+                           run_panels(config, runs))
     return config
+
+
+def run_panels(config: dict, runs: list[dict]) -> set[str]:
+    """The panels of ``runs`` as :func:`resolve_runs` names them ("" for none), a run's own
+    ``panel`` or the ``[defaults]`` one."""
+    default = config.get("defaults", {}).get("panel", "")
+    return {str(r.get("panel", default) or "") for r in runs}
 
 
 def run_label(run: dict) -> str:
@@ -319,8 +325,7 @@ def select_runs(config: dict, only: Iterable[str]) -> dict:
         del config["compare"]  # its reference run is not selected: nothing to compare with
     if config.get("claims"):  # likewise the claims about runs or panels not selected
         kept = {run_label(r) for r in config["runs"]}
-        panel = config.get("defaults", {}).get("panel", "")
-        panels = {str(r.get("panel", panel) or "") for r in config["runs"]}
+        panels = run_panels(config, config["runs"])
         config["claims"] = [c for c in config["claims"] if set(claim_labels(c)) <= kept
                             and ("panel" not in c or c["panel"] in panels)]
     return config
@@ -462,11 +467,11 @@ def _check_flower(name: str, table: dict) -> None:
 
 def check_flower_values(flower: dict) -> None:
     """The values of a complete ``[flower]`` table (the defaults filled in)."""
-    check_float("flower.round_timeout", flower["round_timeout"], positive=True)
+    timeout = check_float("flower.round_timeout", flower["round_timeout"], positive=True)
     check_float("flower.wait_timeout", flower["wait_timeout"], nonnegative=True)
     check_int("flower.min_nodes", flower["min_nodes"], minimum=0)
     check_float("flower.poll_interval", flower["poll_interval"], positive=True,
-                maximum=check_float("flower.round_timeout", flower["round_timeout"]))
+                maximum=timeout)
     check_int("flower.evaluate_every", flower["evaluate_every"], minimum=-1)
     check_float("flower.max_update_norm", flower["max_update_norm"], nonnegative=True)
     ratio = check_float("flower.max_update_ratio", flower["max_update_ratio"], nonnegative=True)

@@ -126,13 +126,9 @@ def class_weighted_transpose(X: torch.Tensor, coef: torch.Tensor) -> torch.Tenso
 
 def label_splits(data) -> list[tuple[str, torch.Tensor]]:
     """``[("train", labels), ("test", labels)]``: the real labels of each split of a
-    :class:`~fedsparse.data.FederatedDataset` (no test entry when it has no test split)."""
-    if hasattr(data, "split_labels"):
-        return data.split_labels()
-    out = [("train", data.train.y[data.train.mask])]
-    if getattr(data, "test", None) is not None:
-        out.append(("test", data.test.y[data.test.mask]))
-    return out
+    :class:`~fedsparse.data.FederatedDataset` (no test entry when it has no test split);
+    see :meth:`~fedsparse.data.FederatedDataset.split_labels`."""
+    return data.split_labels()
 
 
 def check_labels(data, allowed: set, problem: str, allowed_text: str | None = None) -> None:

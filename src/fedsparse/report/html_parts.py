@@ -118,8 +118,8 @@ def _anchors(sections: list[str]) -> list[tuple[str, str]]:
     return out
 
 
-def _read_json(path: Path, kind: type = dict):
-    """A JSON file fedsparse wrote, whose top level must be a ``kind`` (a clear
+def _read_json(path: Path) -> dict:
+    """A JSON file fedsparse wrote, whose top level must be an object (a clear
     ConfigError naming the file otherwise: a report is often made of copied folders)."""
     try:
         with open(path, encoding="utf-8") as fh:
@@ -127,9 +127,9 @@ def _read_json(path: Path, kind: type = dict):
     except (ValueError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: not valid JSON ({exc}); it was not written by fedsparse "
                           "or was damaged since") from None
-    if not isinstance(value, kind):
+    if not isinstance(value, dict):
         raise ConfigError(f"{path}: holds a JSON {type(value).__name__}, where fedsparse "
-                          f"writes {'an object' if kind is dict else 'a ' + kind.__name__}")
+                          "writes an object")
     return value
 
 

@@ -202,7 +202,8 @@ class CoupledPersonalization(PersonalizedAlgorithm):
         return {**state, "model": new, "averaged": int(used.sum()), "fedmac_bits": bits,
                 "fedmac_bits_total": state["fedmac_bits_total"] + bits}
 
-    round_metric_names = ("model_density", "averaged", "fedmac_bits", "fedmac_bits_total")
+    round_metric_names = (*PersonalizedAlgorithm.round_metric_names, "averaged", "fedmac_bits",
+                          "fedmac_bits_total")
 
     def round_metrics(self, state):
         return {**super().round_metrics(state), "averaged": state["averaged"],
