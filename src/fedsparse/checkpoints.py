@@ -8,8 +8,12 @@ a dict::
      "records": [one dict per completed round, "round" = 1, 2, ...],
      "initial": the round-0 record, "fingerprint": dict}
 
-saved with :func:`torch.save` and followed by one line, ``#fedsparse-checkpoint
-sha256=<hex>``, the SHA-256 of the archive before it. The archive stays a plain PyTorch
+plus, where the run logs to trackers that can reopen a run, ``"trackers"``: a list of
+``{"kind": "mlflow", "run_id": ...}`` / ``{"kind": "tensorboard", "folder": ...}`` that a
+resumed run continues (:mod:`fedsparse.loggers`; only dicts of strings are used, and a
+checkpoint without the entry resumes with new tracker runs). It is saved with
+:func:`torch.save` and followed by one line, ``#fedsparse-checkpoint sha256=<hex>``, the
+SHA-256 of the archive before it. The archive stays a plain PyTorch
 file (``torch.load`` reads it and ignores the line).
 
 A file that was truncated, edited, damaged on disk or written by another run must not be

@@ -250,7 +250,8 @@ def simulate(algorithm: Algorithm, problem: Problem, data: FederatedDataset, *, 
         where there is one) or a torch.device; the data move there once, here.
     checkpoint : file to save the run's state to every ``checkpoint_every`` rounds and
         at the end; with ``resume=True`` an existing checkpoint is continued, giving the
-        same history as an uninterrupted run.
+        same history as an uninterrupted run (and the same tracker runs: see
+        ``loggers``).
     progress : progress bar; default: shown on a terminal only.
     client_batch : process at most this many clients at once (bounds memory; the
         result is the same). None: as many as the device's memory holds
@@ -265,7 +266,11 @@ def simulate(algorithm: Algorithm, problem: Problem, data: FederatedDataset, *, 
     callback : called as ``callback(record, state)`` after every round.
     loggers : experiment trackers to log the run to (:mod:`fedsparse.loggers`): a name
         ("tensorboard", "mlflow", "wandb"), a ``fedsparse.loggers.Logger``, or a list of
-        them. Every record, the hyper-parameters and the final model are logged.
+        them. Every record, the hyper-parameters and the final model are logged. A run
+        resumed from a checkpoint continues the MLflow run and the TensorBoard folder
+        its checkpoint names, each round logged once (a tracker without such a run, W&B
+        included, starts a new one and gets every round); without a checkpoint it
+        starts new ones, as a first run does.
     eval_clients : evaluate on a seeded sample of this many clients (the same every
         round) instead of all N: the record's metrics are then *estimates*, with their
         standard errors (``objective_se``, ...) and ``eval_clients``; see
@@ -384,6 +389,7 @@ def simulate(algorithm: Algorithm, problem: Problem, data: FederatedDataset, *, 
     history.initial = loop.initial_record(state, rounds)
     start = 0
     ckpt_path = Path(checkpoint) if checkpoint is not None else None
+    resumed = None  # the checkpoint's tracker runs, where the run continues one
     if resume:
         if ckpt_path is None:
             raise fail("resume", resume, "needs a checkpoint path")
@@ -395,15 +401,20 @@ def simulate(algorithm: Algorithm, problem: Problem, data: FederatedDataset, *, 
             state, store.state = ckpt["state"], ckpt["client_state"]
             history.records, history.initial = ckpt["records"], ckpt["initial"]
             start = ckpt["round"]
+            resumed = ckpt.get("trackers", [])
 
     def save(done_rounds: int, state: dict) -> None:
         if ckpt_path is not None:
-            save_checkpoint(ckpt_path, {
-                "format": CHECKPOINT_FORMAT, "round": done_rounds, "state": state,
-                "client_state": store.state, "records": history.records,
-                "initial": history.initial, "fingerprint": fingerprint})
+            content = {"format": CHECKPOINT_FORMAT, "round": done_rounds, "state": state,
+                       "client_state": store.state, "records": history.records,
+                       "initial": history.initial, "fingerprint": fingerprint}
+            trackers = tracking.identities()
+            if trackers:  # so that a resumed run continues these tracker runs
+                content["trackers"] = trackers
+            save_checkpoint(ckpt_path, content)
 
-    tracking = _tracking(loggers, algorithm, history, device, callback)
+    tracking = _tracking(loggers, algorithm, history, device, callback,
+                         None if resumed is None else start, resumed)
     try:
         with single_threaded_blas(), _memory.keep_freed_memory():
             state = loop.run(state, history, start, rounds, save=save,
@@ -422,10 +433,15 @@ def simulate(algorithm: Algorithm, problem: Problem, data: FederatedDataset, *, 
     return history
 
 
-def _tracking(loggers, algorithm, history, device, callback):
-    """The run's :class:`fedsparse.loggers.Tracking` (logs nothing without loggers); a
-    Tracking given as ``loggers`` (the experiment runner's, which names the run) is used
-    as it is."""
+def _tracking(loggers, algorithm, history, device, callback, resume_from=None,
+              previous=None):
+    """The run's :class:`fedsparse.loggers.Tracking`, open (logs nothing without
+    loggers); a Tracking given as ``loggers`` (the experiment runner's, which names the
+    run) is used as it is.
+
+    ``resume_from``: the round of the checkpoint the run resumes from, whose tracker
+    runs (``previous``, the checkpoint's ``"trackers"``) are continued and given the
+    checkpoint's records they do not hold yet; None: a run from round 0."""
     from .loggers import Tracking, resolve_loggers, track_run
 
     if isinstance(loggers, Tracking):
@@ -436,6 +452,11 @@ def _tracking(loggers, algorithm, history, device, callback):
                   "device": str(device or "cpu")}
         name = f"{algorithm.name}-seed{history.config['seed']}"
         tracking = track_run(resolve_loggers(loggers), name, params, callback)
-    if history.initial and not history.records:
-        tracking.log_initial(history.initial)
+    if resume_from is None:
+        tracking.open()
+        if history.initial and not history.records:
+            tracking.log_initial(history.initial)
+    else:
+        tracking.open(resume_from, previous)
+        tracking.log_past(history.initial, history.records)
     return tracking

@@ -7,6 +7,11 @@ the simulator and the experiment runner share the rules: which record fields are
 metrics (numbers) and which are tags (text such as ``device`` and ``gpu``), what goes
 into the final summary, and that a tracker failing in the middle of a long run costs
 its log, not the run.
+
+A run that resumes from a checkpoint continues its tracker runs: every checkpoint
+remembers them (:meth:`Tracking.identities`, each logger's :meth:`Logger.identity`), and
+the resumed run reopens them (:meth:`Logger.resume`) and logs only the rounds a tracker
+does not hold yet.
 """
 
 from __future__ import annotations
@@ -23,6 +28,11 @@ from .._validation import ConfigError
 
 #: Record fields logged as text tags, not metrics, when a record or the run carries them.
 TAG_FIELDS = ("device", "gpu")
+#: The tag saying why a run stopped early (a divergence or an error).
+STOPPED_TAG = "stopped"
+#: At most this many tracker runs are read from a checkpoint (a damaged or hostile file
+#: could list millions).
+_MAX_REMEMBERED = 64
 
 
 class Logger:
@@ -75,6 +85,39 @@ class Logger:
 
     def prepare(self) -> None:
         """Create what parallel workers share (a database) before they start."""
+
+    # -- resuming -----------------------------------------------------------------------
+    def identity(self) -> dict[str, str] | None:
+        """What a checkpoint remembers of the open run so that a resumed run can reopen
+        it (:meth:`resume`): a small dict of strings, or None (the default: a resumed run
+        starts a new tracker run)."""
+        return None
+
+    def resume(self, name: str, params: dict, previous: dict[str, str] | None,
+               step: int) -> None:
+        """Continue the run ``previous`` (an earlier :meth:`identity`) from round ``step``.
+
+        A resumed run then logs the rounds of its checkpoint again (``0 .. step``) and
+        recomputes the rounds after it exactly as the interrupted attempt did: a tracker
+        that reopens its run logs each of them only where it does not hold it yet.
+
+        Parameters
+        ----------
+        name, params : as for :meth:`start`.
+        previous : the run the checkpoint names for this tracker, or None (it names
+            none: the checkpoint was written without this tracker or by a version
+            without tracker identities).
+        step : the checkpoint's round; the resumed run's first new round is ``step + 1``.
+
+        The default starts a new run (:meth:`start`), which then receives every round.
+        """
+        self.start(name, params)
+
+    def log_steps(self, steps: list[tuple[int, dict[str, float]]]) -> None:
+        """Several rounds at once (``(step, metrics)`` in order): the records a resumed
+        run takes from its checkpoint. The default calls :meth:`log_metrics` for each."""
+        for step, metrics in steps:
+            self.log_metrics(metrics, step)
 
     # -- shared -------------------------------------------------------------------------
     def __repr__(self) -> str:
@@ -148,31 +191,100 @@ class Tracking:
     params : its hyper-parameters (nested dicts are flattened to dotted names).
     callback : a ``callback(record, state)`` to call after logging each round.
 
-    Use :meth:`callback` as the simulator's callback, then :meth:`close` once.
+    The trackers' runs are opened by :meth:`open` (the simulator calls it once it knows
+    whether the run resumes from a checkpoint), else by the first round logged or by
+    :meth:`close`. Use :meth:`callback` as the simulator's callback, then :meth:`close`
+    once.
     """
 
     def __init__(self, loggers: Iterable[Logger], name: str, params: dict,
                  callback: Callable | None = None) -> None:
         self.loggers = list(loggers)
         self.name = name
+        self.params = params
         self.user_callback = callback
         self.tags: dict[str, str] = {}
         self.closed = False
-        flat = flatten(params)
+        self.opened = False
+        #: Tracker runs the checkpoint remembers that no logger of this run continues
+        #: (a resume without that tracker): kept in later checkpoints, for a later resume.
+        self._unclaimed: list[dict[str, str]] = []
+
+    def open(self, resume_from: int | None = None, previous=None) -> None:
+        """Start every logger's run; nothing happens when the runs are open already.
+
+        Parameters
+        ----------
+        resume_from : the round of the checkpoint the run resumes from; None for a run
+            that starts at round 0 (a new tracker run each).
+        previous : the tracker runs the checkpoint remembers (:meth:`identities` when it
+            was saved): each logger continues the first one of its kind
+            (:meth:`Logger.resume`). Entries that are not dicts of strings are ignored.
+
+        Raises
+        ------
+        Exception
+            what a logger's ``start`` or ``resume`` raised (the loggers started before
+            it are closed as failed, and no logger is used afterwards).
+        """
+        if self.opened:
+            return
+        self.opened = True
+        flat = flatten(self.params)
+        remembered = remembered_runs(previous)
         started = []
         try:
             for logger in self.loggers:
-                logger.start(name, flat)
+                if resume_from is None:
+                    logger.start(self.name, flat)
+                else:
+                    mine = next((r for r in remembered if r.get("kind") == logger.kind), None)
+                    if mine is not None:  # two loggers of one kind: each its own run
+                        remembered.remove(mine)
+                    logger.resume(self.name, flat, mine, int(resume_from))
                 started.append(logger)
         except BaseException:
             for logger in started:
                 _quietly(logger.finish, True)
+            self.loggers = []  # none of them holds an open run now
             raise
-        tags = {k: str(params[k]) for k in TAG_FIELDS if params.get(k) is not None}
+        self._unclaimed = remembered if resume_from is not None else []
+        tags = {k: str(self.params[k]) for k in TAG_FIELDS if self.params.get(k) is not None}
+        self._tag(tags)
+
+    def identities(self) -> list[dict[str, str]]:
+        """The open tracker runs as a checkpoint remembers them: ``{"kind": ..., ...}``
+        per logger that can reopen its run (:meth:`Logger.identity`), then those the
+        checkpoint this run resumed from remembers that none of its loggers continues."""
+        out = []
+        for logger in self.loggers if self.opened and not self.closed else ():
+            try:
+                ident = logger.identity()
+            except Exception:  # a tracker's own failure must not fail a checkpoint
+                ident = None
+            if ident:
+                out.append({**{str(k): str(v) for k, v in ident.items()},
+                            "kind": logger.kind})
+        return out + [dict(r) for r in self._unclaimed]
+
+    def log_past(self, initial: dict | None, records: list[dict]) -> None:
+        """Log the records a resumed run takes from its checkpoint (round 0 and rounds
+        ``1 .. len(records)``), without the callback: a tracker whose run was reopened
+        keeps what it holds of them, a new tracker run receives them all."""
+        self.open()
+        steps = []
+        tags: dict[str, str] = {}
+        for record in ([initial] if initial else []) + list(records):
+            metrics, found = split_record(record)
+            steps.append((int(record.get("round", 0)), metrics))
+            tags.update(found)
+        for logger in list(self.loggers):
+            self._call(logger, logger.log_steps, steps)
         self._tag(tags)
 
     def callback(self, record: dict, state=None) -> None:
         """Log one round's record (and call the wrapped callback)."""
+        self.open()
         if self.loggers:
             metrics, tags = split_record(record)
             step = int(record.get("round", 0))
@@ -192,6 +304,7 @@ class Tracking:
 
     def log_initial(self, record: dict) -> None:
         """Log the round-0 record (the initial model's metrics), without the callback."""
+        self.open()
         metrics, tags = split_record(record)
         for logger in list(self.loggers):
             self._call(logger, logger.log_metrics, metrics, 0)
@@ -209,6 +322,10 @@ class Tracking:
         """
         if self.closed:
             return
+        try:  # a run that failed before its rounds is still logged, as failed
+            self.open()
+        except Exception:  # the tracker cannot start either: nothing to close
+            pass
         self.closed = True
         diverged = _is_divergence(error)
         failed = error is not None and not diverged
@@ -226,7 +343,7 @@ class Tracking:
             summary["diverged"] = float(diverged)
             if diverged:
                 summary["diverged_round"] = float(getattr(error, "round", step + 1) or step + 1)
-            tags["stopped"] = str(error)[:500] or type(error).__name__
+            tags[STOPPED_TAG] = str(error)[:500] or type(error).__name__
         else:
             summary["diverged"] = 0.0
         self._tag(tags)
@@ -258,6 +375,17 @@ class Tracking:
                           "on and its own files are complete", RuntimeWarning, stacklevel=3)
             self.loggers.remove(logger)
             _quietly(logger.finish, True)
+
+
+def remembered_runs(value) -> list[dict[str, str]]:
+    """The tracker runs a checkpoint remembers (its ``"trackers"`` entry): the dicts of
+    strings with a ``kind`` among ``value``; anything else (a damaged or hand-made
+    entry) is left out, and its tracker starts a new run."""
+    if not isinstance(value, list | tuple):
+        return []
+    return [dict(v) for v in value[:_MAX_REMEMBERED]
+            if isinstance(v, dict) and isinstance(v.get("kind"), str)
+            and all(isinstance(k, str) and isinstance(x, str) for k, x in v.items())]
 
 
 def _is_divergence(error) -> bool:

@@ -1,0 +1,313 @@
+"""A run resumed from its checkpoint continues its tracker runs (MLflow, TensorBoard).
+
+Each test interrupts a run after a checkpoint (an exception raised from the callback, or
+Ctrl-C on the command line), resumes it, and reads the trackers back with their own
+readers: one MLflow run (one TensorBoard folder) holding every round once, with the
+values of an uninterrupted run. Each test skips where its tracker (an optional extra) is
+not installed; nothing touches a network.
+"""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import fedsparse as fs
+from fedsparse.loggers import split_record
+
+ROUNDS, EVERY, STOP = 8, 3, 5  # checkpoints at rounds 3 and 6; stopped at round 5
+NAME = "fed_iter_ht-seed0"  # fs.simulate's name for the run in the trackers
+#: Record fields that measure time: the one thing a recomputed round does not repeat.
+TIMES = ("seconds", "elapsed")
+
+
+class Stop(Exception):
+    """The interruption."""
+
+
+def _tiny_run():
+    data = fs.data.shifted_gaussian(num_clients=4, samples_per_client=20, dim=30,
+                                    sparsity=3, seed=0, dtype=torch.float64)
+    algo = fs.algorithms.fed_iter_ht(sparsity=3, step_size=0.01, local_steps=2)
+    return algo, fs.problems.least_squares(), data
+
+
+def _simulate(loggers, **kwargs):
+    algo, problem, data = _tiny_run()
+    return fs.simulate(algo, problem, data, rounds=kwargs.pop("rounds", ROUNDS), seed=0,
+                       loggers=loggers, **kwargs)
+
+
+def _interrupted(loggers, ckpt: Path, at: int = STOP, resume: bool = False) -> list[dict]:
+    """Run with checkpoints until the callback raises at round ``at``; the records seen."""
+    seen = []
+
+    def stop(record, state):
+        seen.append(record)
+        if record["round"] == at:
+            raise Stop
+
+    with pytest.raises(Stop):
+        _simulate(loggers, checkpoint=ckpt, checkpoint_every=EVERY, callback=stop,
+                  resume=resume)
+    return seen
+
+
+def _no_time(records):
+    return [{k: v for k, v in r.items() if k not in TIMES} for r in records]
+
+
+def _round_metrics(history) -> dict[str, dict[int, float]]:
+    """{metric: {step: value}} of the records an uninterrupted run logs each round."""
+    out: dict[str, dict[int, float]] = {}
+    for record in [history.initial, *history.records]:
+        metrics, _ = split_record(record)
+        for key, value in metrics.items():
+            out.setdefault(key, {})[int(record["round"])] = value
+    return out
+
+
+# --- MLflow -----------------------------------------------------------------------------
+
+
+def _mlflow(store: Path, experiment: str):
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{store / 'mlflow.db'}")
+    exp = client.get_experiment_by_name(experiment)
+    return client, client.search_runs([exp.experiment_id])
+
+
+def _check_mlflow_run(client, run, full) -> None:
+    """``run`` holds each round of ``full`` once, with its values (timings aside)."""
+    assert run.info.status == "FINISHED"
+    assert "stopped" not in run.data.tags
+    for key, expected in _round_metrics(full).items():
+        logged = client.get_metric_history(run.info.run_id, key)
+        steps = [m.step for m in logged]
+        assert sorted(steps) == sorted(expected), key  # each step once, none missing
+        if key not in TIMES:
+            assert {m.step: m.value for m in logged} == expected, key  # doubles, exact
+    final = {k: v for k, v in run.data.metrics.items()
+             if k.startswith("final/") and k[6:] not in TIMES}
+    assert final == {f"final/{k}": v for k, v in split_record(full.records[-1])[0].items()
+                     if k not in TIMES}
+
+
+@pytest.fixture
+def mlflow_env(monkeypatch):
+    pytest.importorskip("mlflow")
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+
+
+def test_mlflow_resumed_run_continues_its_run_with_each_round_once(tmp_path, mlflow_env):
+    store, ckpt = tmp_path / "store", tmp_path / "run.pt"
+    full = _simulate(fs.loggers.MLflowLogger(store_dir=store, experiment="full"))
+    seen = _interrupted(fs.loggers.MLflowLogger(store_dir=store, experiment="e"), ckpt)
+    client, (stopped,) = _mlflow(store, "e")
+    assert stopped.info.status == "FAILED" and "stopped" in stopped.data.tags
+
+    resumed = _simulate(fs.loggers.MLflowLogger(store_dir=store, experiment="e"),
+                        checkpoint=ckpt, checkpoint_every=EVERY, resume=True)
+    # the rounds after the checkpoint are recomputed exactly as the interrupted attempt
+    # computed them (which is why the run's values for them are kept, not logged again)
+    assert _no_time(resumed.records[:STOP]) == _no_time(seen)
+    assert _no_time(resumed.records) == _no_time(full.records)
+    client, (run,) = _mlflow(store, "e")  # one run: the interrupted one, continued
+    assert run.info.run_id == stopped.info.run_id and run.info.run_name == NAME
+    _check_mlflow_run(client, run, full)
+    _, (reference,) = _mlflow(store, "full")
+    assert run.data.params == reference.data.params
+    local = client.download_artifacts(run.info.run_id, "model.npy", str(tmp_path))
+    np.testing.assert_array_equal(np.load(local), full.model.numpy())
+
+    # a new run of the same name is a new MLflow run; so is a resume without a checkpoint
+    _simulate(fs.loggers.MLflowLogger(store_dir=store, experiment="e"), rounds=2)
+    _simulate(fs.loggers.MLflowLogger(store_dir=store, experiment="e"), rounds=2,
+              checkpoint=tmp_path / "none.pt", resume=True)
+    _, runs = _mlflow(store, "e")
+    assert len(runs) == 3 and all(r.info.status == "FINISHED" for r in runs)
+
+
+def test_mlflow_run_deleted_from_the_store_gets_a_new_run_with_every_round(tmp_path,
+                                                                           mlflow_env):
+    full = _simulate(None)
+    store, ckpt = tmp_path / "store", tmp_path / "run.pt"
+    _interrupted(fs.loggers.MLflowLogger(store_dir=store, experiment="e"), ckpt)
+    client, (stopped,) = _mlflow(store, "e")
+    client.delete_run(stopped.info.run_id)
+    with pytest.warns(RuntimeWarning, match=f"MLflow run '{stopped.info.run_id}', which "
+                      f"'{NAME}' logged to up to its checkpoint, is not in experiment 'e'"):
+        _simulate(fs.loggers.MLflowLogger(store_dir=store, experiment="e"),
+                  checkpoint=ckpt, checkpoint_every=EVERY, resume=True)
+    client, (run,) = _mlflow(store, "e")
+    assert run.info.run_id != stopped.info.run_id
+    _check_mlflow_run(client, run, full)  # rounds 0..3 from the checkpoint, then the rest
+
+
+# --- TensorBoard --------------------------------------------------------------------------
+
+
+def _scalars(folder: Path) -> dict[str, list[tuple[int, float]]]:
+    """{tag: [(step, value)]} as TensorBoard's EventAccumulator reads the folder."""
+    module = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")
+    ea = module.EventAccumulator(str(folder), size_guidance={"scalars": 0})
+    ea.Reload()
+    return {tag: [(e.step, e.value) for e in ea.Scalars(tag)] for tag in ea.Tags()["scalars"]}
+
+
+def _tensor_steps(folder: Path) -> dict[str, list[int]]:
+    """{tag: steps} of everything in the folder (text, HParams, scalars) as TensorBoard's
+    reader of plugin data (``--load_fast=false``) reads it."""
+    from tensorboard.backend.event_processing import plugin_event_accumulator
+
+    ea = plugin_event_accumulator.EventAccumulator(str(folder), size_guidance={"tensors": 0})
+    ea.Reload()
+    return {tag: [e.step for e in ea.Tensors(tag)] for tag in ea.Tags()["tensors"]}
+
+
+def _check_tensorboard_folder(folder: Path, full) -> None:
+    """``folder`` holds each round of ``full`` once, with its values (timings aside)."""
+    scalars = _scalars(folder)
+    for key, expected in _round_metrics(full).items():
+        steps = [s for s, _ in scalars[key]]
+        assert steps == sorted(expected), key  # each step once, in order, none missing
+        if key not in TIMES:
+            np.testing.assert_allclose([v for _, v in scalars[key]],
+                                       [expected[s] for s in steps], rtol=1e-6,
+                                       err_msg=key)  # TensorBoard keeps float32
+    assert [s for s, _ in scalars["final/objective"]] == [ROUNDS]
+    assert scalars["final/objective"][0][1] == pytest.approx(full.final("objective"),
+                                                             rel=1e-6)
+    tensors = _tensor_steps(folder)
+    assert not tensors.get("tags/stopped/text_summary")  # discarded with its attempt
+    assert tensors["params/text_summary"] == [0]  # once
+    for tag in ("_hparams_/session_start_info", "_hparams_/session_end_info",
+                "model/nonzero_weights", "final/objective"):
+        assert tensors[tag] == [ROUNDS], tag
+    for tag, steps in tensors.items():
+        assert len(steps) == len(set(steps)), tag
+
+
+def test_tensorboard_resumed_run_continues_its_folder_with_each_round_once(tmp_path):
+    pytest.importorskip("tensorboard")
+    full = _simulate(fs.loggers.TensorBoardLogger(tmp_path / "full"))
+    log_dir, ckpt = tmp_path / "tb", tmp_path / "run.pt"
+    _interrupted(fs.loggers.TensorBoardLogger(log_dir), ckpt)
+    _simulate(fs.loggers.TensorBoardLogger(log_dir), checkpoint=ckpt, checkpoint_every=EVERY,
+              resume=True)
+    assert [p.name for p in log_dir.iterdir()] == [NAME]  # not a second folder
+    _check_tensorboard_folder(log_dir / NAME, full)
+    np.testing.assert_array_equal(np.load(log_dir / NAME / "model.npy"), full.model.numpy())
+    # the same after the uninterrupted run's reader: it is the same as the resumed one
+    assert _scalars(log_dir / NAME)["objective"] == _scalars(tmp_path / "full" / NAME)[
+        "objective"]
+
+    # a new run of the same name gets a folder of its own; so does a resume without a
+    # checkpoint
+    _simulate(fs.loggers.TensorBoardLogger(log_dir), rounds=2)
+    _simulate(fs.loggers.TensorBoardLogger(log_dir), rounds=2,
+              checkpoint=tmp_path / "none.pt", resume=True)
+    assert sorted(p.name for p in log_dir.iterdir()) == [NAME, f"{NAME}-2", f"{NAME}-3"]
+
+
+def test_tensorboard_folder_gone_gets_a_new_folder_with_every_round(tmp_path):
+    pytest.importorskip("tensorboard")
+    import shutil
+
+    full = _simulate(None)
+    log_dir, ckpt = tmp_path / "tb", tmp_path / "run.pt"
+    _interrupted(fs.loggers.TensorBoardLogger(log_dir), ckpt)
+    shutil.rmtree(log_dir / NAME)
+    with pytest.warns(RuntimeWarning, match=f"the TensorBoard folder '{NAME}' that "
+                      f"'{NAME}' logged to up to its checkpoint is not in"):
+        _simulate(fs.loggers.TensorBoardLogger(log_dir), checkpoint=ckpt,
+                  checkpoint_every=EVERY, resume=True)
+    assert [p.name for p in log_dir.iterdir()] == [NAME]
+    _check_tensorboard_folder(log_dir / NAME, full)
+
+
+def test_a_resume_without_the_trackers_leaves_their_runs_to_a_later_resume(tmp_path,
+                                                                            mlflow_env):
+    pytest.importorskip("tensorboard")
+    full = _simulate(None)
+    store, log_dir, ckpt = tmp_path / "store", tmp_path / "tb", tmp_path / "run.pt"
+
+    def loggers():
+        return [fs.loggers.MLflowLogger(store_dir=store, experiment="e"),
+                fs.loggers.TensorBoardLogger(log_dir)]
+
+    _interrupted(loggers(), ckpt)  # logged up to round 5, checkpoint at round 3
+    _interrupted(None, ckpt, at=7, resume=True)  # rounds 4..7 not logged, checkpoint at 6
+    _simulate(loggers(), checkpoint=ckpt, checkpoint_every=EVERY, resume=True)
+    client, (run,) = _mlflow(store, "e")
+    _check_mlflow_run(client, run, full)  # round 6 from the checkpoint, then 7 and 8
+    assert [p.name for p in log_dir.iterdir()] == [NAME]
+    _check_tensorboard_folder(log_dir / NAME, full)  # rewritten from round 5 on
+
+
+# --- the command line ---------------------------------------------------------------------
+
+TOML = f"""
+title = "tiny"
+[defaults]
+rounds = {ROUNDS}
+checkpoint_every = {EVERY}
+seed = 0
+problem = {{ kind = "least_squares" }}
+[defaults.data]
+kind = "shifted_gaussian"
+num_clients = 4
+samples_per_client = 20
+dim = 30
+sparsity = 3
+[[runs]]
+label = "FedIter-HT"
+algorithm = {{ kind = "fed_iter_ht", sparsity = 3, step_size = 0.01, local_steps = 2 }}
+"""
+
+
+def test_cli_resume_continues_the_mlflow_run_and_tensorboard_folder(tmp_path, cli,
+                                                                   monkeypatch):
+    pytest.importorskip("mlflow")
+    pytest.importorskip("tensorboard")
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    from fedsparse.experiments import runner
+
+    config, out = tmp_path / "tiny.toml", tmp_path / "out"
+    config.write_text(TOML)
+    argv = ["run", str(config), "--out", str(out), "--log", "mlflow", "--log",
+            "tensorboard", "--quiet"]
+    simulate = runner.simulate
+
+    def interrupted(*args, **kwargs):  # Ctrl-C at round STOP
+        def stop(record, state):
+            if record["round"] == STOP:
+                raise KeyboardInterrupt
+
+        return simulate(*args, **kwargs, callback=stop)
+
+    monkeypatch.setattr(runner, "simulate", interrupted)
+    code, _, err = cli.run(argv)
+    assert code == 130 and "--resume" in err, err
+    monkeypatch.setattr(runner, "simulate", simulate)
+    code, _, err = cli.run([*argv, "--resume"])
+    assert code == 0, err
+
+    (slug,) = [p.name for p in out.iterdir() if (p / "history.jsonl").exists()]
+    records = [json.loads(line) for line in (out / slug / "history.jsonl").read_text()
+               .splitlines()]
+    assert [r["round"] for r in records] == list(range(ROUNDS + 1))  # round 0 included
+    client, (run,) = _mlflow(out / "mlflow", "out")
+    assert run.info.run_name == slug and run.info.status == "FINISHED"
+    assert "stopped" not in run.data.tags
+    logged = client.get_metric_history(run.info.run_id, "objective")
+    assert sorted((m.step, m.value) for m in logged) == \
+        [(r["round"], r["objective"]) for r in records]  # each round once
+    assert [p.name for p in (out / "tensorboard").iterdir()] == [slug]
+    scalars = _scalars(out / "tensorboard" / slug)
+    assert [s for s, _ in scalars["objective"]] == [r["round"] for r in records]
+    np.testing.assert_allclose([v for _, v in scalars["objective"]],
+                               [r["objective"] for r in records], rtol=1e-6)
