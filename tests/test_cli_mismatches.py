@@ -137,6 +137,32 @@ def test_resume_takes_the_config_by_content_not_by_file_name(tiny, tmp_path, cli
              "seeds None there, 1 now")
 
 
+def test_seeds_1_on_a_run_without_seeds_says_why_and_what_to_type(tiny, tmp_path, cli):
+    """Without --seeds each run's files lie in its folder; with --seeds 1 they go to
+    seed-0/ and a mean beside it (the trees differ): --resume refuses to mix the two,
+    says so, and gives the command that continues the run as it was started."""
+    out = tmp_path / "o"
+    assert cli.run(["run", str(tiny), "--out", str(out), "--quiet"])[0] == 0
+    assert (out / "a" / "checkpoint.pt").is_file()
+    err = cli.refused(["run", str(tiny), "--out", str(out), "--quiet", "--resume", "--seeds",
+                       "1"], "started without --seeds (seeds None there, 1 now)",
+                      f"({out.as_posix()}/a/checkpoint.pt)", "--seeds 1 included",
+                      f"{out.as_posix()}/a/seed-0/", "another layout",
+                      "Continue them as they were started, without --seeds:")
+    typed = err.split(":\n  ", 1)[1].splitlines()[0]
+    assert typed == f"fedsparse run {tiny} --out {out} --quiet --resume"
+    code, _, err = cli.run(typed.split()[1:])  # and that command continues it
+    assert code == 0, err
+    # the other way round: a run with --seeds 1 is continued with --seeds 1
+    seeded = tmp_path / "s"
+    assert cli.run(["run", str(tiny), "--out", str(seeded), "--quiet", "--seeds", "1"])[0] == 0
+    assert (seeded / "a" / "seed-0" / "checkpoint.pt").is_file()
+    err = cli.refused(["run", str(tiny), "--out", str(seeded), "--quiet", "--resume"],
+                      "started with --seeds 1 (seeds 1 there, None now)", "another layout")
+    assert err.split(":\n  ", 1)[1].splitlines()[0] == \
+        f"fedsparse run {tiny} --out {seeded} --quiet --seeds 1 --resume"
+
+
 def test_a_marker_without_an_identity_is_left_as_it_is(tiny, tmp_path, cli):
     """A folder of an earlier fedsparse (no identity in its marker) resumes as before, and
     a refused resume does not stamp its own identity into it."""

@@ -197,6 +197,19 @@ def test_a_network_with_other_layers_of_the_same_shapes_is_another_run(tmp_path)
                     checkpoint=ckpt, resume=True)
 
 
+def test_the_data_digest_is_kept_with_the_data_until_a_tensor_changes(monkeypatch):
+    from fedsparse.data import digest
+
+    data = _gaussian()
+    first = digest.data_digest(data)
+    hashed = []
+    monkeypatch.setattr(digest, "_digest", lambda d: hashed.append(d) or "recomputed")
+    assert digest.data_digest(data) == first and not hashed  # the same object: kept
+    data.train.y[0, 0] += 1.0  # an in-place write bumps the tensor's version
+    assert digest.data_digest(data) == "recomputed" and hashed == [data]
+    assert digest.data_digest(_gaussian()) == "recomputed"  # an equal copy: another object
+
+
 def test_a_checkpoint_written_before_the_data_digest_still_resumes(tmp_path):
     ckpt = tmp_path / "run.pt"
     fs.simulate(fs.algorithms.fed_avg(), LS, _gaussian(), rounds=2, checkpoint=ckpt)

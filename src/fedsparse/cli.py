@@ -14,7 +14,12 @@ import sys
 
 from ._validation import ConfigError
 from .cli_commands import cmd_list, cmd_report, cmd_show, cmd_sweep, cmd_tune
-from .cli_common import DEFAULT_EXPERIMENT, parse_value, resolve_experiment
+from .cli_common import (
+    DEFAULT_EXPERIMENT,
+    name_typed_options,
+    parse_value,
+    resolve_experiment,
+)
 from .cli_run import _apply_overrides as _apply_overrides  # (tests import it from here)
 from .cli_run import cmd_run
 
@@ -94,6 +99,11 @@ def _param(text: str) -> tuple[str, str]:
     key, value = text.split("=", 1)
     return key.strip(), value.strip()
 
+
+#: The parameters of ``run_sweep`` and ``run_tune`` that an option of ``sweep`` and
+#: ``tune`` gives and that their errors name: the error names the option instead
+#: (:func:`fedsparse.cli_common.name_typed_options`).
+_SEARCH_OPTION_NAMES = {"metric": "--metric"}
 
 #: The trackers ``--log`` takes (fedsparse.loggers.KINDS, without importing it).
 LOG_KINDS = ("tensorboard", "mlflow", "wandb")
@@ -195,12 +205,14 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     sweep.add_argument("--set", action="append", type=_assignment, metavar="FIELD=VALUE")
     sweep.add_argument("--rounds", type=int)
     sweep.add_argument("--out")
+    sweep.add_argument("--quiet", action="store_true",
+                       help="no line per grid point (the table and the files are printed)")
     sweep.add_argument("--force", action="store_true",
                        help="replace an earlier sweep or run in --out (only the files "
                        "fedsparse wrote there, unless changed since; your own files stay)")
     _add_log_option(sweep)
     _add_device_option(sweep)
-    sweep.set_defaults(func=cmd_sweep)
+    sweep.set_defaults(func=cmd_sweep, option_names=_SEARCH_OPTION_NAMES)
 
     tune = sub.add_parser("tune", allow_abbrev=False,
                           help="search config fields with Optuna (needs fedsparse[tune])",
@@ -239,11 +251,13 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     tune.add_argument("--set", action="append", type=_assignment, metavar="FIELD=VALUE")
     tune.add_argument("--rounds", type=int)
     tune.add_argument("--out", help="output directory (default runs/NAME-tune)")
+    tune.add_argument("--quiet", action="store_true",
+                      help="no line per trial (the table and the files are printed)")
     tune.add_argument("--force", action="store_true",
                       help="replace the results of an earlier run in --out")
     _add_log_option(tune)
     _add_device_option(tune)
-    tune.set_defaults(func=cmd_tune)
+    tune.set_defaults(func=cmd_tune, option_names=_SEARCH_OPTION_NAMES)
 
     report = sub.add_parser("report", allow_abbrev=False,
                             help="write an HTML page of a run, sweep or tuning folder",
@@ -300,8 +314,12 @@ def main(argv: list[str] | None = None) -> int:
     args.argv = argv  # the exact command, for the messages that say how to go on
     try:
         return args.func(args)
-    except ConfigError as exc:
-        print(f"fedsparse: error: {exc}", file=sys.stderr)
+    except ConfigError as exc:  # named as typed where an option gave the bad value
+        try:
+            message = name_typed_options(str(exc), args)
+        except Exception:  # never a traceback in place of the error itself
+            message = str(exc)
+        print(f"fedsparse: error: {message}", file=sys.stderr)
         return 2
     except MemoryError:
         print("fedsparse: error: out of memory (MemoryError): the run needs more memory "

@@ -17,6 +17,7 @@ from .cli_run import (
     _check_log,
     _guarded,
     _seeds_text,
+    check_count_options,
 )
 
 
@@ -134,10 +135,19 @@ def _search_config(args, device, needs: str) -> tuple[str, dict]:
     return name, _apply_overrides(config, args.set, args.rounds, device)
 
 
-def _report_search(result, out: Path, args) -> int:
-    """The end of a sweep or a tuning: the winners and the command that reruns them."""
+def _search_log(args):
+    """Where a sweep or a tuning prints its lines: nowhere with ``--quiet`` (its table
+    is then printed by :func:`_report_search`)."""
+    return (lambda *_: None) if args.quiet else print
+
+
+def _report_search(result, out: Path, args, table: str) -> int:
+    """The end of a sweep or a tuning: the winners and the command that reruns them
+    (after the ``table`` entry of ``result`` with ``--quiet``, which printed nothing)."""
     if result is INTERRUPTED:
         return 130
+    if args.quiet:
+        print(result[table])
     print(json.dumps(result["best"], indent=2))
     if "tuned.toml" not in result["files"]:
         print(f"wrote {out}/ : {', '.join(result['files'])}; every point diverged for every "
@@ -167,6 +177,7 @@ def cmd_sweep(args) -> int:
     if not args.grid:  # before loading anything: a sweep without a grid runs nothing
         raise ConfigError("sweep needs at least one --grid FIELD=[V1, V2, ...], e.g. "
                           "--grid 'algorithm.step_size=[0.01, 0.1, 1]'")
+    check_count_options(args)
     _check_log(args)
     device = _check_device(args)
     name, config = _search_config(args, device, "sweeps need")
@@ -177,8 +188,8 @@ def cmd_sweep(args) -> int:
                              writes=[*SWEEP_FILES, "FAILED"])
     result = _guarded(out, created, args, lambda: run_sweep(
         config, grid, out=out, metric=args.metric, maximize=args.maximize, seeds=args.seeds,
-        jobs=args.jobs, loggers=args.log), resumable=False)
-    return _report_search(result, out, args)
+        jobs=args.jobs, loggers=args.log, log=_search_log(args)), resumable=False)
+    return _report_search(result, out, args, "pivot")
 
 
 def cmd_tune(args) -> int:
@@ -189,6 +200,7 @@ def cmd_tune(args) -> int:
         raise ConfigError("tune needs at least one --param FIELD=SPACE, e.g. --param "
                           "'algorithm.step_size=log(1e-4, 1e-1)'")
     params = _once("--param", args.param)  # a typo in the command first, then the extra
+    check_count_options(args)
     require_optuna("fedsparse tune")
     _check_log(args)
     device = _check_device(args)
@@ -200,8 +212,9 @@ def cmd_tune(args) -> int:
     result = _guarded(out, created, args, lambda: run_tune(
         config, space, trials=args.trials, out=out, metric=args.metric,
         maximize=args.maximize, seeds=args.seeds, jobs=args.jobs, sampler=args.sampler,
-        sampler_seed=args.sampler_seed, loggers=args.log), resumable=False)
-    return _report_search(result, out, args)
+        sampler_seed=args.sampler_seed, loggers=args.log, log=_search_log(args)),
+        resumable=False)
+    return _report_search(result, out, args, "table")
 
 
 def cmd_report(args) -> int:

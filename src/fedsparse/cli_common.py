@@ -42,6 +42,55 @@ def parse_value(text: str):
     return text
 
 
+def _key(names: str) -> str:
+    """A regular expression of ``KEY=`` as an error names a config key or a parameter
+    (``runs[0].rounds=0 is invalid: ...``, ``num_clients=0 is invalid: ...``): ``names``
+    a regular expression of the key, maybe behind ``runs[i].``, and not a part of a longer
+    name (``data.seed`` is not ``seed``)."""
+    return rf"(?<![\w.\[\]-])(?:runs\[\d+\]\.)?(?:{names})="
+
+
+def _set_texts(args) -> list[tuple[str, object, str]]:
+    """``(field, value, as typed)`` of each ``--set`` of ``args`` that ``fedsparse run``,
+    ``sweep`` or ``tune`` parsed (the typed text read back from the command line;
+    ``field=value`` where it cannot be)."""
+    pairs = [p for p in getattr(args, "set", None) or () if isinstance(p, tuple) and len(p) == 2]
+    argv = list(getattr(args, "argv", None) or ())
+    typed = [argv[i + 1] if t == "--set" else t[len("--set="):]
+             for i, t in enumerate(argv)
+             if (t == "--set" and i + 1 < len(argv)) or t.startswith("--set=")]
+    if len(typed) != len(pairs) or any(
+            text.split("=", 1)[0].strip() != key
+            for text, (key, _) in zip(typed, pairs, strict=True)):
+        typed = [f"{key}={value!r}" for key, value in pairs]
+    return [(key, value, text.strip())
+            for (key, value), text in zip(pairs, typed, strict=True)]
+
+
+def name_typed_options(message: str, args) -> str:
+    """A ConfigError's ``message`` naming the option the user typed where it names the
+    config key or parameter that option set (``KEY=VALUE is invalid: ...``):
+    ``runs[0].seed=-1`` given as ``--set seed=-1`` reads ``--set seed=-1``, a grid point's
+    ``rounds=0`` reads ``--grid rounds=0``, and ``num_clients=0`` given as ``--clients 0``
+    reads ``--clients=0`` (the ``option_names`` a command's parser maps its options'
+    parameters to). A key whose value came from a config file stays named as it is."""
+    for name, _ in getattr(args, "param", None) or ():  # tune's --param NAME=SPACE
+        message = message.replace(f"space {name}=", f"--param {name}=", 1)
+    for key, option in (getattr(args, "option_names", None) or {}).items():
+        message = re.sub(_key(re.escape(key)), lambda _, o=option: f"{o}=", message)
+    given = [(f, v, f"--set {t}") for f, v, t in reversed(_set_texts(args))]
+    given += [(f, v, f"--grid {f}={v!r}") for f, values in getattr(args, "grid", None) or ()
+              for v in values]
+    for field, value, typed in given:
+        if isinstance(value, dict):  # an error names the table's entry, not the table
+            continue
+        path = field.split(":", 1)[-1].strip()
+        names = "|".join(dict.fromkeys(map(re.escape, (path, path.rsplit(".", 1)[-1]))))
+        pattern = _key(names) + re.escape(repr(value)) + "(?= is invalid)"
+        message = re.sub(pattern, lambda _, t=typed: t, message)
+    return message
+
+
 def suggest(name: str, known) -> str:
     """``" Did you mean 'a' or 'b'?"`` for the names in ``known`` close to ``name``, or
     ``""``."""
@@ -55,12 +104,15 @@ def resolve_experiment(name_or_path: str | None) -> tuple[str, dict | None, obje
     from .experiments.registry import python_experiments, toml_experiments
 
     name = name_or_path or DEFAULT_EXPERIMENT
-    if name.endswith(".toml") or "/" in name or Path(name).exists():
+    # a folder of the experiment's name (an earlier run's --out) does not hide it
+    if name.endswith(".toml") or "/" in name or Path(name).is_file():
         return Path(name).stem, load_config(name), None  # says what is wrong with the path
     tomls, pythons = toml_experiments(), python_experiments()
     if name in tomls:
         return name, load_config(tomls[name]), None
     if name in pythons:
         return name, None, pythons[name]
+    folder = f" ('{name}' here is a folder, not a config file.)" if Path(name).is_dir() else ""
     raise ConfigError(f"experiment {name!r} is neither a config file nor a named experiment."
-                      f"{suggest(name, [*tomls, *pythons])} `fedsparse list` shows them all.")
+                      f"{folder}{suggest(name, [*tomls, *pythons])} `fedsparse list` shows "
+                      "them all.")

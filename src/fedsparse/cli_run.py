@@ -42,6 +42,25 @@ def _check_device(args) -> str | None:
     return check_device_spec("--device", spec)
 
 
+#: The integer options of ``run``, ``sweep`` and ``tune`` that become a config value or
+#: a run's parameter, with the least value each takes: the rule of the config key or
+#: parameter it sets (``runs[i].rounds``, ``seeds``, ``jobs``, ``trials``,
+#: ``sampler_seed``), checked here so that an error names the option the user typed.
+_COUNT_OPTIONS = (("rounds", "--rounds", 1), ("seeds", "--seeds", 1), ("jobs", "--jobs", 1),
+                  ("trials", "--trials", 1), ("sampler_seed", "--sampler-seed", 0))
+
+
+def check_count_options(args) -> None:
+    """Refuse a count option (``--rounds``, ``--seeds``, ``--jobs``, ``--trials``,
+    ``--sampler-seed``) out of its range, naming the option, before anything runs."""
+    from ._validation import check_int
+
+    for attr, option, minimum in _COUNT_OPTIONS:
+        value = getattr(args, attr, None)
+        if value is not None:
+            check_int(option, value, minimum=minimum)
+
+
 #: Options of ``run`` a Python experiment cannot take: it is not a list of config runs.
 _TOML_ONLY = (("--set", "set"), ("--only", "only"), ("--band", "band"))
 
@@ -55,7 +74,6 @@ def _python_options(name: str, python_exp, args) -> dict:
     """The keyword arguments of the Python experiment ``name`` from the command line:
     ``quick``, ``rounds``, ``seeds``, ``resume`` and ``device`` (None / False = the
     experiment's own default). Refuses the options it cannot take."""
-    from ._validation import check_int
     from .experiments.registry import INFO
 
     given = [opt for opt, attr in _TOML_ONLY if getattr(args, attr, None)]
@@ -69,10 +87,7 @@ def _python_options(name: str, python_exp, args) -> dict:
                           f"TOML experiments only{hint}")
     values = {"quick": args.quick, "rounds": args.rounds, "seeds": args.seeds,
               "resume": args.resume, "device": getattr(args, "device", None)}
-    if values["rounds"] is not None:
-        check_int("--rounds", values["rounds"], minimum=1)
-    if values["seeds"] is not None:
-        check_int("--seeds", values["seeds"], minimum=1)
+    check_count_options(args)
     params = inspect.signature(python_exp.fn).parameters
     takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
     kwargs = {}
@@ -103,6 +118,70 @@ def _python_identity(name: str, python_exp, kwargs: dict) -> dict:
             value = None if default is inspect.Parameter.empty else default
         identity[key] = bool(value) if key == "quick" else value
     return identity
+
+
+def _without_seeds(argv: list[str]) -> list[str]:
+    """``argv`` without its ``--seeds N`` (or ``--seeds=N``)."""
+    out, skip = [], False
+    for token in argv:
+        if skip:
+            skip = False
+        elif token == "--seeds":
+            skip = True
+        elif not token.startswith("--seeds="):
+            out.append(token)
+    return out
+
+
+def _check_resume_seeds(args, out: Path, identity: dict, run: str | None = None) -> None:
+    """On ``--resume``, refuse another number of seeds than the runs in ``out`` were
+    started with (fewer, or --seeds where there was none or the other way round), saying
+    why and giving the exact command that continues them. :func:`prepare_output` refuses
+    these too, naming only the values; this says what to type. ``run``: a run folder of
+    a TOML experiment, to show where its files go (None for a Python experiment)."""
+    from types import SimpleNamespace
+
+    from ._validation import fail
+    from .experiments.output import IDENTITY, marker_info
+
+    if not args.resume or not out.is_dir():
+        return
+    recorded = marker_info(out)
+    if "seeds" not in recorded or any(recorded.get(k, identity.get(k)) != identity.get(k)
+                                      for k in IDENTITY if k != "seeds"):
+        return  # another experiment or form, or an older marker: prepare_output says so
+    old, new = recorded["seeds"], identity.get("seeds")
+    if old == new or not isinstance(old, int | None) or not isinstance(new, int | None) \
+            or (old is not None and new is not None and new > old):
+        return  # the same or more seeds: resumable
+    said = f"seeds {old!r} there, {new!r} now"
+    argv = _without_seeds(list(getattr(args, "argv", None) or ["run", args.experiment or ""]))
+    if old is not None:
+        argv += ["--seeds", str(old)]
+    how = _command(SimpleNamespace(argv=argv), out, add="--resume")
+    if old is not None and new is not None:  # fewer
+        lost = f"replicate {new}" if new == old - 1 else f"replicates {new} to {old - 1}"
+        why = (f"its runs were started with --seeds {old} ({said}), and fewer seeds would "
+               f"leave {lost} out of the results")
+    elif run is not None:  # a TOML experiment: where the files of each form go
+        run = (out / run).as_posix()
+        plain = f"each run's files lie in its own folder ({run}/checkpoint.pt)"
+        seeded = (f"each run's replicates go to {run}/seed-0/, {run}/seed-1/, ... and their "
+                  f"mean to {run}/")
+        why = (f"its runs were started without --seeds ({said}): {plain}; with --seeds N, "
+               f"--seeds 1 included, {seeded}" if old is None else
+               f"its runs were started with --seeds {old} ({said}): {seeded}; without "
+               f"--seeds {plain}") + ": another layout, which would be mixed with this one"
+    else:  # a Python experiment: the form it was started in
+        started = "without --seeds" if old is None else f"with --seeds {old}"
+        why = (f"its runs were started {started} ({said}); without --seeds "
+               f"{identity.get('experiment')!r} runs its own number of seeds, which --resume "
+               "does not equate with any --seeds N: a run continues only in the form it was "
+               "started in")
+    form = "as they were started, without --seeds" if old is None else \
+        f"with --seeds {old} (a larger N adds replicates)"
+    raise fail("--resume", str(out), f"{why}. Continue them {form}:\n  {how}\nor replace "
+               "them with --force, or choose another --out")
 
 
 def _seeds_text(runs: list[dict]) -> str:
@@ -200,10 +279,11 @@ def _stamp_version(out: Path, device: str | None = None) -> None:
 
 def cmd_run(args) -> int:
     from .experiments.config import resolve_runs, select_runs
-    from .experiments.output import output_patterns, prepare_output
+    from .experiments.output import output_patterns, prepare_output, wrote_line
     from .experiments.runner import run_experiment
     from .manifest import read_manifest
 
+    check_count_options(args)
     device = _check_device(args)
     name, config, python_exp = resolve_experiment(args.experiment)
     out = Path(args.out or Path("runs") / name).expanduser()
@@ -217,9 +297,11 @@ def cmd_run(args) -> int:
         # what it wrote last time is what it writes again: a file kept there (the user's,
         # or one changed since) is refused now, not after the computing
         earlier = read_manifest(out) if out.is_dir() else None
+        identity = _python_identity(name, python_exp, kwargs)
+        _check_resume_seeds(args, out, identity)
         created = prepare_output(out, resume=args.resume, force=args.force,
                                  writes=sorted(earlier.files) if earlier else None,
-                                 identity=_python_identity(name, python_exp, kwargs))
+                                 identity=identity)
         print(f"fedsparse run {name} -> {out}")
 
         def run_python():
@@ -254,9 +336,10 @@ def cmd_run(args) -> int:
             config["plot"] = {**config.get("plot", {}), "band": args.band}
         runs = resolve_runs(config)  # every check before --out is touched
         slugs = [r["slug"] for r in runs]
+        identity = {"experiment": TOML_CONFIG, "seeds": args.seeds}
+        _check_resume_seeds(args, out, identity, run=slugs[0])
         created = prepare_output(out, resume=args.resume, force=args.force, slugs=slugs,
-                                 writes=output_patterns(config, slugs),
-                                 identity={"experiment": TOML_CONFIG, "seeds": args.seeds})
+                                 writes=output_patterns(config, slugs), identity=identity)
         print(f"fedsparse run {name} -> {out} ({_seeds_text(runs)})")
         summary = _guarded(out, created, args, lambda: run_experiment(
             config, out, resume=args.resume, progress=False if args.quiet else None,
@@ -269,7 +352,9 @@ def cmd_run(args) -> int:
         table = runner_table(name, config, out)
         if table:
             print(table)
-    print(f"wrote {out}/ : " + ", ".join([*(summary or {}).get("plots", []), "summary.json"]))
+    # what the manifest records as written, not what the experiment says it wrote: a
+    # file an experiment adds cannot be left out of this line
+    print(wrote_line(out, [*(summary or {}).get("plots", []), "summary.json"]))
     return 0
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .._validation import ConfigError
+from .._validation import ConfigError, check_seed
 from .real import DATASETS, PARTITIONS
 
 __all__ = ["add_data_parser", "cmd_describe", "cmd_write"]
@@ -37,6 +37,19 @@ _PARTITION_OPTIONS = {
     "groups": (5, ("groups",)), "alpha": (0.5, ("dirichlet",)),
     "clusters": (10, ("clusters",)), "parts_per_cluster": (20, ("clusters",)),
     "clusters_per_client": (2, ("clusters",)), "by_labels": (False, ("clusters",)),
+}
+
+
+#: The parameters of the loaders, partitions and generators that the options set, by the
+#: name their errors give them: the command line names the option instead (the
+#: ``option_names`` of :func:`fedsparse.cli_common.name_typed_options`).
+OPTION_NAMES = {
+    "num_clients": "--clients", "seed": "--seed", "path": "--path",
+    "partition": "--partition", "max_examples": "--max-examples",
+    "test_fraction": "--test-fraction", "labels_per_client": "--labels-per-client",
+    "labels_per_group": "--labels-per-client", "num_groups": "--groups", "alpha": "--alpha",
+    "num_clusters": "--clusters", "parts_per_cluster": "--parts-per-cluster",
+    "clusters_per_client": "--clusters-per-client",
 }
 
 
@@ -95,6 +108,7 @@ def cmd_describe(args) -> int:
     from .real import REGRESSION, _scale, load_named, make_partition
 
     _check_given(args)
+    check_seed("--seed", args.seed)  # NumPy's own refusal would name no parameter
     if args.plot and Path(args.plot).is_dir():
         raise ConfigError(f"--plot={args.plot!r} is invalid: it is a folder; give the PNG "
                           "file to write, e.g. --plot split.png")
@@ -136,6 +150,7 @@ def cmd_write(args) -> int:
     from .ondisk import check_target, write_federated
 
     _check_given(args, generated=args.dataset in GENERATED)
+    check_seed("--seed", args.seed)  # NumPy's own refusal would name no parameter
     check_target(Path(args.out), args.overwrite, ("--out", "--overwrite"))  # before the build
     if args.dataset in GENERATED:
         kw = {} if args.test_fraction is None else {"test_fraction": args.test_fraction}
@@ -187,7 +202,7 @@ def add_data_parser(subparsers) -> argparse.ArgumentParser:
                    help="a named data set: " + ", ".join(sorted(DATASETS)))
     _split_options(d)
     d.add_argument("--plot", metavar="PNG", help="save the client x label heat map here")
-    d.set_defaults(func=cmd_describe)
+    d.set_defaults(func=cmd_describe, option_names=OPTION_NAMES)
     w = sub.add_parser("write", help="write a split (or a generated data set) in the on-disk "
                        "format that training reads a client at a time",
                        description=f"Data sets: {names}, except the sparse "
@@ -204,5 +219,5 @@ def add_data_parser(subparsers) -> argparse.ArgumentParser:
                    help="per-client held-out share (default 0.2 for real data, the "
                    "generator's own default otherwise)")
     _split_options(w)
-    w.set_defaults(func=cmd_write)
+    w.set_defaults(func=cmd_write, option_names=OPTION_NAMES)
     return data

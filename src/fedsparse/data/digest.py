@@ -6,11 +6,16 @@ fraction of a second for Fashion-MNIST's 60,000 images). A lazy one is never rea
 an on-disk set contributes its per-client checksums (which cover every row), a generated
 one its counts, weights and ground truth and the examples of its first, middle and last
 clients, which any change of seed or generator argument changes.
+
+An experiment's runs share one data set object, so the digest of an eager set is kept
+with the object and the version counters of its tensors (which every in-place write
+through torch bumps) and computed again only when one of them changed.
 """
 
 from __future__ import annotations
 
 import hashlib
+import weakref
 
 import numpy as np
 import torch
@@ -23,32 +28,59 @@ from .sparse_rows import SparseRows
 __all__ = ["data_digest"]
 
 
+#: {id(data set): (weak reference, its tensors' versions, digest)} of eager data sets.
+_KNOWN: dict[int, tuple[weakref.ref, tuple[int, ...], str]] = {}
+
+
 def data_digest(data: FederatedDataset) -> str:
     """A 32-hex-digit BLAKE2b digest of ``data``'s contents (see the module docstring)."""
+    if isinstance(data, LazyFederatedDataset):  # never read whole: cheap
+        return _digest(data)
+    versions = tuple(t._version for t in _eager_tensors(data))
+    known = _KNOWN.get(id(data))
+    if known is not None and known[0]() is data and known[1] == versions:
+        return known[2]
+    digest = _digest(data)
+    key = id(data)
+    _KNOWN[key] = (weakref.ref(data, lambda _, key=key: _KNOWN.pop(key, None)), versions,
+                   digest)
+    return digest
+
+
+def _eager_tensors(data: FederatedDataset) -> list[torch.Tensor]:
+    """Every tensor an eager data set's digest reads."""
+    tensors = [data.weights]
+    if data.ground_truth is not None:
+        tensors.append(data.ground_truth)
+    for split in (data.train, data.test):
+        if isinstance(split, ClientSplit):
+            tensors += [*_features(split.X), split.y, split.counts]
+    return tensors
+
+
+def _digest(data: FederatedDataset) -> str:
     h = hashlib.blake2b(digest_size=16)
     h.update(f"{data.dtype} {tuple(data.feature_shape)} {data.num_clients}".encode())
+    if not isinstance(data, LazyFederatedDataset):
+        for tensor in _eager_tensors(data):
+            _update(h, tensor)
+        return h.hexdigest()
     _update(h, data.weights)
     if data.ground_truth is not None:
         _update(h, data.ground_truth)
-    if isinstance(data, LazyFederatedDataset):
-        source = data.source
-        for counts in source.counts:
-            if counts is not None:
-                _update(h, counts)
-        identity = getattr(source.read, "identity", None)  # on disk: the checksums
-        if identity is not None:
-            h.update(identity.encode())
-        else:
-            N = source.num_clients
-            for i in sorted({0, N // 2, N - 1}):
-                for array in source.read(i):
-                    if array is not None:
-                        _update(h, array)
-        return h.hexdigest()
-    for split in (data.train, data.test):
-        if isinstance(split, ClientSplit):
-            for tensor in (*_features(split.X), split.y, split.counts):
-                _update(h, tensor)
+    source = data.source
+    for counts in source.counts:
+        if counts is not None:
+            _update(h, counts)
+    identity = getattr(source.read, "identity", None)  # on disk: the checksums
+    if identity is not None:
+        h.update(identity.encode())
+    else:
+        N = source.num_clients
+        for i in sorted({0, N // 2, N - 1}):
+            for array in source.read(i):
+                if array is not None:
+                    _update(h, array)
     return h.hexdigest()
 
 

@@ -149,6 +149,7 @@ def video_recovery(out: Path, *, quick: bool = False, rounds: int | None = None,
                                   / np.linalg.norm(target)),
         "rel_error_by_round": [r["rel_error"] for r in history.records],
         "psnr_db": float(10 * np.log10(1.0 / np.mean((np.clip(recovered, 0, 1) - target) ** 2))),
+        "plots": ["frames.png"],
     }
     summary["wall_clock_s"] = time.perf_counter() - tic
     (out / "summary.json").write_text(json.dumps(summary, indent=2))

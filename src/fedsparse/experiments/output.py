@@ -88,6 +88,37 @@ def output_patterns(config: dict, slugs: list[str]) -> list[str]:
     return names
 
 
+def written_files(out: str | Path) -> list[str]:
+    """Every file fedsparse wrote into ``out`` and that is there now, as its manifest
+    records them (relative POSIX paths, sorted; the marker and the manifest, fedsparse's
+    bookkeeping, are no results and not recorded): what a run's "wrote" line names."""
+    out = Path(out)
+    manifest = read_manifest(out) if out.is_dir() else None
+    if manifest is None:
+        return []
+    return sorted(rel for rel in manifest.files
+                  if rel not in (MARKER, *BOOKKEEPING) and (out / rel).is_file()
+                  and not (out / rel).is_symlink())
+
+
+def wrote_line(out: str | Path, first: list[str] = ()) -> str:
+    """``wrote OUT/ : a.png, summary.json, table.txt; 12 files in run-a/, run-b/``: the
+    files fedsparse wrote into ``out`` (:func:`written_files`), those directly in it by
+    name (``first``, e.g. the plots, in their order, then the others by name), and those
+    in folders counted, with the folders named."""
+    files = written_files(out)
+    top = [f for f in files if "/" not in f]
+    names = [f for f in dict.fromkeys(first) if f in top] + \
+        [f for f in top if f not in set(first)]
+    folders = sorted({f.split("/", 1)[0] for f in files if "/" in f})
+    inside = len(files) - len(top)
+    text = f"wrote {out}/ : " + (", ".join(names) or "no file directly in it")
+    if folders:
+        text += (f"; {inside} file{'s' if inside != 1 else ''} in "
+                 + ", ".join(f + "/" for f in folders))
+    return text
+
+
 def has_output(out: Path) -> bool:
     """``out`` holds anything besides fedsparse's bookkeeping."""
     return bool(_entries(Path(out)))

@@ -32,9 +32,16 @@ from pathlib import Path
 import tomli_w
 
 from .._validation import ConfigError, check_int, fail
-from ..devices import check_device_spec
 from ..loggers import resolve_loggers
-from .config import METRICS, RUN_KEYS, build_algorithm, build_problem, resolve_runs, set_path
+from .config import (
+    METRICS,
+    RUN_KEYS,
+    apply_overrides,
+    build_algorithm,
+    build_problem,
+    resolve_runs,
+    set_path,
+)
 from .runner import _data, execute_run, recordable_metrics
 from .seeds import (
     best_direction,
@@ -163,14 +170,14 @@ def _run_keys(runs: list[dict]) -> list[str]:
 def _runs_at(config: dict, point: dict, cache: dict, metric: str) -> list[dict]:
     """The resolved runs at one grid point, each buildable and recording ``metric``
     (checked before anything runs)."""
-    runs = resolve_runs(config)
+    try:  # the point's values pass the checks of the config's own (rounds >= 1, ...)
+        runs = resolve_runs(apply_overrides(config, point.items()))
+    except ConfigError as exc:
+        raise ConfigError(f"at {_point_text(point)}: {exc}") from None
     for run in runs:
         where = f"run {run['label']!r} at {_point_text(point)}"
-        for name, value in point.items():
-            set_path(run, name, value)
         run["slug"] = f"{run['slug']}/{point_slug(point)}"  # the run's name in trackers
         try:
-            run["device"] = check_device_spec("device", run["device"])  # a grid may set it
             data = _data(run, cache)
             problem = build_problem(run["problem"])
             algorithm = build_algorithm(run["algorithm"])

@@ -145,7 +145,14 @@ def run_tune(config: dict, space: dict[str, Space | str], *, trials: int,
     up = best_direction(metric, maximize)
     keys = _run_keys(resolve_runs(config))
     cache: dict = {}
-    first = _runs_at(config, {n: s.first() for n, s in space.items()}, cache, metric)  # checks
+    start = {n: s.first() for n, s in space.items()}
+    for name, s in space.items():  # a trial may draw either end of a range, any choice
+        for value in s.ends():
+            try:
+                _runs_at(config, {**start, name: value}, cache, metric)
+            except ConfigError as exc:
+                raise ConfigError(f"space {name}={s}: {exc}") from None
+    first = _runs_at(config, start, cache, metric)
     if seeds:
         check_last_replicate(first, n_seeds)
     from ..loggers import resolve_loggers

@@ -42,10 +42,19 @@ class Space:
             return self.choices[0]
         return int(self.low) if self.kind in ("int", "logint") else float(self.low)
 
+    def ends(self) -> list:
+        """Every value a check of the config should try: the two ends of a range, or
+        every choice."""
+        if self.kind == "choice":
+            return list(self.choices)
+        cast = int if self.kind in ("int", "logint") else float
+        return [cast(self.low), cast(self.high)]
+
     def __str__(self) -> str:
         if self.kind == "choice":
             return f"choice({', '.join(map(repr, self.choices))})"
-        return f"{self.kind}({self.low!r}, {self.high!r})"
+        ends = self.ends()
+        return f"{self.kind}({ends[0]!r}, {ends[1]!r})"
 
 
 _SPACE = re.compile(r"^\s*(log|uniform|int|logint|choice)\s*\((.*)\)\s*$", re.S)
