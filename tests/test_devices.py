@@ -278,7 +278,7 @@ def test_a_dictionary_is_copied_once_per_device():
 def test_a_sweep_over_devices_checks_every_value_before_running(tiny, tmp_path, capsys):
     assert main(["sweep", str(tiny), "--grid", 'device=["cpu", "tpu"]', "--out",
                  str(tmp_path / "s")]) == 2
-    assert "at device='tpu': device='tpu' is invalid" in capsys.readouterr().err
+    assert "at device='tpu': --grid device='tpu' is invalid" in capsys.readouterr().err
     assert not (tmp_path / "s").exists()
 
 
