@@ -20,9 +20,10 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from .._validation import fail
-from .base import Logger, Tracking, flatten, require, split_record
+from .base import Logger, flatten, require, split_record
 from .mlflow_logger import MLflowLogger
 from .tensorboard_logger import TensorBoardLogger
+from .tracking import Tracking
 from .wandb_logger import WandbLogger
 
 #: The trackers by the name ``--log`` and ``loggers=`` take.
