@@ -31,6 +31,7 @@ The file layer (the atomic save, the checksum, the verified and restricted read)
 
 from __future__ import annotations
 
+import hashlib
 import math
 from numbers import Integral
 from pathlib import Path
@@ -42,6 +43,7 @@ from ._validation import ConfigError
 # the file layer (fedsparse.checkpoint_file): its names stay importable from here
 from .checkpoint_file import _trailer, read_checkpoint, save_checkpoint  # noqa: F401
 from .client_store import COPY_BYTES
+from .data.digest import data_digest
 
 CHECKPOINT_FORMAT = "fedsparse-checkpoint-3"
 #: Formats this version reads. Format 2 files hold the same entries; only some
@@ -56,6 +58,21 @@ ADDED_KEYS = frozenset({"problem_config", "data_digest"})
 #: Every key a checkpoint holds.
 CHECKPOINT_KEYS = ("format", "round", "state", "client_state", "records", "initial",
                    "fingerprint")
+
+
+def contents_fingerprint(problem, data) -> dict:
+    """The fingerprint entries a checkpoint adds to the run's (:data:`ADDED_KEYS`): the
+    problem's settings (a network's layers, not only its name) and a digest of the data
+    (:func:`fedsparse.data.digest.data_digest`), so that a resume on another data set,
+    seed or loss is refused."""
+    config = repr(problem)
+    if type(problem).__repr__ is object.__repr__:  # an address, new with every object
+        config = f"{type(problem).__qualname__}({problem.name})"
+    module = getattr(problem, "module", None)
+    if isinstance(module, torch.nn.Module):
+        layers = hashlib.blake2b(str(module).encode(), digest_size=8).hexdigest()
+        config = f"{config} layers={layers}"
+    return {"problem_config": config, "data_digest": data_digest(data)}
 
 
 def load_checkpoint(path: Path, fingerprint: dict, *, map_location="cpu") -> dict:

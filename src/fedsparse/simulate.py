@@ -7,7 +7,6 @@ this module supplies what is local: the client halves run in-process, in chunks 
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 
 import torch
@@ -25,11 +24,15 @@ from ._validation import (
 )
 from .algorithms.base import Algorithm, ClientContext, DataSpec
 from .channels import PerfectChannel, checked_channel
-from .checkpoints import CHECKPOINT_FORMAT, resume_checkpoint, save_checkpoint
+from .checkpoints import (
+    CHECKPOINT_FORMAT,
+    contents_fingerprint,
+    resume_checkpoint,
+    save_checkpoint,
+)
 from .client_store import PersonalModels, has_personal_models, open_client_store
 from .comm import payload_bytes
 from .data.dataset import checked as checked_dataset
-from .data.digest import data_digest
 from .data.federated import FederatedDataset
 from .data.lazy import LazyFederatedDataset
 from .devices import resolve_device
@@ -49,21 +52,6 @@ def _fingerprint(algorithm, problem, data, seed, clients_per_round, channel,
     if eval_clients is not None:  # a sampled evaluation's records are estimates
         out["eval_clients"] = eval_clients
     return out
-
-
-def _contents(problem, data) -> dict:
-    """The checkpoint's part of the fingerprint beyond :func:`_fingerprint`: the problem's
-    settings (a network's layers, not only its name) and a digest of the data, so a resume
-    on another data set, seed or loss is refused (:data:`fedsparse.checkpoints.ADDED_KEYS`:
-    checkpoints written before these existed resume without them)."""
-    config = repr(problem)
-    if type(problem).__repr__ is object.__repr__:  # an address, new with every object
-        config = f"{type(problem).__qualname__}({problem.name})"
-    module = getattr(problem, "module", None)
-    if isinstance(module, torch.nn.Module):
-        layers = hashlib.blake2b(str(module).encode(), digest_size=8).hexdigest()
-        config = f"{config} layers={layers}"
-    return {"problem_config": config, "data_digest": data_digest(data)}
 
 
 def _client_executor(algorithm: Algorithm, problem: Problem, data: FederatedDataset,
@@ -361,7 +349,7 @@ def simulate(algorithm: Algorithm, problem: Problem, data: FederatedDataset, *, 
                                eval_clients)
     history = History(config={**fingerprint, "rounds": rounds})
     if checkpoint is not None:  # what only a checkpoint needs: the data and problem compared
-        fingerprint = {**fingerprint, **_contents(problem, data)}
+        fingerprint = {**fingerprint, **contents_fingerprint(problem, data)}
 
     sampled = make_evaluator(problem, data, seed, eval_clients)
 
