@@ -1,5 +1,7 @@
 """Fixtures shared by the test modules."""
 
+from collections.abc import Sequence
+
 import pytest
 import torch
 
@@ -47,3 +49,73 @@ class CommandLine:
 def cli():
     """:class:`CommandLine`."""
     return CommandLine()
+
+
+def _tiny_toml(*, rounds: int = 2, labels: Sequence[str] = ("Fed-HT", "FedIter-HT"),
+               algorithms: Sequence[str] = ("fed_ht", "fed_iter_ht"), claim: str | None = None,
+               seed: int | None = None, checkpoint_every: int | None = None,
+               compare: bool = False, samples: int = 20, dim: int = 30, sparsity: int = 3,
+               algorithm_per_run: bool = False) -> str:
+    """The text of a tiny TOML experiment: least squares on the shifted Gaussian problem
+    with 4 clients, one run per label, step size 0.01 and 2 local steps.
+
+    Parameters
+    ----------
+    rounds : int
+        ``rounds`` in ``[defaults]``.
+    labels : sequence of str
+        The runs' labels, one ``[[runs]]`` table each, in this order.
+    algorithms : sequence of str
+        Each run's algorithm kind, one per label.
+    claim : str, optional
+        A ``paper_claim`` line; none without it.
+    seed : int, optional
+        ``seed`` in ``[defaults]``; none without it.
+    checkpoint_every : int, optional
+        ``checkpoint_every`` in ``[defaults]``; none without it.
+    compare : bool
+        Add a ``[compare]`` table: the first run as the reference, at round ``rounds``.
+    samples : int
+        Samples per client.
+    dim : int
+        The dimension of the model.
+    sparsity : int
+        The sparsity of the true model and of the algorithm.
+    algorithm_per_run : bool
+        Write the sparsity and step size into each run's ``algorithm`` table instead of
+        a ``[defaults.algorithm]`` table.
+
+    Returns
+    -------
+    str
+        The config's text, one key or table header a line: tests may edit it with
+        ``str.replace`` (``"rounds = 2"``, ``"dim = 30"``, ``'label = "A"'``, ...).
+    """
+    lines = ['title = "tiny"']
+    if claim is not None:
+        lines.append(f'paper_claim = "{claim}"')
+    lines += ["[defaults]", f"rounds = {rounds}"]
+    if checkpoint_every is not None:
+        lines.append(f"checkpoint_every = {checkpoint_every}")
+    if seed is not None:
+        lines.append(f"seed = {seed}")
+    lines += ['problem = { kind = "least_squares" }', "[defaults.data]",
+              'kind = "shifted_gaussian"', "num_clients = 4", f"samples_per_client = {samples}",
+              f"dim = {dim}", f"sparsity = {sparsity}"]
+    if algorithm_per_run:
+        settings = f"sparsity = {sparsity}, step_size = 0.01, "
+    else:
+        settings = ""
+        lines += ["[defaults.algorithm]", f"sparsity = {sparsity}", "step_size = 0.01"]
+    for label, kind in zip(labels, algorithms, strict=True):
+        lines += ["[[runs]]", f'label = "{label}"',
+                  f'algorithm = {{ kind = "{kind}", {settings}local_steps = 2 }}']
+    if compare:
+        lines += ["[compare]", f'reference = "{labels[0]}"', f"at_rounds = [{rounds}]"]
+    return "\n".join(lines) + "\n"
+
+
+@pytest.fixture
+def tiny_toml():
+    """:func:`_tiny_toml`: ``tiny_toml(rounds=3, labels=("A", "B"))`` is a config's text."""
+    return _tiny_toml

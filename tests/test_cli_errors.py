@@ -14,31 +14,6 @@ from hypothesis import strategies as st
 
 from fedsparse.cli import _assignment, _parse_value, main
 
-TINY = """
-title = "tiny"
-[defaults]
-rounds = 2
-problem = { kind = "least_squares" }
-[defaults.data]
-kind = "shifted_gaussian"
-num_clients = 4
-samples_per_client = 20
-dim = 30
-sparsity = 3
-[defaults.algorithm]
-sparsity = 3
-step_size = 0.01
-[[runs]]
-label = "Fed-HT"
-algorithm = { kind = "fed_ht", local_steps = 2 }
-[[runs]]
-label = "FedIter-HT"
-algorithm = { kind = "fed_iter_ht", local_steps = 2 }
-[compare]
-reference = "Fed-HT"
-at_rounds = [2]
-"""
-
 #: (case, edit of the TOML text, extra arguments, substrings the error must contain)
 CONFIG_CASES = [
     ("typo in a table name", ("[defaults]\n", "[defualts]\n"), [],
@@ -143,16 +118,16 @@ def _check(argv, expected):
 
 
 @pytest.fixture
-def tiny(tmp_path):
+def tiny(tmp_path, tiny_toml):
     path = tmp_path / "tiny.toml"
-    path.write_text(TINY)
+    path.write_text(tiny_toml(compare=True))
     return path
 
 
 @pytest.mark.parametrize("case,edit,extra,expected", CONFIG_CASES,
                          ids=[c[0] for c in CONFIG_CASES])
-def test_config_errors(tmp_path, case, edit, extra, expected):
-    text = TINY
+def test_config_errors(tiny, tmp_path, case, edit, extra, expected):
+    text = tiny.read_text()
     if edit is not None:
         assert edit[0] in text
         text = text.replace(edit[0], edit[1], 1)
@@ -218,11 +193,11 @@ def test_flower_app_refuses_what_it_would_drop(tiny, tmp_path):
            ["did you mean", "FedIter-HT"])
     # a top-level [flower] table beside [[runs]] would be dropped
     with_flower = tmp_path / "flower.toml"
-    with_flower.write_text(TINY + "[flower]\nround_timeout = 5\n")
+    with_flower.write_text(tiny.read_text() + "[flower]\nround_timeout = 5\n")
     _check(["flower", "app", str(with_flower), "--run", "Fed-HT", "--out", out],
            ["[flower]", "[defaults.flower]"])
     typo = tmp_path / "typo.toml"
-    typo.write_text(TINY.replace("[defaults]\n", "[defualts]\n"))
+    typo.write_text(tiny.read_text().replace("[defaults]\n", "[defualts]\n"))
     _check(["flower", "app", str(typo), "--run", "0", "--out", out], ["did you mean"])
     assert not Path(out).exists()
     # an unambiguous panel/label works

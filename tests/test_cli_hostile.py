@@ -26,36 +26,13 @@ import pytest
 from fedsparse.cli import build_parser, main
 from fedsparse.manifest import MANIFEST, read_manifest
 
-TINY = """
-title = "tiny"
-paper_claim = "FedIter-HT needs fewer rounds than Fed-HT"
-[defaults]
-rounds = 3
-problem = { kind = "least_squares" }
-[defaults.data]
-kind = "shifted_gaussian"
-num_clients = 4
-samples_per_client = 20
-dim = 30
-sparsity = 3
-[defaults.algorithm]
-sparsity = 3
-step_size = 0.01
-[[runs]]
-label = "Fed-HT"
-algorithm = { kind = "fed_ht", local_steps = 2 }
-[[runs]]
-label = "FedIter-HT"
-algorithm = { kind = "fed_iter_ht", local_steps = 2 }
-"""
-
 HAS_FLWR = importlib.util.find_spec("flwr") is not None
 
 
 @pytest.fixture
-def tiny(tmp_path):
+def tiny(tmp_path, tiny_toml):
     path = tmp_path / "tiny.toml"
-    path.write_text(TINY)
+    path.write_text(tiny_toml(rounds=3, claim="FedIter-HT needs fewer rounds than Fed-HT"))
     return path
 
 
@@ -84,10 +61,11 @@ def _tree(folder: Path) -> dict[str, str]:
             for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
-def _user_project(folder: Path, config_text: str = TINY) -> dict[str, str]:
-    """A user's own project folder: their config, their results, their data."""
+def _user_project(folder: Path, config: Path) -> dict[str, str]:
+    """A user's own project folder: their config (a copy of ``config``), their results,
+    their data."""
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "config.toml").write_text(config_text)
+    (folder / "config.toml").write_text(config.read_text())
     (folder / "results.csv").write_text("round,accuracy\n1,0.5\n")
     (folder / "data").mkdir(exist_ok=True)
     (folder / "data" / "clients.npz").write_bytes(b"\x93NUMPY precious")
@@ -162,10 +140,10 @@ def test_abbreviated_options_are_usage_errors(tiny, tmp_path, monkeypatch, argv,
 # --force removes only what fedsparse wrote.
 
 
-def test_force_on_a_users_project_folder_removes_nothing(tmp_path):
+def test_force_on_a_users_project_folder_removes_nothing(tiny, tmp_path):
     """The reported case: `fedsparse run proj/config.toml --out proj --force`."""
     proj = tmp_path / "proj"
-    before = _user_project(proj)
+    before = _user_project(proj, tiny)
     err = _refused(["run", str(proj / "config.toml"), "--out", str(proj), "--force",
                     "--quiet"], "fedsparse did not write", "manifest")
     assert "config.toml" in err and "results.csv" in err
@@ -178,7 +156,7 @@ def test_force_on_a_users_project_folder_removes_nothing(tmp_path):
 def test_force_on_a_folder_marked_by_an_older_fedsparse_removes_nothing(tiny, tmp_path):
     """A status marker alone (no manifest of the files) does not make files fedsparse's."""
     out = tmp_path / "old"
-    before = _user_project(out)
+    before = _user_project(out, tiny)
     (out / ".fedsparse-run").write_text('{"status": "done"}\n')
     _refused(["run", str(tiny), "--out", str(out), "--force", "--quiet"], "manifest")
     assert {k: v for k, v in _tree(out).items() if k != ".fedsparse-run"} == before
@@ -305,9 +283,9 @@ needs_flwr = pytest.mark.skipif(not HAS_FLWR, reason="needs flwr")
 
 
 @needs_flwr
-def test_flower_app_force_never_overwrites_a_users_project(tmp_path):
+def test_flower_app_force_never_overwrites_a_users_project(tiny, tmp_path):
     proj = tmp_path / "proj"
-    before = _user_project(proj)
+    before = _user_project(proj, tiny)
     for argv in (["flower", "app", "fedht-default", "--run", "0", "--out", str(proj)],
                  ["flower", "app", "fedht-default", "--run", "0", "--out", str(proj),
                   "--force"]):

@@ -11,33 +11,11 @@ from pathlib import Path
 
 import pytest
 
-TINY = """
-title = "tiny"
-[defaults]
-rounds = 3
-problem = { kind = "least_squares" }
-[defaults.data]
-kind = "shifted_gaussian"
-num_clients = 4
-samples_per_client = 20
-dim = 30
-sparsity = 3
-[defaults.algorithm]
-sparsity = 3
-step_size = 0.01
-[[runs]]
-label = "A"
-algorithm = { kind = "fed_ht", local_steps = 2 }
-[[runs]]
-label = "B"
-algorithm = { kind = "fed_iter_ht", local_steps = 2 }
-"""
-
 
 @pytest.fixture
-def tiny(tmp_path):
+def tiny(tmp_path, tiny_toml):
     path = tmp_path / "tiny.toml"
-    path.write_text(TINY)
+    path.write_text(tiny_toml(rounds=3, labels=("A", "B")))
     return path
 
 
@@ -173,7 +151,7 @@ def test_a_marker_without_an_identity_is_left_as_it_is(tiny, tmp_path, cli):
            if k not in ("experiment", "seeds", "quick")}
     marker.write_text(json.dumps(old))
     other = tmp_path / "other.toml"
-    other.write_text(TINY.replace("dim = 30", "dim = 40"))
+    other.write_text(tiny.read_text().replace("dim = 30", "dim = 40"))
     cli.refused(["run", str(other), "--out", str(out), "--quiet", "--resume"], "another run")
     assert "experiment" not in json.loads(marker.read_text())
     code, _, err = cli.run(["run", str(tiny), "--out", str(out), "--quiet", "--resume"])
@@ -212,14 +190,14 @@ def test_the_last_replicate_seed_is_checked_before_the_first_runs(tiny, tmp_path
 
 def test_a_diagnostic_no_run_records_cannot_be_plotted(tiny, tmp_path, cli):
     config = tmp_path / "plot.toml"
-    config.write_text(TINY + '[plot]\ny = ["compensated"]\n')
+    config.write_text(tiny.read_text() + '[plot]\ny = ["compensated"]\n')
     cli.refused(["run", str(config), "--out", str(tmp_path / "p"), "--quiet"],
              "plot.y='compensated'", "no run records it")
 
 
 def test_a_claim_on_a_misspelt_panel_is_refused(tiny, tmp_path, cli):
     config = tmp_path / "claims.toml"
-    config.write_text(TINY.replace('label = "A"', 'label = "A"\npanel = "Simulation I"')
+    config.write_text(tiny.read_text().replace('label = "A"', 'label = "A"\npanel = "Simulation I"')
                       .replace('label = "B"', 'label = "B"\npanel = "Simulation I"')
                       + '[[claims]]\nkind = "reaches"\ntext = "A reaches B"\nrun = "A"\n'
                       'reference = "B"\nreference_round = 3\nwithin = 3\n'

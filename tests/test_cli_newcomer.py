@@ -19,25 +19,6 @@ from fedsparse.history import History
 
 ROOT = Path(__file__).resolve().parents[1]
 
-TINY = """
-title = "tiny"
-[defaults]
-rounds = 2
-problem = { kind = "least_squares" }
-[defaults.data]
-kind = "shifted_gaussian"
-num_clients = 4
-samples_per_client = 20
-dim = 30
-sparsity = 3
-[defaults.algorithm]
-sparsity = 3
-step_size = 0.01
-[[runs]]
-label = "Fed-HT"
-algorithm = { kind = "fed_ht", local_steps = 2 }
-"""
-
 
 def _run(argv):
     out, err = io.StringIO(), io.StringIO()
@@ -52,9 +33,9 @@ def _run(argv):
 # --- seeds ---------------------------------------------------------------------------------
 
 
-def test_summary_and_the_run_line_say_the_run_seed_and_the_data_seed(tmp_path):
+def test_summary_and_the_run_line_say_the_run_seed_and_the_data_seed(tmp_path, tiny_toml):
     cfg = tmp_path / "tiny.toml"
-    cfg.write_text(TINY)
+    cfg.write_text(tiny_toml(labels=("Fed-HT",), algorithms=("fed_ht",)))
     code, printed, err = _run(["run", str(cfg), "--out", str(tmp_path / "o"), "--quiet",
                                "--set", "seed=7"])
     assert code == 0, err

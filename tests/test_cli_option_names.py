@@ -10,33 +10,11 @@ from pathlib import Path
 
 import pytest
 
-TINY = """
-title = "tiny"
-[defaults]
-rounds = 2
-problem = { kind = "least_squares" }
-[defaults.data]
-kind = "shifted_gaussian"
-num_clients = 4
-samples_per_client = 20
-dim = 30
-sparsity = 3
-[defaults.algorithm]
-sparsity = 3
-step_size = 0.01
-[[runs]]
-label = "A"
-algorithm = { kind = "fed_ht", local_steps = 2 }
-[[runs]]
-label = "B"
-algorithm = { kind = "fed_iter_ht", local_steps = 2 }
-"""
-
 
 @pytest.fixture
-def tiny(tmp_path):
+def tiny(tmp_path, tiny_toml):
     path = tmp_path / "tiny.toml"
-    path.write_text(TINY)
+    path.write_text(tiny_toml(labels=("A", "B")))
     return path
 
 
@@ -158,12 +136,13 @@ def test_a_bad_data_option_names_the_option(argv, expected, tmp_path, cli):
 
 
 def test_a_value_from_the_config_file_keeps_its_key(tiny, tmp_path, cli):
-    tiny.write_text(TINY.replace("rounds = 2", "rounds = 0"))
+    text = tiny.read_text()
+    tiny.write_text(text.replace("rounds = 2", "rounds = 0"))
     # a --set of another field with the same value is not taken for the culprit
     err = cli.refused(["run", str(tiny), "--out", str(tmp_path / "o"), "--set", "seed=0"],
                       "runs[0].rounds=0 is invalid: must be at least 1")
     assert "--set" not in err and "--rounds" not in err
-    tiny.write_text(TINY.replace("step_size = 0.01", "step_size = -1.0"))
+    tiny.write_text(text.replace("step_size = 0.01", "step_size = -1.0"))
     err = cli.refused(["run", str(tiny), "--out", str(tmp_path / "o"), "--set",
                        "A:algorithm.step_size=0.1"], "run 'B': step_size=-1.0 is invalid")
     assert "--set" not in err

@@ -24,43 +24,19 @@ from fedsparse.experiments.config import apply_overrides, resolve_runs
 
 NO_GPU = pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
 
-TINY = """
-title = "tiny"
-[defaults]
-rounds = 2
-seed = 0
-[defaults.problem]
-kind = "least_squares"
-[defaults.data]
-kind = "shifted_gaussian"
-num_clients = 4
-samples_per_client = 10
-dim = 12
-sparsity = 2
-[defaults.algorithm]
-sparsity = 2
-step_size = 0.01
-[[runs]]
-label = "Fed-HT"
-algorithm = { kind = "fed_ht", local_steps = 2 }
-[[runs]]
-label = "FedIter-HT"
-algorithm = { kind = "fed_iter_ht", local_steps = 2 }
-"""
 
-
-def _config(**top) -> dict:
+def _config(tiny, **top) -> dict:
     import tomllib
 
-    config = tomllib.loads(TINY)
+    config = tomllib.loads(tiny.read_text())
     config.update(top)
     return config
 
 
 @pytest.fixture
-def tiny(tmp_path):
+def tiny(tmp_path, tiny_toml):
     path = tmp_path / "tiny.toml"
-    path.write_text(TINY)
+    path.write_text(tiny_toml(seed=0, samples=10, dim=12, sparsity=2))
     return path
 
 
@@ -101,15 +77,15 @@ def test_summary_records_the_device_and_gpu(tiny, tmp_path):
     assert 'device = "auto"' in (out / "config.toml").read_text()  # as the user wrote it
 
 
-def test_device_flag_wins_over_the_config():
-    config = apply_overrides(_config(device="cpu"), [("Fed-HT:device", "cpu")])
+def test_device_flag_wins_over_the_config(tiny):
+    config = apply_overrides(_config(tiny, device="cpu"), [("Fed-HT:device", "cpu")])
     from fedsparse.cli import _apply_overrides
 
     runs = resolve_runs(_apply_overrides(config, [], None, "auto"))
     assert [r["device"] for r in runs] == ["auto", "auto"]
 
 
-def test_runner_passes_the_device_to_simulate(monkeypatch):
+def test_runner_passes_the_device_to_simulate(tiny, monkeypatch):
     seen = []
     real = runner.simulate
 
@@ -118,7 +94,7 @@ def test_runner_passes_the_device_to_simulate(monkeypatch):
         return real(*args, **kwargs)
 
     monkeypatch.setattr(runner, "simulate", spy)
-    run = resolve_runs(_config(device="auto"))[0]
+    run = resolve_runs(_config(tiny, device="auto"))[0]
     runner.execute_run(run, None, data_cache={}, progress=False)
     assert seen == [resolve_device("auto")]
 
@@ -126,10 +102,10 @@ def test_runner_passes_the_device_to_simulate(monkeypatch):
 # ------------------------------------------------------------------------ configs
 
 
-def test_device_defaults_to_the_cpu_and_a_run_wins_over_the_top_level():
+def test_device_defaults_to_the_cpu_and_a_run_wins_over_the_top_level(tiny):
     assert DEFAULT_DEVICE == "cpu"
-    assert [r["device"] for r in resolve_runs(_config())] == ["cpu", "cpu"]
-    config = _config(device=" AUTO ")
+    assert [r["device"] for r in resolve_runs(_config(tiny))] == ["cpu", "cpu"]
+    config = _config(tiny, device=" AUTO ")
     config["runs"][1]["device"] = "cpu"
     assert [r["device"] for r in resolve_runs(config)] == ["auto", "cpu"]
 
@@ -140,8 +116,8 @@ def test_device_defaults_to_the_cpu_and_a_run_wins_over_the_top_level():
     ("run", "gpu", "runs[1].device='gpu' is invalid"),
     ("defaults", ["cpu"], "runs[0].device=['cpu'] is invalid: must be a string"),
 ])
-def test_a_bad_device_in_a_config_is_named(where, value, message):
-    config = _config()
+def test_a_bad_device_in_a_config_is_named(tiny, where, value, message):
+    config = _config(tiny)
     if where == "top":
         config["device"] = value
     elif where == "run":
@@ -154,20 +130,20 @@ def test_a_bad_device_in_a_config_is_named(where, value, message):
 
 
 @NO_GPU
-def test_a_config_asking_for_cuda_without_a_gpu_is_refused():
+def test_a_config_asking_for_cuda_without_a_gpu_is_refused(tiny):
     with pytest.raises(ConfigError, match=r"^device='cuda'.*needs a CUDA GPU"):
-        resolve_runs(_config(device="cuda"))
-    config = _config()
+        resolve_runs(_config(tiny, device="cuda"))
+    config = _config(tiny)
     config["defaults"]["device"] = "cuda:0"
     with pytest.raises(ConfigError, match=r"runs\[0\]\.device='cuda:0'.*needs a CUDA GPU"):
         resolve_runs(config)
 
 
-def test_a_flower_job_accepts_a_run_with_a_device():
+def test_a_flower_job_accepts_a_run_with_a_device(tiny):
     pytest.importorskip("flwr")
     from fedsparse.flower.job import job_from_config
 
-    job = job_from_config(_config(device="cpu"), run="FedIter-HT")
+    job = job_from_config(_config(tiny, device="cpu"), run="FedIter-HT")
     assert job.rounds == 2
 
 

@@ -20,34 +20,11 @@ import fedsparse as fs
 from fedsparse.cli import main
 from fedsparse.loggers import Logger, Tracking, flatten, resolve_loggers, split_record
 
-TINY = """
-title = "tiny"
-[defaults]
-rounds = 4
-seed = 0
-problem = { kind = "least_squares" }
-[defaults.data]
-kind = "shifted_gaussian"
-num_clients = 4
-samples_per_client = 20
-dim = 30
-sparsity = 3
-[defaults.algorithm]
-sparsity = 3
-step_size = 0.01
-[[runs]]
-label = "Fed-HT"
-algorithm = { kind = "fed_ht", local_steps = 2 }
-[[runs]]
-label = "FedIter-HT"
-algorithm = { kind = "fed_iter_ht", local_steps = 2 }
-"""
-
 
 @pytest.fixture
-def tiny(tmp_path):
+def tiny(tmp_path, tiny_toml):
     path = tmp_path / "tiny.toml"
-    path.write_text(TINY)
+    path.write_text(tiny_toml(rounds=4, seed=0))
     return path
 
 

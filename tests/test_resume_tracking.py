@@ -250,34 +250,18 @@ def test_a_resume_without_the_trackers_leaves_their_runs_to_a_later_resume(tmp_p
 
 # --- the command line ---------------------------------------------------------------------
 
-TOML = f"""
-title = "tiny"
-[defaults]
-rounds = {ROUNDS}
-checkpoint_every = {EVERY}
-seed = 0
-problem = {{ kind = "least_squares" }}
-[defaults.data]
-kind = "shifted_gaussian"
-num_clients = 4
-samples_per_client = 20
-dim = 30
-sparsity = 3
-[[runs]]
-label = "FedIter-HT"
-algorithm = {{ kind = "fed_iter_ht", sparsity = 3, step_size = 0.01, local_steps = 2 }}
-"""
-
 
 def test_cli_resume_continues_the_mlflow_run_and_tensorboard_folder(tmp_path, cli,
-                                                                   monkeypatch):
+                                                                   monkeypatch, tiny_toml):
     pytest.importorskip("mlflow")
     pytest.importorskip("tensorboard")
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     from fedsparse.experiments import runner
 
     config, out = tmp_path / "tiny.toml", tmp_path / "out"
-    config.write_text(TOML)
+    config.write_text(tiny_toml(rounds=ROUNDS, checkpoint_every=EVERY, seed=0,
+                                labels=("FedIter-HT",), algorithms=("fed_iter_ht",),
+                                algorithm_per_run=True))
     argv = ["run", str(config), "--out", str(out), "--log", "mlflow", "--log",
             "tensorboard", "--quiet"]
     simulate = runner.simulate

@@ -25,36 +25,14 @@ from fedsparse.experiments.tune import (
     start_points,
 )
 
-TINY = """
-title = "tiny"
-[defaults]
-rounds = 6
-problem = { kind = "least_squares" }
-[defaults.data]
-kind = "shifted_gaussian"
-num_clients = 4
-samples_per_client = 20
-dim = 30
-sparsity = 3
-[defaults.algorithm]
-sparsity = 3
-step_size = 0.01
-[[runs]]
-label = "Fed-HT"
-algorithm = { kind = "fed_ht", local_steps = 2 }
-[[runs]]
-label = "FedIter-HT"
-algorithm = { kind = "fed_iter_ht", local_steps = 2 }
-"""
-
 needs_optuna = pytest.mark.skipif(importlib.util.find_spec("optuna") is None,
                                   reason="needs the tune extra (Optuna)")
 
 
 @pytest.fixture
-def tiny(tmp_path):
+def tiny(tmp_path, tiny_toml):
     path = tmp_path / "tiny.toml"
-    path.write_text(TINY)
+    path.write_text(tiny_toml(rounds=6))
     return path
 
 
