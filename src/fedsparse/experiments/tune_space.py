@@ -38,9 +38,7 @@ class Space:
 
     def first(self):
         """A value in the space (its low end or first choice), to check the config with."""
-        if self.kind == "choice":
-            return self.choices[0]
-        return int(self.low) if self.kind in ("int", "logint") else float(self.low)
+        return self.ends()[0]
 
     def ends(self) -> list:
         """Every value a check of the config should try: the two ends of a range, or
