@@ -193,6 +193,7 @@ def cmd_sweep(args) -> int:
 
 
 def cmd_tune(args) -> int:
+    from .experiments.config import check_metric
     from .experiments.output import prepare_output
     from .experiments.tune import parse_space, require_optuna, run_tune
 
@@ -201,6 +202,7 @@ def cmd_tune(args) -> int:
                           "'algorithm.step_size=log(1e-4, 1e-1)'")
     params = _once("--param", args.param)  # a typo in the command first, then the extra
     check_count_options(args)
+    check_metric("--metric", args.metric)
     require_optuna("fedsparse tune")
     _check_log(args)
     device = _check_device(args)

@@ -39,6 +39,7 @@ from .config import (
     apply_overrides,
     build_algorithm,
     build_problem,
+    check_metric,
     resolve_runs,
     set_path,
 )
@@ -100,8 +101,7 @@ def run_sweep(config: dict, grid: dict[str, list], *, out: str | Path | None = N
     grid = _check_grid(grid)
     jobs = check_int("jobs", jobs, minimum=1)
     n_seeds = 1 if seeds is None else check_seeds(seeds)
-    if not isinstance(metric, str) or metric not in METRICS:
-        raise fail("metric", metric, "must be a record field: " + ", ".join(METRICS))
+    metric = check_metric("metric", metric)
     up = best_direction(metric, maximize)
     names = list(grid)
     points = [dict(zip(names, values, strict=True))

@@ -59,7 +59,7 @@ from .._validation import ConfigError, check_int, fail
 from ..algorithms.wrapper import innermost_state
 from ..history import History
 from ..rounds import DivergenceError
-from .config import METRICS, resolve_runs
+from .config import check_metric, resolve_runs
 from .refine import refine_count, refine_point
 from .runner import execute_run
 from .seeds import (
@@ -138,8 +138,7 @@ def run_tune(config: dict, space: dict[str, Space | str], *, trials: int,
     jobs = check_int("jobs", jobs, minimum=1)
     sampler_seed = check_int("sampler_seed", sampler_seed, minimum=0)
     n_seeds = 1 if seeds is None else check_seeds(seeds)
-    if not isinstance(metric, str) or metric not in METRICS:
-        raise fail("metric", metric, "must be a record field: " + ", ".join(METRICS))
+    metric = check_metric("metric", metric)
     if sampler not in SAMPLERS:
         raise fail("sampler", sampler, "must be one of " + ", ".join(SAMPLERS))
     up = best_direction(metric, maximize)
