@@ -1,9 +1,7 @@
 """Bad command lines and configs: each is a clear error naming the key, exit code 2, no
 traceback; and a property test of the ``--set`` value parser."""
 
-import contextlib
 import importlib.util
-import io
 import math
 from pathlib import Path
 
@@ -12,7 +10,7 @@ import tomli_w
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fedsparse.cli import _assignment, _parse_value, main
+from fedsparse.cli import _assignment, _parse_value
 
 #: (case, edit of the TOML text, extra arguments, substrings the error must contain)
 CONFIG_CASES = [
@@ -98,25 +96,6 @@ SET_CASES = [
 ]
 
 
-def _run(argv: list[str]) -> tuple[int, str]:
-    err = io.StringIO()
-    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
-        try:
-            code = main(argv)
-        except SystemExit as exc:  # argparse's own usage errors
-            code = exc.code
-    return code, err.getvalue()
-
-
-def _check(argv, expected):
-    code, err = _run(argv)
-    assert code == 2, err
-    assert "Traceback" not in err
-    for text in expected:
-        assert text in err, (text, err)
-    return err
-
-
 @pytest.fixture
 def tiny(tmp_path, tiny_toml):
     path = tmp_path / "tiny.toml"
@@ -126,7 +105,7 @@ def tiny(tmp_path, tiny_toml):
 
 @pytest.mark.parametrize("case,edit,extra,expected", CONFIG_CASES,
                          ids=[c[0] for c in CONFIG_CASES])
-def test_config_errors(tiny, tmp_path, case, edit, extra, expected):
+def test_config_errors(tiny, tmp_path, case, edit, extra, expected, cli):
     text = tiny.read_text()
     if edit is not None:
         assert edit[0] in text
@@ -136,73 +115,73 @@ def test_config_errors(tiny, tmp_path, case, edit, extra, expected):
     path = tmp_path / "bad.toml"
     path.write_text(text)
     out = tmp_path / "out"
-    _check(["run", str(path), "--out", str(out), "--quiet"], expected)
+    cli.refused(["run", str(path), "--out", str(out), "--quiet"], *expected)
     assert not out.exists()  # a refused config leaves no folder behind
 
 
 @pytest.mark.parametrize("case,args,expected", SET_CASES, ids=[c[0] for c in SET_CASES])
-def test_command_line_errors(tiny, tmp_path, case, args, expected):
+def test_command_line_errors(tiny, tmp_path, case, args, expected, cli):
     out = tmp_path / "out"
-    _check(["run", str(tiny), "--out", str(out), "--quiet", *args], expected)
+    cli.refused(["run", str(tiny), "--out", str(out), "--quiet", *args], *expected)
     assert not out.exists()
 
 
-def test_out_errors(tiny, tmp_path):
+def test_out_errors(tiny, tmp_path, cli):
     afile = tmp_path / "afile"
     afile.write_text("x")
-    _check(["run", str(tiny), "--out", str(afile)], ["--out", "is a file"])
-    _check(["run", str(tiny), "--out", str(afile / "sub")], ["--out", "is a file"])
-    _check(["sweep", str(tiny), "--grid", "seed=[0, 1]", "--out", str(afile)], ["is a file"])
+    cli.refused(["run", str(tiny), "--out", str(afile)], *["--out", "is a file"])
+    cli.refused(["run", str(tiny), "--out", str(afile / "sub")], *["--out", "is a file"])
+    cli.refused(["sweep", str(tiny), "--grid", "seed=[0, 1]", "--out", str(afile)], *["is a file"])
     if Path("/proc").is_dir():
-        _check(["run", str(tiny), "--out", "/proc/fedsparse-cannot"], ["cannot be written"])
+        cli.refused(["run", str(tiny), "--out", "/proc/fedsparse-cannot"], *["cannot be written"])
     full = tmp_path / "full"
     full.mkdir()
     (full / "summary.json").write_text("{}")
-    _check(["run", str(tiny), "--out", str(full)], ["already holds results", "--resume",
+    cli.refused(["run", str(tiny), "--out", str(full)], *["already holds results", "--resume",
                                                      "--force"])
-    _check(["run", str(tiny), "--out", str(tmp_path)], ["already holds"])
+    cli.refused(["run", str(tiny), "--out", str(tmp_path)], *["already holds"])
 
 
-def test_experiment_and_command_errors(tiny, tmp_path):
-    _check(["run", "fedht-fig33", "--out", str(tmp_path / "a")],
-           ["'fedht-fig33'", "Did you mean 'fedht-fig3'", "fedsparse list"])
-    _check(["show", "fedht-fig33"], ["Did you mean 'fedht-fig3'"])
-    _check(["run", str(tmp_path / "missing.toml")], ["does not exist"])
-    _check(["run", str(tmp_path), "--out", str(tmp_path / "b")], ["not a file"])
-    _check(["sweep", str(tiny)], ["--grid"])
+def test_experiment_and_command_errors(tiny, tmp_path, cli):
+    cli.refused(["run", "fedht-fig33", "--out", str(tmp_path / "a")],
+           *["'fedht-fig33'", "Did you mean 'fedht-fig3'", "fedsparse list"])
+    cli.refused(["show", "fedht-fig33"], *["Did you mean 'fedht-fig3'"])
+    cli.refused(["run", str(tmp_path / "missing.toml")], *["does not exist"])
+    cli.refused(["run", str(tmp_path), "--out", str(tmp_path / "b")], *["not a file"])
+    cli.refused(["sweep", str(tiny)], *["--grid"])
     # what a Python experiment cannot take (it takes --rounds, --seeds, --resume, --quick)
     for opt in (["--set", "rounds=3"], ["--only", "x"], ["--seeds", "2", "--band", "ci95"]):
-        _check(["run", "fig6-mnist5k", "--out", str(tmp_path / "c"), *opt],
-               ["Python experiment", opt[-2], "fedht-fig6-mnist5k"])
+        cli.refused(["run", "fig6-mnist5k", "--out", str(tmp_path / "c"), *opt],
+               *["Python experiment", opt[-2], "fedht-fig6-mnist5k"])
     assert not (tmp_path / "c").exists()
 
 
 @pytest.mark.skipif(importlib.util.find_spec("flwr") is None, reason="needs flwr")
-def test_flower_app_refuses_what_it_would_drop(tiny, tmp_path):
+def test_flower_app_refuses_what_it_would_drop(tiny, tmp_path, cli):
     from fedsparse.experiments.registry import toml_experiments
 
     out = str(tmp_path / "app")
     # several runs: which one?
-    err = _check(["flower", "app", str(tiny), "--out", out], ["--run", "0 'Fed-HT'"])
+    err = cli.refused(["flower", "app", str(tiny), "--out", out], *["--run", "0 'Fed-HT'"])
     assert "1 'FedIter-HT'" in err
     # a label that two panels share
     fig3 = str(toml_experiments()["fedht-fig3"])
-    _check(["flower", "app", fig3, "--run", "FedIter-HT", "--out", out],
-           ["ambiguous", "Simulation I (regression)/FedIter-HT"])
-    _check(["flower", "app", fig3, "--run", "FedIterHT", "--out", out],
-           ["did you mean", "FedIter-HT"])
+    cli.refused(["flower", "app", fig3, "--run", "FedIter-HT", "--out", out],
+           *["ambiguous", "Simulation I (regression)/FedIter-HT"])
+    cli.refused(["flower", "app", fig3, "--run", "FedIterHT", "--out", out],
+           *["did you mean", "FedIter-HT"])
     # a top-level [flower] table beside [[runs]] would be dropped
     with_flower = tmp_path / "flower.toml"
     with_flower.write_text(tiny.read_text() + "[flower]\nround_timeout = 5\n")
-    _check(["flower", "app", str(with_flower), "--run", "Fed-HT", "--out", out],
-           ["[flower]", "[defaults.flower]"])
+    cli.refused(["flower", "app", str(with_flower), "--run", "Fed-HT", "--out", out],
+           *["[flower]", "[defaults.flower]"])
     typo = tmp_path / "typo.toml"
     typo.write_text(tiny.read_text().replace("[defaults]\n", "[defualts]\n"))
-    _check(["flower", "app", str(typo), "--run", "0", "--out", out], ["did you mean"])
+    cli.refused(["flower", "app", str(typo), "--run", "0", "--out", out], *["did you mean"])
     assert not Path(out).exists()
     # an unambiguous panel/label works
-    code, err = _run(["flower", "app", fig3, "--run", "Simulation I (regression)/FedIter-HT",
-                      "--out", out])
+    code, _, err = cli.run(["flower", "app", fig3, "--run",
+                            "Simulation I (regression)/FedIter-HT", "--out", out])
     assert code == 0, err
 
 

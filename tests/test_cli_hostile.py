@@ -8,10 +8,8 @@ says what happened and what to do (exit code 2 for a usage error, no traceback).
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import importlib.util
-import io
 import json
 import os
 import shlex
@@ -23,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from fedsparse.cli import build_parser, main
+from fedsparse.cli import build_parser
 from fedsparse.manifest import MANIFEST, read_manifest
 
 HAS_FLWR = importlib.util.find_spec("flwr") is not None
@@ -34,25 +32,6 @@ def tiny(tmp_path, tiny_toml):
     path = tmp_path / "tiny.toml"
     path.write_text(tiny_toml(rounds=3, claim="FedIter-HT needs fewer rounds than Fed-HT"))
     return path
-
-
-def _run(argv: list[str]) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
-        try:
-            code = main(argv)
-        except SystemExit as exc:  # argparse's own usage errors
-            code = exc.code
-    return code, out.getvalue(), err.getvalue()
-
-
-def _refused(argv, *expected) -> str:
-    code, _, err = _run(argv)
-    assert code == 2, err
-    assert "Traceback" not in err
-    for text in expected:
-        assert text in err, (text, err)
-    return err
 
 
 def _tree(folder: Path) -> dict[str, str]:
@@ -123,10 +102,10 @@ if HAS_FLWR:
 @pytest.mark.parametrize("argv,expected", ABBREVIATED,
                          ids=[" ".join(a[:1] + [x for x in a if x.startswith("--")])
                               for a, _ in ABBREVIATED])
-def test_abbreviated_options_are_usage_errors(tiny, tmp_path, monkeypatch, argv, expected):
+def test_abbreviated_options_are_usage_errors(tiny, tmp_path, monkeypatch, argv, expected, cli):
     monkeypatch.chdir(tmp_path)  # where runs/NAME would go
     argv = [a.format(tiny=tiny, tmp=tmp_path) for a in argv]
-    code, out, err = _run(argv)
+    code, out, err = cli.run(argv)
     assert code == 2, (out, err)
     assert "unrecognized arguments" in err and "Traceback" not in err
     for text in expected:
@@ -140,31 +119,31 @@ def test_abbreviated_options_are_usage_errors(tiny, tmp_path, monkeypatch, argv,
 # --force removes only what fedsparse wrote.
 
 
-def test_force_on_a_users_project_folder_removes_nothing(tiny, tmp_path):
+def test_force_on_a_users_project_folder_removes_nothing(tiny, tmp_path, cli):
     """The reported case: `fedsparse run proj/config.toml --out proj --force`."""
     proj = tmp_path / "proj"
     before = _user_project(proj, tiny)
-    err = _refused(["run", str(proj / "config.toml"), "--out", str(proj), "--force",
+    err = cli.refused(["run", str(proj / "config.toml"), "--out", str(proj), "--force",
                     "--quiet"], "fedsparse did not write", "manifest")
     assert "config.toml" in err and "results.csv" in err
     assert _tree(proj) == before
-    _refused(["sweep", str(proj / "config.toml"), "--grid", "seed=[0, 1]", "--out", str(proj),
+    cli.refused(["sweep", str(proj / "config.toml"), "--grid", "seed=[0, 1]", "--out", str(proj),
               "--force"], "fedsparse did not write")
     assert _tree(proj) == before
 
 
-def test_force_on_a_folder_marked_by_an_older_fedsparse_removes_nothing(tiny, tmp_path):
+def test_force_on_a_folder_marked_by_an_older_fedsparse_removes_nothing(tiny, tmp_path, cli):
     """A status marker alone (no manifest of the files) does not make files fedsparse's."""
     out = tmp_path / "old"
     before = _user_project(out, tiny)
     (out / ".fedsparse-run").write_text('{"status": "done"}\n')
-    _refused(["run", str(tiny), "--out", str(out), "--force", "--quiet"], "manifest")
+    cli.refused(["run", str(tiny), "--out", str(out), "--force", "--quiet"], "manifest")
     assert {k: v for k, v in _tree(out).items() if k != ".fedsparse-run"} == before
 
 
-def test_every_output_folder_has_a_manifest_of_its_files(tiny, tmp_path):
+def test_every_output_folder_has_a_manifest_of_its_files(tiny, tmp_path, cli):
     out = tmp_path / "out"
-    assert _run(["run", str(tiny), "--out", str(out), "--quiet"])[0] == 0
+    assert cli.run(["run", str(tiny), "--out", str(out), "--quiet"])[0] == 0
     manifest = read_manifest(out)
     files = {p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()}
     assert set(manifest.files) == files - {MANIFEST, ".fedsparse-run"}
@@ -172,9 +151,9 @@ def test_every_output_folder_has_a_manifest_of_its_files(tiny, tmp_path):
     assert all(len(h) == 64 for h in manifest.files.values())
 
 
-def test_force_keeps_user_files_next_to_fedsparse_output_and_says_so(tiny, tmp_path):
+def test_force_keeps_user_files_next_to_fedsparse_output_and_says_so(tiny, tmp_path, cli):
     out = tmp_path / "out"
-    assert _run(["run", str(tiny), "--out", str(out), "--quiet"])[0] == 0
+    assert cli.run(["run", str(tiny), "--out", str(out), "--quiet"])[0] == 0
     old_summary = (out / "summary.json").read_text()
     (out / "notes.txt").write_text("what I saw")
     (out / "analysis").mkdir()
@@ -182,7 +161,7 @@ def test_force_keeps_user_files_next_to_fedsparse_output_and_says_so(tiny, tmp_p
     (out / "fed-ht" / "my-plot.png").write_bytes(b"PNG mine")
     mine = {k: v for k, v in _tree(out).items()
             if k in ("notes.txt", "analysis/fit.py", "fed-ht/my-plot.png")}
-    code, printed, err = _run(["run", str(tiny), "--out", str(out), "--force", "--quiet",
+    code, printed, err = cli.run(["run", str(tiny), "--out", str(out), "--force", "--quiet",
                                "--rounds", "2", "--only", "FedIter-HT"])
     assert code == 0, err
     assert {k: v for k, v in _tree(out).items() if k in mine} == mine
@@ -193,18 +172,18 @@ def test_force_keeps_user_files_next_to_fedsparse_output_and_says_so(tiny, tmp_p
     assert "fed-ht/my-plot.png" in printed
 
 
-def test_force_keeps_a_file_the_user_changed_and_refuses_to_overwrite_it(tiny, tmp_path):
+def test_force_keeps_a_file_the_user_changed_and_refuses_to_overwrite_it(tiny, tmp_path, cli):
     out = tmp_path / "out"
-    assert _run(["run", str(tiny), "--out", str(out), "--quiet"])[0] == 0
+    assert cli.run(["run", str(tiny), "--out", str(out), "--quiet"])[0] == 0
     edited = out / "fed-ht" / "history.csv"
     edited.write_text(edited.read_text() + "my,own,row\n")
     before = _tree(out)
     # the new run would rewrite fed-ht/history.csv: refused before anything is removed
-    err = _refused(["run", str(tiny), "--out", str(out), "--force", "--quiet"],
+    err = cli.refused(["run", str(tiny), "--out", str(out), "--force", "--quiet"],
                    "fed-ht/history.csv", "changed")
     assert _tree(out) == before
     # a run that does not write it: the changed file is kept, the rest replaced
-    code, printed, err = _run(["run", str(tiny), "--out", str(out), "--force", "--quiet",
+    code, printed, err = cli.run(["run", str(tiny), "--out", str(out), "--force", "--quiet",
                                "--only", "FedIter-HT", "--set", "label=Other"])
     assert code == 0, err
     assert edited.read_text().endswith("my,own,row\n")
@@ -212,19 +191,19 @@ def test_force_keeps_a_file_the_user_changed_and_refuses_to_overwrite_it(tiny, t
     assert "fed-ht/history.csv" in printed and "changed" in printed
 
 
-def test_force_refuses_when_a_user_folder_stands_where_the_run_writes(tiny, tmp_path):
+def test_force_refuses_when_a_user_folder_stands_where_the_run_writes(tiny, tmp_path, cli):
     out = tmp_path / "out"
-    assert _run(["run", str(tiny), "--out", str(out), "--quiet", "--only", "Fed-HT"])[0] == 0
+    assert cli.run(["run", str(tiny), "--out", str(out), "--quiet", "--only", "Fed-HT"])[0] == 0
     (out / "fediter-ht").mkdir()
     (out / "fediter-ht" / "history.jsonl").write_text("mine\n")
     before = _tree(out)
-    _refused(["run", str(tiny), "--out", str(out), "--force", "--quiet"], "fediter-ht")
+    cli.refused(["run", str(tiny), "--out", str(out), "--force", "--quiet"], "fediter-ht")
     assert _tree(out) == before
 
 
-def test_force_never_follows_a_link_out_of_the_folder(tiny, tmp_path):
+def test_force_never_follows_a_link_out_of_the_folder(tiny, tmp_path, cli):
     out = tmp_path / "out"
-    assert _run(["run", str(tiny), "--out", str(out), "--quiet"])[0] == 0
+    assert cli.run(["run", str(tiny), "--out", str(out), "--quiet"])[0] == 0
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     (elsewhere / "history.jsonl").write_text("not fedsparse's\n")
@@ -232,45 +211,45 @@ def test_force_never_follows_a_link_out_of_the_folder(tiny, tmp_path):
 
     shutil.rmtree(out / "fed-ht")
     (out / "fed-ht").symlink_to(elsewhere, target_is_directory=True)
-    _refused(["run", str(tiny), "--out", str(out), "--force", "--quiet"], "fed-ht")
+    cli.refused(["run", str(tiny), "--out", str(out), "--force", "--quiet"], "fed-ht")
     assert (elsewhere / "history.jsonl").read_text() == "not fedsparse's\n"
 
 
-def test_a_forged_manifest_cannot_remove_files_outside_the_folder(tiny, tmp_path):
+def test_a_forged_manifest_cannot_remove_files_outside_the_folder(tiny, tmp_path, cli):
     out = tmp_path / "out"
-    assert _run(["run", str(tiny), "--out", str(out), "--quiet"])[0] == 0
+    assert cli.run(["run", str(tiny), "--out", str(out), "--quiet"])[0] == 0
     victim = tmp_path / "victim.txt"
     victim.write_text("keep me")
     sha = hashlib.sha256(b"keep me").hexdigest()
     with open(out / MANIFEST, "a") as fh:
         for path in ("../victim.txt", str(victim), "fed-ht/../../victim.txt"):
             fh.write(json.dumps({"file": path, "sha256": sha}) + "\n")
-    code, _, err = _run(["run", str(tiny), "--out", str(out), "--force", "--quiet"])
+    code, _, err = cli.run(["run", str(tiny), "--out", str(out), "--force", "--quiet"])
     assert code == 0, err
     assert victim.read_text() == "keep me"
 
 
-def test_a_run_never_overwrites_a_user_file_it_did_not_expect(tmp_path, python_experiment):
+def test_a_run_never_overwrites_a_user_file_it_did_not_expect(tmp_path, python_experiment, cli):
     """A Python experiment writes whatever it writes: the user's file of the same name
     next to an earlier output is protected while it runs."""
     out = tmp_path / "out"
-    assert _run(["run", python_experiment.name, "--out", str(out)])[0] == 0
+    assert cli.run(["run", python_experiment.name, "--out", str(out)])[0] == 0
     (out / "notes.txt").write_text("mine")
     python_experiment.writes = ["table.txt", "notes.txt"]
-    err = _refused(["run", python_experiment.name, "--out", str(out), "--force"],
+    err = cli.refused(["run", python_experiment.name, "--out", str(out), "--force"],
                    "notes.txt", "did not write")
     assert (out / "notes.txt").read_text() == "mine"
     assert "Traceback" not in err
 
 
-def test_sweep_force_keeps_user_files(tmp_path, tiny):
+def test_sweep_force_keeps_user_files(tmp_path, tiny, cli):
     out = tmp_path / "sweep"
     argv = ["sweep", str(tiny), "--grid", "algorithm.step_size=[0.01, 0.02]", "--rounds", "2",
             "--out", str(out)]
-    assert _run(argv)[0] == 0
+    assert cli.run(argv)[0] == 0
     (out / "notes.txt").write_text("mine")
-    _refused(argv, "already holds", "--force")
-    code, printed, err = _run([*argv, "--force"])
+    cli.refused(argv, "already holds", "--force")
+    code, printed, err = cli.run([*argv, "--force"])
     assert code == 0, err
     assert (out / "notes.txt").read_text() == "mine" and "notes.txt" in printed
     assert (out / "sweep.csv").exists()
@@ -283,64 +262,64 @@ needs_flwr = pytest.mark.skipif(not HAS_FLWR, reason="needs flwr")
 
 
 @needs_flwr
-def test_flower_app_force_never_overwrites_a_users_project(tiny, tmp_path):
+def test_flower_app_force_never_overwrites_a_users_project(tiny, tmp_path, cli):
     proj = tmp_path / "proj"
     before = _user_project(proj, tiny)
     for argv in (["flower", "app", "fedht-default", "--run", "0", "--out", str(proj)],
                  ["flower", "app", "fedht-default", "--run", "0", "--out", str(proj),
                   "--force"]):
-        code, _, err = _run(argv)
+        code, _, err = cli.run(argv)
         assert code == 2 and "Traceback" not in err
         assert "README.md" in err or "not empty" in err, err
     assert _tree(proj) == before
 
 
 @needs_flwr
-def test_flower_app_force_rewrites_only_its_own_unchanged_files(tmp_path):
+def test_flower_app_force_rewrites_only_its_own_unchanged_files(tmp_path, cli):
     app = tmp_path / "app"
     argv = ["flower", "app", "fedht-default", "--run", "0", "--out", str(app)]
-    assert _run(argv)[0] == 0
+    assert cli.run(argv)[0] == 0
     assert set(read_manifest(app).files) >= {"pyproject.toml", "README.md",
                                              "fedsparse_app/server_app.py"}
     (app / "data").mkdir()
     (app / "data" / "node0.npz").write_bytes(b"mine")
-    err = _refused(argv, "--force")
+    err = cli.refused(argv, "--force")
     assert "overwrite=True" not in err
-    code, printed, err = _run([*argv[:4], "2", *argv[5:], "--force"])
+    code, printed, err = cli.run([*argv[:4], "2", *argv[5:], "--force"])
     assert code == 0, err
     assert (app / "data" / "node0.npz").read_bytes() == b"mine"
     assert 'kind = "fed_iter_ht"' in (app / "pyproject.toml").read_text()
     # a README the user edited is not overwritten
     (app / "README.md").write_text("# my notes on this job\n")
-    _refused([*argv, "--force"], "README.md", "changed")
+    cli.refused([*argv, "--force"], "README.md", "changed")
     assert (app / "README.md").read_text() == "# my notes on this job\n"
 
 
 @needs_flwr
-def test_flwr_home_never_edits_a_config_that_is_not_flowers(tmp_path):
+def test_flwr_home_never_edits_a_config_that_is_not_flowers(tmp_path, cli):
     home = tmp_path / "home"
     home.mkdir()
     unrelated = '[tool.black]\nline-length = 88\n# my comment\n'
     (home / "config.toml").write_text(unrelated)
     app = tmp_path / "app"
-    _refused(["flower", "app", "fedht-default", "--run", "0", "--out", str(app),
+    cli.refused(["flower", "app", "fedht-default", "--run", "0", "--out", str(app),
               "--flwr-home", str(home)], "--flwr-home", "not a Flower configuration")
     assert (home / "config.toml").read_text() == unrelated
     assert not app.exists()
     (home / "config.toml").write_text("not = [valid")
-    _refused(["flower", "app", "fedht-default", "--run", "0", "--out", str(app),
+    cli.refused(["flower", "app", "fedht-default", "--run", "0", "--out", str(app),
               "--flwr-home", str(home)], "--flwr-home")
     assert (home / "config.toml").read_text() == "not = [valid"
 
 
 @needs_flwr
-def test_flwr_home_merges_into_flowers_config_and_keeps_a_backup(tmp_path):
+def test_flwr_home_merges_into_flowers_config_and_keeps_a_backup(tmp_path, cli):
     home = tmp_path / "home"
     home.mkdir()
     flower = ('# my Flower connections\n[superlink]\ndefault = "mine"\n\n'
               '[superlink.mine]\naddress = "10.1.1.1:9093"\ninsecure = true\n')
     (home / "config.toml").write_text(flower)
-    code, printed, err = _run(["flower", "app", "fedht-default", "--run", "0", "--out",
+    code, printed, err = cli.run(["flower", "app", "fedht-default", "--run", "0", "--out",
                                str(tmp_path / "app"), "--flwr-home", str(home)])
     assert code == 0, err
     import tomllib
@@ -358,12 +337,12 @@ def test_flwr_home_merges_into_flowers_config_and_keeps_a_backup(tmp_path):
 # --resume into a new folder, Ctrl-C.
 
 
-def test_resume_into_a_new_or_empty_folder_is_refused(tiny, tmp_path):
-    _refused(["run", str(tiny), "--out", str(tmp_path / "typo"), "--resume", "--quiet"],
+def test_resume_into_a_new_or_empty_folder_is_refused(tiny, tmp_path, cli):
+    cli.refused(["run", str(tiny), "--out", str(tmp_path / "typo"), "--resume", "--quiet"],
              "--resume", "nothing to continue")
     assert not (tmp_path / "typo").exists()
     (tmp_path / "empty").mkdir()
-    _refused(["run", str(tiny), "--out", str(tmp_path / "empty"), "--resume", "--quiet"],
+    cli.refused(["run", str(tiny), "--out", str(tmp_path / "empty"), "--resume", "--quiet"],
              "nothing to continue")
 
 
@@ -383,10 +362,10 @@ def _interrupt_second_run(monkeypatch):
     return real
 
 
-def test_ctrl_c_prints_the_exact_command_that_continues(tiny, tmp_path, monkeypatch):
+def test_ctrl_c_prints_the_exact_command_that_continues(tiny, tmp_path, monkeypatch, cli):
     out = tmp_path / "out"
     real = _interrupt_second_run(monkeypatch)
-    code, _, err = _run(["run", str(tiny), "--out", str(out), "--quiet", "--rounds", "4",
+    code, _, err = cli.run(["run", str(tiny), "--out", str(out), "--quiet", "--rounds", "4",
                          "--set", "FedIter-HT:algorithm.step_size=0.02"])
     assert code == 130
     expected = shlex.join(["fedsparse", "run", str(tiny), "--out", str(out), "--quiet",
@@ -399,17 +378,17 @@ def test_ctrl_c_prints_the_exact_command_that_continues(tiny, tmp_path, monkeypa
     assert all(read_manifest(out).files.values()) and "FAILED" in read_manifest(out).files
     # the command does what it says
     monkeypatch.setattr("fedsparse.experiments.runner.execute_run", real)
-    code, _, err = _run(shlex.split(expected)[1:])
+    code, _, err = cli.run(shlex.split(expected)[1:])
     assert code == 0, err
     assert not (out / "FAILED").exists()
     summary = json.loads((out / "summary.json").read_text())
     assert [r["rounds"] for r in summary["runs"]] == [4, 4]
 
 
-def test_ctrl_c_with_the_default_folder_names_it(tmp_path, monkeypatch, tiny):
+def test_ctrl_c_with_the_default_folder_names_it(tmp_path, monkeypatch, tiny, cli):
     monkeypatch.chdir(tmp_path)
     _interrupt_second_run(monkeypatch)
-    code, _, err = _run(["run", str(tiny), "--quiet", "--force"])
+    code, _, err = cli.run(["run", str(tiny), "--quiet", "--force"])
     assert code == 130
     command = shlex.join(["fedsparse", "run", str(tiny), "--quiet", "--resume", "--out",
                           "runs/tiny"])
@@ -417,7 +396,7 @@ def test_ctrl_c_with_the_default_folder_names_it(tmp_path, monkeypatch, tiny):
     assert "--force" not in err.split("continue")[-1]
 
 
-def test_ctrl_c_before_any_result_says_to_start_again(tiny, tmp_path, monkeypatch):
+def test_ctrl_c_before_any_result_says_to_start_again(tiny, tmp_path, monkeypatch, cli):
     from fedsparse.experiments import runner
 
     def interrupted(*args, **kwargs):
@@ -425,7 +404,7 @@ def test_ctrl_c_before_any_result_says_to_start_again(tiny, tmp_path, monkeypatc
 
     monkeypatch.setattr(runner, "execute_run", interrupted)
     out = tmp_path / "out"
-    code, _, err = _run(["run", str(tiny), "--out", str(out), "--quiet"])
+    code, _, err = cli.run(["run", str(tiny), "--out", str(out), "--quiet"])
     assert code == 130 and not out.exists()
     assert shlex.join(["fedsparse", "run", str(tiny), "--out", str(out), "--quiet"]) in err
     assert "--resume" not in err
@@ -480,7 +459,7 @@ def test_sigterm_marks_the_run_as_ctrl_c_does(tiny, tmp_path):
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
-def test_a_run_killed_with_sigkill_still_names_its_files_and_resumes(tiny, tmp_path):
+def test_a_run_killed_with_sigkill_still_names_its_files_and_resumes(tiny, tmp_path, cli):
     out = tmp_path / "out"
     argv = [sys.executable, "-m", "fedsparse.cli", "run", str(tiny), "--out", str(out),
             "--rounds", "100000", "--quiet"]
@@ -501,11 +480,11 @@ def test_a_run_killed_with_sigkill_still_names_its_files_and_resumes(tiny, tmp_p
     import torch
 
     done = torch.load(out / "fed-ht" / "checkpoint.pt", weights_only=False)["round"]
-    code, _, err = _run(["run", str(tiny), "--out", str(out), "--rounds", str(done + 5),
+    code, _, err = cli.run(["run", str(tiny), "--out", str(out), "--rounds", str(done + 5),
                          "--quiet", "--resume"])
     assert code == 0, err
     assert (out / "notes.txt").read_text() == "mine"
-    code, printed, err = _run(["run", str(tiny), "--out", str(out), "--rounds", "2", "--quiet",
+    code, printed, err = cli.run(["run", str(tiny), "--out", str(out), "--rounds", "2", "--quiet",
                                "--force"])
     assert code == 0, err
     assert (out / "notes.txt").read_text() == "mine" and "notes.txt" in printed
@@ -515,7 +494,7 @@ def test_a_run_killed_with_sigkill_still_names_its_files_and_resumes(tiny, tmp_p
 # Errors that are not about the folder.
 
 
-def test_out_of_memory_is_not_blamed_on_the_output_folder(tiny, tmp_path, monkeypatch):
+def test_out_of_memory_is_not_blamed_on_the_output_folder(tiny, tmp_path, monkeypatch, cli):
     from fedsparse.experiments import runner
 
     def exhausted(*args, **kwargs):
@@ -523,7 +502,7 @@ def test_out_of_memory_is_not_blamed_on_the_output_folder(tiny, tmp_path, monkey
 
     monkeypatch.setattr(runner, "execute_run", exhausted)
     out = tmp_path / "out"
-    code, _, err = _run(["run", str(tiny), "--out", str(out), "--quiet"])
+    code, _, err = cli.run(["run", str(tiny), "--out", str(out), "--quiet"])
     assert code == 1
     assert "memory" in err.lower() and "Traceback" not in err
     assert str(out) not in err.split("error:")[1].split("\n")[0]
@@ -550,7 +529,7 @@ def test_a_run_too_large_for_memory_is_not_blamed_on_the_folder(tiny, tmp_path):
     assert not out.exists()  # nothing was written: no folder left behind
 
 
-def test_a_failure_while_marking_the_folder_keeps_the_real_error(tiny, tmp_path, monkeypatch):
+def test_a_failure_while_marking_the_folder_keeps_the_real_error(tiny, tmp_path, monkeypatch, cli):
     """Out of memory, the system cannot even list the folder: the user still hears about
     the memory, not "Cannot allocate memory: '<out>'"."""
     import errno
@@ -566,19 +545,19 @@ def test_a_failure_while_marking_the_folder_keeps_the_real_error(tiny, tmp_path,
     monkeypatch.setattr(runner, "execute_run", exhausted)
     monkeypatch.setattr(output, "_mark_failed", no_memory)
     out = tmp_path / "out"
-    code, _, err = _run(["run", str(tiny), "--out", str(out), "--quiet"])
+    code, _, err = cli.run(["run", str(tiny), "--out", str(out), "--quiet"])
     assert code == 1 and "out of memory" in err.lower(), err
     assert f"Cannot allocate memory: '{out}'" not in err
 
 
-def test_an_oserror_about_another_file_names_that_file(tiny, tmp_path, monkeypatch):
+def test_an_oserror_about_another_file_names_that_file(tiny, tmp_path, monkeypatch, cli):
     from fedsparse.experiments import runner
 
     def unreadable(*args, **kwargs):
         raise PermissionError(13, "Permission denied", "/data/clients.npz")
 
     monkeypatch.setattr(runner, "execute_run", unreadable)
-    code, _, err = _run(["run", str(tiny), "--out", str(tmp_path / "out"), "--quiet"])
+    code, _, err = cli.run(["run", str(tiny), "--out", str(tmp_path / "out"), "--quiet"])
     assert code == 1 and "/data/clients.npz" in err and "--out" not in err
 
 
@@ -614,42 +593,42 @@ def python_experiment():
 
 
 def test_a_python_experiment_refuses_a_changed_output_before_computing(tmp_path,
-                                                                       python_experiment):
+                                                                       python_experiment, cli):
     out = tmp_path / "out"
-    assert _run(["run", python_experiment.name, "--out", str(out)])[0] == 0
+    assert cli.run(["run", python_experiment.name, "--out", str(out)])[0] == 0
     (out / "table.txt").write_text("my edit")
-    _refused(["run", python_experiment.name, "--out", str(out), "--force"], "table.txt")
+    cli.refused(["run", python_experiment.name, "--out", str(out), "--force"], "table.txt")
     assert len(python_experiment.calls) == 1  # refused before it ran
     assert (out / "table.txt").read_text() == "my edit"
 
 
-def test_python_experiments_get_rounds_seeds_quick_and_resume(tmp_path, python_experiment):
+def test_python_experiments_get_rounds_seeds_quick_and_resume(tmp_path, python_experiment, cli):
     out = tmp_path / "out"
-    code, _, err = _run(["run", python_experiment.name, "--out", str(out), "--rounds", "7",
+    code, _, err = cli.run(["run", python_experiment.name, "--out", str(out), "--rounds", "7",
                          "--seeds", "3", "--quick"])
     assert code == 0, err
     assert python_experiment.calls[-1] == {"quick": True, "rounds": 7, "seeds": 3,
                                            "resume": False, "device": None}
     assert (out / "table.txt").read_text() == "rounds=7\n"
-    code, _, err = _run(["run", python_experiment.name, "--out", str(out), "--rounds", "7",
+    code, _, err = cli.run(["run", python_experiment.name, "--out", str(out), "--rounds", "7",
                          "--seeds", "3", "--quick", "--resume"])
     assert code == 0, err
     assert python_experiment.calls[-1]["resume"] is True
     # resumed as another form (its default seeds, not quick): refused, nothing called
-    _refused(["run", python_experiment.name, "--out", str(out), "--resume"],
+    cli.refused(["run", python_experiment.name, "--out", str(out), "--resume"],
              "seeds 3 there, None now", "quick True there, False now")
     assert len(python_experiment.calls) == 2
 
 
 @pytest.mark.parametrize("opt", [["--set", "rounds=3"], ["--only", "x"],
                                  ["--seeds", "2", "--band", "ci95"]])
-def test_python_experiments_refuse_what_they_cannot_take(tmp_path, python_experiment, opt):
-    _refused(["run", python_experiment.name, "--out", str(tmp_path / "o"), *opt],
+def test_python_experiments_refuse_what_they_cannot_take(tmp_path, python_experiment, opt, cli):
+    cli.refused(["run", python_experiment.name, "--out", str(tmp_path / "o"), *opt],
              "Python experiment", opt[-2] if opt[0] == "--seeds" else opt[0])
     assert python_experiment.calls == [] and not (tmp_path / "o").exists()
 
 
-def test_an_experiment_that_does_not_take_an_option_says_so(tmp_path):
+def test_an_experiment_that_does_not_take_an_option_says_so(tmp_path, cli):
     from fedsparse.experiments import registry
 
     def old_style(out, *, quick=False):
@@ -657,14 +636,14 @@ def test_an_experiment_that_does_not_take_an_option_says_so(tmp_path):
 
     registry.register_experiment("test-old-style", description="x")(old_style)
     try:
-        _refused(["run", "test-old-style", "--out", str(tmp_path / "o"), "--rounds", "3"],
+        cli.refused(["run", "test-old-style", "--out", str(tmp_path / "o"), "--rounds", "3"],
                  "--rounds", "test-old-style")
     finally:
         registry._PYTHON.pop("test-old-style", None)
     assert not (tmp_path / "o").exists()
 
 
-def test_the_declared_output_names_cover_every_file_a_run_writes(tiny, tmp_path):
+def test_the_declared_output_names_cover_every_file_a_run_writes(tiny, tmp_path, cli):
     """--force and --resume check kept files against output_patterns before anything
     runs: the patterns must name every file a run writes (with seeds too)."""
     from fnmatch import fnmatchcase
@@ -673,7 +652,7 @@ def test_the_declared_output_names_cover_every_file_a_run_writes(tiny, tmp_path)
     from fedsparse.experiments.runner import output_patterns
 
     out = tmp_path / "out"
-    assert _run(["run", str(tiny), "--out", str(out), "--quiet", "--seeds", "2"])[0] == 0
+    assert cli.run(["run", str(tiny), "--out", str(out), "--quiet", "--seeds", "2"])[0] == 0
     config = load_config(tiny)
     patterns = output_patterns(config, [r["slug"] for r in resolve_runs(config)])
     written = set(read_manifest(out).files)
