@@ -440,11 +440,6 @@ def _tracking(loggers, algorithm, history, device, callback, resume_from=None,
                   "device": str(device or "cpu")}
         name = f"{algorithm.name}-seed{history.config['seed']}"
         tracking = track_run(resolve_loggers(loggers), name, params, callback)
-    if resume_from is None:
-        tracking.open()
-        if history.initial and not history.records:
-            tracking.log_initial(history.initial)
-    else:
-        tracking.open(resume_from, previous)
-        tracking.log_past(history.initial, history.records)
+    tracking.open(resume_from, previous)
+    tracking.log_past(history.initial, history.records)  # round 0, and a checkpoint's
     return tracking

@@ -107,8 +107,9 @@ class Logger:
         self.start(name, params)
 
     def log_steps(self, steps: list[tuple[int, dict[str, float]]]) -> None:
-        """Several rounds at once (``(step, metrics)`` in order): the records a resumed
-        run takes from its checkpoint. The default calls :meth:`log_metrics` for each."""
+        """Rounds in order, ``(step, metrics)`` each: how every round reaches a logger
+        (one at a time, or a resumed run's checkpointed rounds at once). The default calls
+        :meth:`log_metrics` for each."""
         for step, metrics in steps:
             self.log_metrics(metrics, step)
 

@@ -101,29 +101,17 @@ class Tracking:
         return out + [dict(r) for r in self._unclaimed]
 
     def log_past(self, initial: dict | None, records: list[dict]) -> None:
-        """Log the records a resumed run takes from its checkpoint (round 0 and rounds
-        ``1 .. len(records)``), without the callback: a tracker whose run was reopened
-        keeps what it holds of them, a new tracker run receives them all."""
+        """Log the records a run holds before its first new round, without the callback:
+        the initial model's (round 0) and, for a run resumed from a checkpoint, rounds
+        ``1 .. len(records)``; a tracker whose run was reopened keeps what it holds of
+        them, a new tracker run receives them all."""
         self.open()
-        steps = []
-        tags: dict[str, str] = {}
-        for record in ([initial] if initial else []) + list(records):
-            metrics, found = split_record(record)
-            steps.append((int(record.get("round", 0)), metrics))
-            tags.update(found)
-        for logger in list(self.loggers):
-            self._call(logger, logger.log_steps, steps)
-        self._tag(tags)
+        self._log(([initial] if initial else []) + list(records))
 
     def callback(self, record: dict, state=None) -> None:
         """Log one round's record (and call the wrapped callback)."""
         self.open()
-        if self.loggers:
-            metrics, tags = split_record(record)
-            step = int(record.get("round", 0))
-            for logger in list(self.loggers):
-                self._call(logger, logger.log_metrics, metrics, step)
-            self._tag(tags)
+        self._log([record])
         if self.user_callback is not None:
             self.user_callback(record, state)
 
@@ -134,14 +122,6 @@ class Tracking:
             self.user_callback = callback if first is None else \
                 (lambda record, state: (first(record, state), callback(record, state)))
         return self
-
-    def log_initial(self, record: dict) -> None:
-        """Log the round-0 record (the initial model's metrics), without the callback."""
-        self.open()
-        metrics, tags = split_record(record)
-        for logger in list(self.loggers):
-            self._call(logger, logger.log_metrics, metrics, 0)
-        self._tag(tags)
 
     def close(self, history=None, error: BaseException | str | None = None) -> None:
         """Log the summary and the final model of ``history``, then end the run.
@@ -188,6 +168,20 @@ class Tracking:
                 self._call(logger, logger.log_model, model)
         for logger in self.loggers:
             _quietly(logger.finish, failed)
+
+    def _log(self, records: list[dict]) -> None:
+        """Each record's numbers at step = its round, to every logger; its text as tags."""
+        if not self.loggers:
+            return
+        steps = []
+        tags: dict[str, str] = {}
+        for record in records:
+            metrics, found = split_record(record)
+            steps.append((int(record.get("round", 0)), metrics))
+            tags.update(found)
+        for logger in list(self.loggers):
+            self._call(logger, logger.log_steps, steps)
+        self._tag(tags)
 
     def _tag(self, tags: dict[str, str]) -> None:
         new = {k: v for k, v in tags.items() if self.tags.get(k) != v}
