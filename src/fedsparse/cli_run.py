@@ -142,7 +142,7 @@ def _check_resume_seeds(args, out: Path, identity: dict, run: str | None = None)
     from types import SimpleNamespace
 
     from ._validation import fail
-    from .experiments.output import IDENTITY, marker_info
+    from .experiments.output import IDENTITY, marker_info, more_seeds
 
     if not args.resume or not out.is_dir():
         return
@@ -151,8 +151,8 @@ def _check_resume_seeds(args, out: Path, identity: dict, run: str | None = None)
                                       for k in IDENTITY if k != "seeds"):
         return  # another experiment or form, or an older marker: prepare_output says so
     old, new = recorded["seeds"], identity.get("seeds")
-    if old == new or not isinstance(old, int | None) or not isinstance(new, int | None) \
-            or (old is not None and new is not None and new > old):
+    if old == new or more_seeds(old, new) or not all(isinstance(v, int | None)
+                                                      for v in (old, new)):
         return  # the same or more seeds: resumable
     said = f"seeds {old!r} there, {new!r} now"
     argv = _without_seeds(list(getattr(args, "argv", None) or ["run", args.experiment or ""]))

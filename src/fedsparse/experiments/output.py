@@ -277,7 +277,7 @@ def marker_info(out: Path) -> dict:
     return info if isinstance(info, dict) else {}
 
 
-def _more_seeds(old, new) -> bool:
+def more_seeds(old, new) -> bool:
     """More replicates of the same runs: the earlier seeds continue from their
     checkpoints and the new ones are added (how a long run is split by seed)."""
     return isinstance(old, int) and isinstance(new, int) and new > old
@@ -289,8 +289,8 @@ def _check_same_identity(out: Path, identity: dict) -> None:
     recorded = marker_info(out)
     differ = {k: (recorded[k], v) for k, v in identity.items()
               if k in recorded and recorded[k] != v
-              and not (k == "seeds" and _more_seeds(recorded[k], v))}
-    if not differ and _more_seeds(recorded.get("seeds"), identity.get("seeds")):
+              and not (k == "seeds" and more_seeds(recorded[k], v))}
+    if not differ and more_seeds(recorded.get("seeds"), identity.get("seeds")):
         kept = {k: v for k, v in recorded.items() if k not in ("status", "time")}
         _write_marker(out, str(recorded.get("status", "new")),
                       **{**kept, "seeds": identity["seeds"]})
