@@ -68,6 +68,36 @@ def test_a_bad_option_value_names_the_option_as_typed(argv, expected, tiny, tmp_
     assert not out.exists()
 
 
+@pytest.mark.parametrize("assignment", ["data.seed=-1", "B:algorithm.step_size=-1"])
+def test_a_run_that_cannot_be_built_is_refused_before_it_starts(assignment, tiny, tmp_path,
+                                                               cli):
+    """Values that only building the data or the algorithm checks are refused before the
+    "fedsparse run NAME -> OUT" line, as every other check is."""
+    out = tmp_path / "o"
+    code, stdout, err = cli.run(["run", str(tiny), "--set", assignment, "--out", str(out)])
+    assert code == 2 and f"--set {assignment} is invalid" in err, err
+    assert "->" not in stdout, stdout
+    assert not out.exists()
+
+
+#: ``fedsparse flower app TINY --run 0 --set ...``: the same naming, and the data seed
+#: checked before the project is written (the nodes build the data).
+FLOWER_SETS = [("rounds=0", "--set rounds=0 is invalid: must be at least 1"),
+               ("seed=-1", "--set seed=-1 is invalid: must be an integer from 0"),
+               ("algorithm.step_size=-1", "--set algorithm.step_size=-1 is invalid: must be "
+                                          "positive"),
+               ("data.seed=-1", "--set data.seed=-1 is invalid: must be an integer from 0")]
+
+
+@pytest.mark.parametrize("assignment, expected", FLOWER_SETS, ids=[a for a, _ in FLOWER_SETS])
+def test_flower_app_names_a_bad_set_as_typed(assignment, expected, tiny, tmp_path, cli):
+    pytest.importorskip("flwr")
+    out = tmp_path / "app"
+    cli.refused(["flower", "app", str(tiny), "--run", "0", "--set", assignment,
+                 "--out", str(out)], expected)
+    assert not out.exists()
+
+
 SEARCH_ENDS = [
     (["sweep", "--grid", "algorithm=[1]"],
      "--grid algorithm=1 is invalid: [algorithm] is a table"),

@@ -280,7 +280,7 @@ def _stamp_version(out: Path, device: str | None = None) -> None:
 def cmd_run(args) -> int:
     from .experiments.config import resolve_runs, select_runs
     from .experiments.output import output_patterns, prepare_output, wrote_line
-    from .experiments.runner import run_experiment
+    from .experiments.runner import check_runs_buildable, run_experiment
     from .manifest import read_manifest
 
     check_count_options(args)
@@ -335,6 +335,8 @@ def cmd_run(args) -> int:
                                   "--seeds N (N >= 2) as well")
             config["plot"] = {**config.get("plot", {}), "band": args.band}
         runs = resolve_runs(config)  # every check before --out is touched
+        data_cache: dict = {}  # what building every run needs: built once, here
+        check_runs_buildable(config, runs, data_cache)
         slugs = [r["slug"] for r in runs]
         identity = {"experiment": TOML_CONFIG, "seeds": args.seeds}
         _check_resume_seeds(args, out, identity, run=slugs[0])
@@ -343,7 +345,7 @@ def cmd_run(args) -> int:
         print(f"fedsparse run {name} -> {out} ({_seeds_text(runs)})")
         summary = _guarded(out, created, args, lambda: run_experiment(
             config, out, resume=args.resume, progress=False if args.quiet else None,
-            seeds=args.seeds, loggers=args.log))
+            seeds=args.seeds, loggers=args.log, data_cache=data_cache))
     if summary is INTERRUPTED:
         return 130
     if python_exp is None:  # a FedMac Table 1 row run as its TOML config: its table too

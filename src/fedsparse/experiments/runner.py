@@ -280,7 +280,7 @@ def format_comparison(c: dict) -> str:
 
 def run_experiment(config: dict, out: str | Path, *, resume: bool = False,
                    progress: bool | None = None, log=print, seeds: int | None = None,
-                   loggers=None) -> dict:
+                   loggers=None, data_cache: dict | None = None) -> dict:
     """Run every run of ``config``, write its outputs under ``out``, return the summary.
 
     Writes ``out/<run>/history.{jsonl,csv}``, ``model.npy``, ``config.json``,
@@ -295,7 +295,8 @@ def run_experiment(config: dict, out: str | Path, *, resume: bool = False,
 
     ``loggers`` (:func:`fedsparse.loggers.resolve_loggers`: tracker names or loggers)
     track every run (each seed) in the experiment named after ``out``, the trackers'
-    files under ``out``.
+    files under ``out``. ``data_cache``: the data sets a caller already built for these
+    runs (:func:`check_runs_buildable`'s cache), reused instead of built again.
     """
     if seeds is not None:
         check_seeds(seeds)
@@ -304,7 +305,7 @@ def run_experiment(config: dict, out: str | Path, *, resume: bool = False,
     if seeds:
         check_last_replicate(runs, seeds)
     trackers = resolve_loggers(loggers, out, experiment=out.absolute().name)
-    data_cache: dict = {}
+    data_cache = {} if data_cache is None else data_cache
     check_runs_buildable(config, runs, data_cache)  # before hours of runs
     out.mkdir(parents=True, exist_ok=True)
 

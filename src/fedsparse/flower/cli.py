@@ -11,9 +11,10 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 from .._validation import ConfigError
-from ..cli_common import parse_value, resolve_experiment
+from ..cli_common import name_typed_options, parse_value, resolve_experiment
 from .app_project import connections, write_app_project
 from .job import flatten, job_from_config
 
@@ -97,11 +98,29 @@ def flower_app_command(args: argparse.Namespace) -> int:
                                 flwr_home=args.flwr_home, sim_address=args.sim_address,
                                 overwrite=args.force, log=print, cli=True)
     except ConfigError as exc:
-        print(f"fedsparse flower app: error: {exc}", file=sys.stderr)
+        print(f"fedsparse flower app: error: {_as_typed(exc, args)}", file=sys.stderr)
         return 2
     print(f"wrote the Flower app project {out}")
     _print_connections(out, args)
     return 0
+
+
+def _as_typed(exc: ConfigError, args) -> str:
+    """The error naming ``--set KEY=VALUE`` where the bad value came from one (as ``fedsparse
+    run`` does), not the job key it became."""
+    pairs = []
+    for item in args.set:
+        key, sep, value = item.partition("=")
+        if sep:
+            try:
+                pairs.append((key.strip(), parse_value(value.strip())))
+            except ConfigError:
+                pass
+    typed = SimpleNamespace(set=pairs, argv=getattr(args, "argv", None))
+    try:
+        return name_typed_options(str(exc), typed)
+    except Exception:  # never a traceback in place of the error itself
+        return str(exc)
 
 
 def _overrides(items) -> dict:

@@ -318,6 +318,8 @@ def _check_data_table(data: dict) -> None:
         if extra:
             raise unknown_key('[data] of kind "node"', sorted(extra)[0], {"kind", "num_clients"})
         return
+    if "seed" in data:  # the one value every generator checks alike
+        check_seed("data.seed", data["seed"])
     arguments = builder_arguments(GENERATORS[data["kind"]])  # what build_data accepts
     if arguments is None:  # a generator taking **kwargs: any key
         return
