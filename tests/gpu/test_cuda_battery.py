@@ -390,3 +390,25 @@ def test_an_ill_conditioned_case_is_refused(case, setting, moved, monkeypatch):
         case_tolerance(case, run_case(case, "cpu"))
     assert float(re.search(r"moves its model by ([-+.\de]+)", str(refused.value)).group(1)) \
         > moved
+
+
+def test_the_battery_covers_every_algorithm_problem_and_channel():
+    assert {c[0].partition(":")[0] for c in CASES} == set(REGISTRY)
+    assert {c[1] for c in CASES} == set(PROBLEMS)
+    assert {c[2] for c in CASES} == set(CHANNELS)
+    assert {c[3] for c in CASES} == {False, True}
+
+
+STORED = [("fedmac", "softmax", "bernoulli", False), ("heur_fedamp", "mlp", "perfect", False),
+          ("per_fedavg", "cnn", "perfect", False), ("safari:fedspa", "mlp", "bernoulli", True)]
+
+
+@pytest.mark.parametrize("case", STORED, ids=_id)
+@pytest.mark.parametrize("devices", [CPU_PAIR, GPU_PAIR])
+def test_client_state_on_disk_gives_the_same_run_on_the_device(devices, case):
+    # the files live on the host; the sampled rows move to the device and back
+    device = devices[1]
+    in_memory = run_case(case, device)
+    on_disk = run_case(case, device, client_state_memory=0)
+    assert_same_run(in_memory, on_disk)
+    assert on_disk.model.device.type == torch.device(device).type
