@@ -20,7 +20,8 @@ from fedsparse.devices import (
     resolve_device,
 )
 from fedsparse.experiments import runner
-from fedsparse.experiments.config import apply_overrides, resolve_runs
+from fedsparse.experiments.config import resolve_runs
+from fedsparse.experiments.run_selection import apply_overrides
 
 NO_GPU = pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
 

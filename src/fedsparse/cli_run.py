@@ -25,7 +25,7 @@ def _apply_overrides(config: dict, assignments, rounds, device: str | None = Non
     """``config`` with ``--set`` (``FIELD=VALUE`` or ``LABEL:FIELD=VALUE``), ``--rounds``
     and ``--device`` applied to every run (a copy); ``--device`` wins over the device
     the config or a ``--set`` names."""
-    from .experiments.config import apply_overrides
+    from .experiments.run_selection import apply_overrides
 
     extra = [("device", device)] if device is not None else []
     return apply_overrides(config, [*(assignments or ()), *extra], rounds)
@@ -278,8 +278,9 @@ def _stamp_version(out: Path, device: str | None = None) -> None:
 
 
 def cmd_run(args) -> int:
-    from .experiments.config import resolve_runs, select_runs
+    from .experiments.config import resolve_runs
     from .experiments.output import output_patterns, prepare_output, wrote_line
+    from .experiments.run_selection import select_runs
     from .experiments.runner import check_runs_buildable, run_experiment
     from .manifest import read_manifest
 

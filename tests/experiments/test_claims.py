@@ -6,7 +6,8 @@ import pytest
 
 from fedsparse import ConfigError
 from fedsparse.experiments.claims import FAILS, HOLDS, UNTESTED, format_verdicts, verdicts
-from fedsparse.experiments.config import check_config, select_runs
+from fedsparse.experiments.config import check_config
+from fedsparse.experiments.run_selection import select_runs
 from fedsparse.history import History
 
 

@@ -6,13 +6,15 @@ import pytest
 
 from fedsparse import ConfigError
 from fedsparse.experiments.config import (
-    apply_overrides,
     build_algorithm,
     build_channel,
     build_data,
     check_config,
-    pick_run,
     resolve_runs,
+)
+from fedsparse.experiments.run_selection import (
+    apply_overrides,
+    pick_run,
     run_choices,
     select_runs,
     set_path,

@@ -18,9 +18,10 @@ import pytest
 
 from fedsparse.algorithms.personalized import fedmac_bits
 from fedsparse.experiments import fedmac as M
-from fedsparse.experiments.config import apply_overrides, resolve_runs, select_runs
+from fedsparse.experiments.config import resolve_runs
 from fedsparse.experiments.fedmac_report import cell, percent
 from fedsparse.experiments.registry import python_experiments
+from fedsparse.experiments.run_selection import apply_overrides, select_runs
 from fedsparse.experiments.seeds import mean_history, seed_stats
 from fedsparse.history import History
 from fedsparse.report.results_pages import (

@@ -21,7 +21,7 @@ from pathlib import Path
 from .._threads import torch_threads
 from ..algorithms.personalized import fedmac_bits
 from ..history import History
-from .config import apply_overrides, resolve_runs
+from .config import resolve_runs
 from .fedmac_plots import column, figure_grid, finish_figure, plot_accuracy
 from .fedmac_report import (
     COLUMNS,
@@ -49,6 +49,7 @@ from .fedmac_runs import (
 )
 from .fedmac_table1 import DATA_NAMES, TABLE1, runner_table, table1
 from .registry import register_experiment
+from .run_selection import apply_overrides
 from .seeds import device_fields
 
 #: Names kept from before the split (the results pages and the tests use them). The

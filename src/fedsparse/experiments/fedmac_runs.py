@@ -27,8 +27,9 @@ import torch
 from .._threads import torch_threads
 from .._validation import fail
 from ..history import History
-from .config import apply_overrides, load_config, resolve_runs
+from .config import load_config, resolve_runs
 from .registry import CONFIG_DIR
+from .run_selection import apply_overrides
 from .runner import data_key, execute_run
 from .seeds import average_seeds, device_fields, iter_replicates, seed_stats
 

@@ -11,11 +11,12 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from .config import apply_overrides, resolve_runs
+from .config import resolve_runs
 from .fedmac_plots import plot_accuracy
 from .fedmac_report import COLUMNS, PAPER_TABLE1, format_table, table_rows, write_summary
 from .fedmac_runs import load_results, named_config, quick_overrides, run_config
 from .registry import register_experiment
+from .run_selection import apply_overrides
 from .seeds import device_fields
 
 #: Full and quick settings of each Table 1 row: (config, paper key, seeds, eval_every,

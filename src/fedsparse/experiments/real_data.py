@@ -33,18 +33,11 @@ from .._validation import ConfigError
 from ..history import History
 from ..report.plots import plot_panels
 from ..simulate import DivergenceError, simulate
-from .config import (
-    DTYPES,
-    apply_overrides,
-    build_data,
-    build_problem,
-    load_config,
-    resolve_runs,
-    slugify,
-)
+from .config import DTYPES, build_data, build_problem, load_config, resolve_runs, slugify
 from .libsvm_sets import LABELS as LABELS  # importable from here, where it was first defined
 from .libsvm_sets import LIBSVM_SETS, libsvm_config
 from .registry import CONFIG_DIR, register_experiment
+from .run_selection import apply_overrides
 from .runner import run_experiment
 from .seeds import device_fields
 

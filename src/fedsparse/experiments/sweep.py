@@ -33,16 +33,8 @@ import tomli_w
 
 from .._validation import ConfigError, check_int, fail
 from ..loggers import resolve_loggers
-from .config import (
-    METRICS,
-    RUN_KEYS,
-    apply_overrides,
-    build_algorithm,
-    build_problem,
-    check_metric,
-    resolve_runs,
-    set_path,
-)
+from .config import METRICS, RUN_KEYS, build_algorithm, build_problem, check_metric, resolve_runs
+from .run_selection import apply_overrides, set_path
 from .runner import _data, execute_run, recordable_metrics
 from .seeds import (
     best_direction,

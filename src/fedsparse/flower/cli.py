@@ -143,7 +143,7 @@ def _overrides(items) -> dict:
 def _check_run_given(config: dict, run) -> None:
     """An app project holds one job: with several runs, the user says which (a silent
     first-run default would drop the others)."""
-    from ..experiments.config import run_choices
+    from ..experiments.run_selection import run_choices
 
     runs = config.get("runs")
     if run is None and isinstance(runs, list) and len(runs) > 1:

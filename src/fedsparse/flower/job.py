@@ -67,9 +67,9 @@ from ..experiments.config import (
     check_config,
     check_flower_values,
     deep_merge,
-    pick_run,
     unknown_key,
 )
+from ..experiments.run_selection import pick_run
 from ..problems import REGISTRY as PROBLEMS
 
 #: ``data.kind`` meaning "each node brings its own file" (node config ``data-path``).
