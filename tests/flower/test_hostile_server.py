@@ -359,6 +359,8 @@ EVALUATE_REPLIES = {
     "num-examples 'x'": _eval_as_config(**{"num-examples": "x"}),
     "num-examples unlike the handshake's": _eval_set(**{"num-examples": 10**9}),
     "test objective without test examples": _eval_set(test_objective=1.0),
+    # the job's nodes have no test data, and their handshakes say so
+    "test-examples its handshake did not report": _eval_set(**{"test-examples": 10**9}),
     "personal objective NaN": _eval_set(personal_objective=float("nan")),
     "personal objective without personal models": _eval_set(personal_objective=0.5),
     "error reply": "error",
@@ -452,6 +454,8 @@ HANDSHAKES = {
     "count -1": (_node_set(count=-1), "count"),
     "count 2^62": (_node_set(count=2**62), "count"),
     "count 'x'": (_node_set(count="x"), "count"),
+    "test-examples 0": (_node_set(**{"test-examples": 0}), "test-examples"),
+    "test-examples 2^62": (_node_set(**{"test-examples": 2**62}), "test-examples"),
     "feature_shape [999]": (_node_set(feature_shape=[999]), "feature_shape"),
     "feature_shape []": (_node_set(feature_shape=[]), "feature_shape"),
     "feature_shape [-30]": (_node_set(feature_shape=[-30]), "feature_shape"),
@@ -501,6 +505,38 @@ def test_a_handshake_with_a_huge_weight_cannot_take_over_the_average(fake_grid):
     history, _ = _run(fake_grid, job, fate)
     assert history.column("rejected") == [1] * ROUNDS
     assert float(history.model.abs().max()) < 10
+
+
+def test_a_node_cannot_change_its_share_of_the_test_metrics(fake_grid, caplog):
+    """Test metrics are weighted by each node's test example count, which its handshake
+    reports: an evaluate reply claiming another count is left out, and the test
+    accuracy is the other nodes' (nodes with test data: FedProx's Synthetic)."""
+    job = _job(data={"kind": "fedprox_synthetic", "num_clients": 4, "dim": 12,
+                     "num_classes": 3},
+               problem={"kind": "softmax", "num_classes": 3},
+               algorithm={"kind": "fed_avg", "local_steps": 2, "batch_size": 5,
+                          "step_size": 0.05})
+    honest, _ = _run(fake_grid, job)
+
+    def inflated(content):
+        content["metrics"]["test-examples"] = 10**6  # its share of test metrics, 10^6 x
+
+    def fate(kind, group, pid):
+        return inflated if kind == "evaluate" and pid == HOSTILE else "ok"
+
+    with caplog.at_level(logging.WARNING):
+        history, _ = _run(fake_grid, job, fate)
+    rows = [history.initial, *history.records]
+    assert [r["evaluations_dropped"] for r in rows] == [1] * (ROUNDS + 1)
+    assert "test-examples=1000000, but its handshake reported" in caplog.text
+    torch.testing.assert_close(history.model, honest.model)  # training is untouched
+    data, problem = job.build_data(), job.build_problem()
+    others = torch.tensor([c for c in range(4) if c != HOSTILE])
+    three = FederatedDataset(train=data.train.select(others), test=data.test.select(others),
+                             weights=data.weights[others])
+    expected = fs.metrics.evaluate(problem, three, history.model)["test_accuracy"]
+    assert rows[-1]["test_accuracy"] == pytest.approx(expected, rel=1e-5)
+    assert rows[-1]["test_accuracy"] != honest.records[-1]["test_accuracy"]
 
 
 # -- nodes that never reply -----------------------------------------------------------

@@ -225,6 +225,8 @@ def make_client_app(job: Job | None = None) -> ClientApp:
                 codec.COUNT: int(node.train.counts[0]), codec.WEIGHT: float(node.weight),
                 codec.FEATURE_SHAPE: list(DataSpec.of(_local_dataset(node)).feature_shape),
                 codec.DTYPE: str(node.train.X.dtype), codec.SOURCE: node.source}
+        if node.test is not None:  # its evaluate replies must then report the same count
+            info[codec.TEST_EXAMPLES] = int(node.test.counts[0])
         # The statistics the server's algorithm.bind needs (e.g. L_i for an "auto" step),
         # computed here on the node's own data: the server never sees the data.
         for name, value in rt.algorithm.statistics(rt.problem, node.train).items():

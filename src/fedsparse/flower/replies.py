@@ -15,6 +15,9 @@ Handshake (``query``) reply, record :data:`~fedsparse.flower.codec.NODE`:
   so it never exceeds the node's count. Within that bound a node can still overstate
   its share; the bound on update distances (``flower.max_update_ratio``) keeps what it
   uploads near the other clients' updates, so its weight cannot carry the average away;
+* ``test-examples`` (where the node has test data): an integer in ``1..MAX_EXAMPLES``,
+  the weight of its test metrics. Self-reported like ``count``; an evaluate reply must
+  repeat it, so a node cannot change its share of the test metrics between evaluations;
 * ``feature_shape``: 1 to 8 positive integers with at most ``MAX_ELEMENTS`` entries in
   all;
 * ``stat.<name>``: at most :data:`~fedsparse.screening.MAX_CLIENT_METRICS` statistics,
@@ -23,8 +26,8 @@ Handshake (``query``) reply, record :data:`~fedsparse.flower.codec.NODE`:
 Evaluate reply, record :data:`~fedsparse.flower.codec.METRICS`: ``weight`` and
 ``num-examples`` equal to the node's handshake (the server uses its own copies), a finite
 ``objective`` >= 0 (every fedsparse objective is a loss), accuracies in [0, 1],
-``test_*`` only with a positive ``test-examples``, ``personal_*`` only for an algorithm
-with personalised models.
+``test_*`` only with ``test-examples``, equal to the handshake's, ``personal_*`` only for
+an algorithm with personalised models.
 """
 
 from __future__ import annotations
@@ -103,8 +106,8 @@ def node_info(content, num_clients: int) -> dict:
     Returns
     -------
     dict
-        ``partition_id``, ``count``, ``weight``, ``feature_shape`` (tuple) and
-        ``stats`` ({name: float}).
+        ``partition_id``, ``count``, ``test_count`` (None without test data),
+        ``weight``, ``feature_shape`` (tuple) and ``stats`` ({name: float}).
 
     Raises
     ------
@@ -117,6 +120,8 @@ def node_info(content, num_clients: int) -> dict:
     if num != num_clients or isinstance(num, bool):
         raise Refused(f"{codec.NUM_PARTITIONS}={shown(num)}, but the job has {num_clients} clients")
     count = integer(info, codec.COUNT, 1, MAX_EXAMPLES)
+    test_count = integer(info, codec.TEST_EXAMPLES, 1, MAX_EXAMPLES) \
+        if codec.TEST_EXAMPLES in info else None
     weight = number(info, codec.WEIGHT, low=0.0, high=float(count), low_open=True)
     shape = _field(info, codec.FEATURE_SHAPE)
     if (not isinstance(shape, list) or not 1 <= len(shape) <= MAX_FEATURE_AXES
@@ -135,7 +140,7 @@ def node_info(content, num_clients: int) -> dict:
             raise Refused(f"statistic name {shown(name)} is empty or too long")
         # at most float32's largest: the server stores the statistics in the run's dtype
         stats[name] = number(info, key, low=0.0, high=FLOAT32_MAX)
-    return {"partition_id": pid, "count": count, "weight": weight,
+    return {"partition_id": pid, "count": count, "test_count": test_count, "weight": weight,
             "feature_shape": tuple(int(n) for n in shape), "stats": stats}
 
 
@@ -170,7 +175,12 @@ def evaluation(content, node: dict, personal: bool) -> dict:
                       f"count {node['count']}")
     out: dict = {codec.WEIGHT: node["weight"], codec.NUM_EXAMPLES: node["count"]}
     if codec.TEST_EXAMPLES in metrics:
-        out[codec.TEST_EXAMPLES] = integer(metrics, codec.TEST_EXAMPLES, 1, MAX_EXAMPLES)
+        tests = integer(metrics, codec.TEST_EXAMPLES, 1, MAX_EXAMPLES)
+        if tests != node.get("test_count"):
+            said = "no test data" if node.get("test_count") is None else \
+                f"{node['test_count']} test examples"
+            raise Refused(f"{codec.TEST_EXAMPLES}={tests}, but its handshake reported {said}")
+        out[codec.TEST_EXAMPLES] = tests
     if "objective" not in metrics:
         raise Refused("no objective")
     for names, high in ((OBJECTIVES, math.inf), (ACCURACIES, 1.0)):
