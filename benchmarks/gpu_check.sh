@@ -25,7 +25,7 @@ set -u
 ROOT=$(pwd)
 OUT=${OUT:-$ROOT/gpu-check-out}
 BUDGET=${BUDGET:-540}
-PYTHON=${PYTHON:-python}
+PYTHON=${PYTHON:-$(command -v python || command -v python3)}
 mkdir -p "$OUT"
 SUMMARY="$OUT/SUMMARY.txt"
 : > "$SUMMARY"
@@ -66,6 +66,12 @@ step() {
 torch.cuda.get_device_name(0) if torch.cuda.is_available() else '')"
 } > "$OUT/environment.txt" 2>&1
 note "$(tail -n 1 "$OUT/environment.txt")"
+# fedsparse must import (PYTHONPATH=src, and its dependencies, e.g. tomli-w, installed or
+# carried as wheels); otherwise every step below would fail the same way
+if ! "$PYTHON" -c "import fedsparse" >> "$OUT/environment.txt" 2>&1; then
+    note "FAILED   import fedsparse (see environment.txt): nothing else was run"
+    exit 1
+fi
 
 # 1. the battery
 step battery 300 "$PYTHON" -m pytest -m gpu tests/gpu -q -p no:cacheprovider -rs \
