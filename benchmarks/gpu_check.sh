@@ -8,7 +8,9 @@
 # Fashion-MNIST is read where fedsparse looks for it: $FEDSPARSE_DATA/fashion-mnist, or
 # /usr/share/datasets/fashion-mnist. A GPU machine without a network needs the four IDX
 # files (30 MB) brought along, e.g. copied to gpu-data/fashion-mnist/ in the working
-# tree and FEDSPARSE_DATA=$PWD/gpu-data.
+# tree and FEDSPARSE_DATA=$PWD/gpu-data. A machine whose Python lacks one of fedsparse's
+# dependencies (tomli-w, say) without pip access needs its wheel brought along too,
+# installed with pip install --no-index --target DIR and DIR added to PYTHONPATH.
 #
 # Steps, most important first; each has its own time limit and the whole script stops
 # starting new steps after BUDGET seconds (default 540):
