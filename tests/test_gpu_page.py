@@ -194,3 +194,15 @@ def test_the_quick_runs_on_both_devices():
     assert "2.19 on the CPU and 2.20 on the GPU" in PROSE
     assert "no compensation: 54.03 ± 0.00 (n=1) / 48.25 ± 0.00 (n=1) / 2.19" in \
         _log("safari-fmnist-cpu.log")
+
+
+def test_fedsparse_list_says_the_same_gpu_times():
+    """``fedsparse list`` and ``show`` give each paper-scale run the time gpu-runs.md
+    computes from the timed rounds."""
+    from fedsparse.experiments.registry import INFO
+
+    quoted = dict(re.findall(r"`fedsparse run (\S+) --device cuda` \| [\dx ]+ \| "
+                             r"(?:waits for a GPU: )?(\d+) min \|", RUNS_PAGE))
+    assert len(quoted) == 6
+    for name, minutes in quoted.items():
+        assert INFO[name].gpu_runtime == f"{minutes} min on an H100, estimated", name

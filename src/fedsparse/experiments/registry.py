@@ -134,8 +134,9 @@ class ExperimentInfo:
     hidden : a TOML config that only serves a Python experiment; listed with ``--all``.
     gpu : it wants a GPU (``--device cuda``): it trains a neural model long enough that
         its full run takes about ten minutes or more on the CPU.
-    gpu_runtime : the full run's wall-clock time measured on a GPU (with the GPU's
-        name); "" until it has been measured (``list`` and ``show`` then say so).
+    gpu_runtime : the full run's wall-clock time on a GPU, with the GPU's name: measured,
+        or "estimated" from a few timed rounds; "" until measured (``list`` and ``show``
+        then say so).
     """
 
     paper: str
@@ -152,8 +153,11 @@ class ExperimentInfo:
         if not self.gpu:
             return f"the CPU is enough (full run about {self.runtime})"
         return (f"wants a GPU (--device cuda): full run about {self.runtime} on the CPU, "
-                f"{self.gpu_runtime or 'not measured yet'} on a GPU")
+                f"{self.gpu_runtime or 'not measured yet on a GPU'}")
 
+
+#: A GPU time estimated from timed rounds (docs/results/gpu-runs.md has them).
+TIMED = " on an H100, estimated"
 
 INFO: dict[str, ExperimentInfo] = {
     "fedht-default": ExperimentInfo("fedht", "Figure 3", "10 s"),
@@ -195,18 +199,19 @@ INFO: dict[str, ExperimentInfo] = {
     "safari-sparsity": ExperimentInfo("safari", "Figure 8", "5 min", (FASHION,)),
     "safari-fedprox": ExperimentInfo("safari", "Figures 9-11", "6 min", (FASHION,)),
     "safari-paper-fig2": ExperimentInfo("safari", "Figures 2 and 5 (ResNet-20)", "days",
-                                        (FASHION,), gpu=True),
+                                        (FASHION,), gpu=True, gpu_runtime=f"36 min{TIMED}"),
     "safari-paper-fig3": ExperimentInfo("safari", "Figure 3 (ResNet-20)", "days", (FASHION,),
-                                        gpu=True),
+                                        gpu=True, gpu_runtime=f"24 min{TIMED}"),
     "safari-paper-fig4": ExperimentInfo("safari", "Figure 4 (ResNet-20)", "days", (FASHION,),
-                                        gpu=True),
+                                        gpu=True, gpu_runtime=f"24 min{TIMED}"),
     "safari-paper-fig8": ExperimentInfo("safari", "Figure 8 (ResNet-20)", "days", (FASHION,),
-                                        gpu=True),
+                                        gpu=True, gpu_runtime=f"29 min{TIMED}"),
     "safari-paper-fedprox": ExperimentInfo("safari", "Figures 9-11 (ResNet-20)", "days",
-                                           (FASHION,), gpu=True),
+                                           (FASHION,), gpu=True,
+                                           gpu_runtime=f"44 min{TIMED}"),
     "fedmac-table1-vgg": ExperimentInfo("fedmac", "Table 1 (CIFAR-100 row stand-in, VGG)",
                                         "hours", (FASHION,), config="fedmac-table1-vgg-runs",
-                                        gpu=True),
+                                        gpu=True, gpu_runtime=f"64 min{TIMED}"),
     "fedmac-table1-vgg-runs": ExperimentInfo("fedmac", "Table 1 (CIFAR-100 row stand-in)",
                                              "hours", (FASHION,), hidden=True, gpu=True),
     "fedmac-table1-fmnist": ExperimentInfo("fedmac", "Table 1 (Fashion-MNIST row)",
