@@ -206,3 +206,6 @@ def test_fedsparse_list_says_the_same_gpu_times():
     assert len(quoted) == 6
     for name, minutes in quoted.items():
         assert INFO[name].gpu_runtime == f"{minutes} min on an H100, estimated", name
+    safari = [int(m) for n, m in quoted.items() if n.startswith("safari-")]
+    page = " ".join((ROOT / "docs" / "results" / "safari.md").read_text().split())
+    assert f"({min(safari)} to {max(safari)} minutes, from timed rounds)" in page

@@ -55,8 +55,8 @@ def cmd_list(args) -> int:
           "to check that everything runs: its numbers do not\nreproduce the paper's).\n"
           "RUNTIME: the full run, roughly, on one CPU core.\n"
           "GPU: \"wanted\" marks the long neural runs, which are worth --device cuda (the "
-          "default device is\nthe CPU); their GPU run times: not measured yet unless given "
-          "in brackets (fedsparse show NAME).")
+          "default device is\nthe CPU); a GPU run time in brackets is measured, or "
+          "estimated from timed rounds where it says so.")
     if needs:
         print("NEEDS:")
         w = max(map(len, needs))
