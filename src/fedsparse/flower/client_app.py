@@ -60,6 +60,9 @@ class _Runtime:
     #: The algorithm's initial server state, built on first use by
     #: :func:`_personal_model` (what represents a client that has not trained yet).
     initial: dict | None = None
+    #: P, the size of the model the server sends (a dictionary's coefficients, or the
+    #: problem's parameters), computed on the first message.
+    model_size: int | None = None
 
 
 _RUNTIMES: dict[str, _Runtime] = {}
@@ -187,17 +190,22 @@ def _model_payload(rt: _Runtime, msg: Message, name: str, rows: bool = True) -> 
     with ``rows``), P being this node's model size; anything else is named here rather
     than failing inside the problem's products."""
     x, _ = codec.get(msg.content, name)
-    algorithm = rt.algorithm
-    while hasattr(algorithm, "inner"):  # a wrapper holds the inner algorithm's model
-        algorithm = algorithm.inner
-    geometry = getattr(algorithm, "geometry", None)  # a dictionary: the model is coefficients
-    problem = rt.problem if geometry is None else geometry.wrap(rt.problem)
-    P = problem.param_dim(math.prod(rt.node.train.feature_shape))
+    P = rt.model_size = rt.model_size or _model_size(rt)
     allowed = [(P,), (1, P)] if rows else [(P,)]
     if tuple(x.shape) not in allowed:
         raise fail(f"server {name} shape", tuple(x.shape), f"must be one of {allowed}: this "
                    f"node's model has {P} parameters")
     return x
+
+
+def _model_size(rt: _Runtime) -> int:
+    """P: the problem's parameters, or a dictionary's coefficients."""
+    algorithm = rt.algorithm
+    while hasattr(algorithm, "inner"):  # a wrapper holds the inner algorithm's model
+        algorithm = algorithm.inner
+    geometry = getattr(algorithm, "geometry", None)  # a dictionary: the model is coefficients
+    problem = rt.problem if geometry is None else geometry.wrap(rt.problem)
+    return problem.param_dim(math.prod(rt.node.train.feature_shape))
 
 
 def make_client_app(job: Job | None = None) -> ClientApp:
