@@ -352,6 +352,31 @@ def test_the_page_quotes_the_drift_between_arithmetic_paths(name):
     assert 2 * max(*stats, *seeds) <= TABLE1_TOLERANCE
 
 
+def test_the_fashion_row_verdicts_on_the_other_arithmetic_path():
+    """The leads the Fashion-MNIST section quotes for its run on the other arithmetic path
+    are that run's (per-seed bests, in points)."""
+    folder = PAGE.parent / "runs" / "fedmac-table1-fmnist"
+    table = json.loads((folder / "other-arithmetic.json").read_text())["table"]
+    seeds = {(r["method"], r["model"]): r["seeds"] for r in table}
+
+    def leads(a, b):
+        return [x - y for x, y in zip(seeds[a], seeds[b], strict=True)]
+
+    prose = " ".join(_prose(TABLE1_SECTIONS["fedmac-table1-fmnist"]).split())
+    pm = leads(("FedMac", "PM"), ("Per-FedAvg", "PM"))
+    assert min(pm) > 0 and f"({pm[0]:.2f}, {pm[1]:.2f} and {pm[2]:.2f} above Per-FedAvg's)" \
+        in prose
+    gm = leads(("FedMac", "GM"), ("FedAvg", "GM"))
+    others = [leads(("FedMac", "GM"), (m, "GM")) for m in ("FedProx", "pFedMe")]
+    assert min(gm + others[0] + others[1]) > 0
+    assert f"({min(gm):.2f} to {max(gm):.2f} above FedAvg's)" in prose
+    pf = leads(("Per-FedAvg", "PM"), ("pFedMe", "PM"))
+    assert 0 < min(pf) and max(pf) < 0.2
+    assert f"Per-FedAvg's lead over pFedMe ({min(pf):.2f} to {max(pf):.2f})" in prose
+    tie = leads(("pFedMe", "GM"), ("FedAvg", "GM"))[0]
+    assert abs(tie) < 0.005 and "pFedMe's best GM equals FedAvg's in seed 0" in prose
+
+
 def figure_cells(name: str, row: dict) -> str:
     """A figure's row as the page writes it (accuracies in %, one seed)."""
     pct = {k: M._fmt(row.get(k)) for k in ("gm_best", "gm_last", "pm_best", "pm_last")}
