@@ -108,14 +108,10 @@ def flower_app_command(args: argparse.Namespace) -> int:
 def _as_typed(exc: ConfigError, args) -> str:
     """The error naming ``--set KEY=VALUE`` where the bad value came from one (as ``fedsparse
     run`` does), not the job key it became."""
-    pairs = []
-    for item in args.set:
-        key, sep, value = item.partition("=")
-        if sep:
-            try:
-                pairs.append((key.strip(), parse_value(value.strip())))
-            except ConfigError:
-                pass
+    try:
+        pairs = _assignments(args.set)
+    except ConfigError:  # a malformed --set: that error already names it
+        pairs = []
     typed = SimpleNamespace(set=pairs, argv=getattr(args, "argv", None))
     try:
         return name_typed_options(str(exc), typed)
@@ -124,11 +120,16 @@ def _as_typed(exc: ConfigError, args) -> str:
 
 
 def _overrides(items) -> dict:
-    """``--set KEY=VALUE`` items as {dotted key: value}; a table (``algorithm``) cannot be
-    replaced by a value, only its keys set."""
+    """``--set KEY=VALUE`` items as {dotted key: value} (a later one wins)."""
+    return dict(_assignments(items))
+
+
+def _assignments(items) -> list[tuple[str, object]]:
+    """``--set KEY=VALUE`` items as (dotted key, value) pairs, in order; a table
+    (``algorithm``) cannot be replaced by a value, only its keys set."""
     from ..experiments.config import TABLE_KEYS
 
-    out = {}
+    out = []
     for item in items:
         if "=" not in item:
             raise ConfigError(f"--set {item!r} is invalid: must be KEY=VALUE")
@@ -136,7 +137,7 @@ def _overrides(items) -> dict:
         if key in TABLE_KEYS:
             raise ConfigError(f"--set {item!r} is invalid: [{key}] is a table: set one of "
                               f"its keys, e.g. --set {key}.kind=...")
-        out[key] = parse_value(value)
+        out.append((key, parse_value(value)))
     return out
 
 
