@@ -25,8 +25,9 @@ allocator's settings. Targets (printed with "met" or "MISSED"):
   clients <= 100 ms a round.
 
 Run: ``python benchmarks/bench_models.py --device cpu`` (a few minutes on 2 busy cores;
-``--quick`` times fewer repeats). On CUDA it also times SAFARI's round with TF32 and
-cudnn's autotuner on (no target), and ``--profile`` prints the kernels of that round.
+``--quick`` times fewer repeats). On CUDA it also times the stacked path against vmap for
+the small CNN, ResNet-20 and SAFARI's round, and SAFARI's round with TF32 and cudnn's
+autotuner on (no targets), and ``--profile`` prints the kernels of that round.
 """
 
 from __future__ import annotations
@@ -278,9 +279,14 @@ def run_cuda(device, repeats, quick, bf16, profile=False):
     print(f"  small CNN, 100 clients, fedsparse paths: vmap {t['vmap'] * 1e3:.1f} ms, "
           f"stacked {t['stacked'] * 1e3:.1f} ms (no target)", flush=True)
     for norm in ("batch", "group"):
-        r = compare(f"ResNet-20 ({norm} norm)",
-                    lambda norm=norm: fs.models.resnet20(10, 3, norm=norm), 20, (3, 32, 32),
-                    32, device, repeats, bf16=bf16)
+        resnet = lambda norm=norm: fs.models.resnet20(10, 3, norm=norm)  # noqa: E731
+        r = compare(f"ResNet-20 ({norm} norm)", resnet, 20, (3, 32, 32), 32, device, repeats,
+                    bf16=bf16)
+        data = make_data(20, 64, (3, 32, 32), device)
+        t = time_side_by_side({p: fedsparse_round(resnet, data, 32, path=p)
+                               for p in ("vmap", "stacked")}, device, repeats)
+        print(f"  ResNet-20 ({norm} norm), fedsparse paths: vmap {t['vmap'] * 1e3:.1f} ms, "
+              f"stacked {t['stacked'] * 1e3:.1f} ms (no target)", flush=True)
         target(out, f"ResNet-20 {norm} norm, 20 clients: >= 5x the per-client loop",
                f"{r['speedup']:.1f}x", r["speedup"] >= 5)
         target(out, f"ResNet-20 {norm} norm, 20 clients: within 1.5x of the merged bound",
@@ -291,13 +297,19 @@ def run_cuda(device, repeats, quick, bf16, profile=False):
            s["ours"] <= 0.150)
     # Not a target: how much of the gap to the bound is the bound's TF32 products and
     # cudnn's autotuner, which fedsparse's rounds leave off (their float32 results are
-    # what the tests pin).
+    # what the tests pin), and how much the vmapped convolutions, against the stacked path
+    # (the clients as one network with grouped channels-last convolutions), which "auto"
+    # takes on the CPU but not yet on a GPU.
     data = make_data(50, 128, (1, 32, 32), device)
     safari = fedsparse_round(lambda: fs.models.resnet20(10, 1), data, 64, "adam")
-    t = time_side_by_side({"float32": safari, "tf32": _tuned(safari)}, device, repeats)
-    print(f"  SAFARI's round, fedsparse with TF32 and cudnn's autotuner: "
-          f"{t['tf32'] * 1e3:.1f} ms against {t['float32'] * 1e3:.1f} ms (no target)",
-          flush=True)
+    stacked = fedsparse_round(lambda: fs.models.resnet20(10, 1), data, 64, "adam",
+                              path="stacked")
+    t = time_side_by_side({"vmap": safari, "vmap, TF32": _tuned(safari),
+                           "stacked": stacked, "stacked, TF32": _tuned(stacked)},
+                          device, repeats)
+    print("  SAFARI's round, fedsparse's paths (TF32: with TF32 products and cudnn's "
+          "autotuner): " + ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in t.items()) +
+          " (no target)", flush=True)
     if profile:
         _profile(safari, device)
     if not quick:

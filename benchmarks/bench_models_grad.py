@@ -1,9 +1,11 @@
-"""Per-client gradients of a neural problem: torch.func vmap against a per-client loop.
+"""Per-client gradients of a neural problem: its vmap, loop and stacked paths side by side.
 
-``fs.problems.neural`` computes the (S, P) gradients of S clients either vectorised over
-the client axis (``functional_call`` + ``vmap(grad)``) or one client after another
-(``functional_call`` + autograd). This script times both, side by side in one run, on the
-shapes the automatic rule (``fedsparse.problems._neural_paths.auto_path``) was chosen from:
+``fs.problems.neural`` computes the (S, P) gradients of S clients vectorised over the
+client axis (``functional_call`` + ``vmap(grad)``), one client after another
+(``functional_call`` + autograd), or, for sequential convolutional networks and ResNet-20,
+as one network with grouped layers (``"stacked"``). This script times them side by side in
+one run, on the shapes the automatic rule (``NeuralProblem._method`` and
+``fedsparse.problems._neural_paths.auto_path``) was chosen from:
 
 (a) FedMac's MLP (784-100-10, 79,510 parameters), S = 100 clients x b = 20 examples;
 (b) the small CNN (``fs.models.cnn()``, 28 x 28 x 1, 215,370 parameters), S = 20 x b = 20;
@@ -15,7 +17,7 @@ parameters, in float32, on this machine's CPU.
 Run: python benchmarks/bench_models_grad.py [--quick] [--threads N]
 
 Other processes on the same cores inflate multi-threaded timings of both paths (torch's
-worker threads wait for cores); the two paths are therefore timed alternately.
+worker threads wait for cores); the paths are therefore timed alternately.
 """
 
 from __future__ import annotations
@@ -27,18 +29,20 @@ import torch
 
 import fedsparse as fs
 import fedsparse.models as models
+from fedsparse.problems._stacked import stackable
 
 
-def best_of_pair(first, second, repeats: int) -> tuple[float, float]:
-    """Best times of two functions, run alternately so both see the same machine load."""
-    first(), second()  # warm up (also builds the cached module copies)
-    times: tuple[list[float], list[float]] = ([], [])
+def best_times(fns: dict, repeats: int) -> dict:
+    """Best time of each function, run alternately so that all see the same machine load."""
+    for fn in fns.values():  # warm up (also builds the cached module copies)
+        fn()
+    best = dict.fromkeys(fns, float("inf"))
     for _ in range(repeats):
-        for fn, out in zip((first, second), times, strict=True):
+        for name, fn in fns.items():
             tic = time.perf_counter()
             fn()
-            out.append(time.perf_counter() - tic)
-    return min(times[0]), min(times[1])
+            best[name] = min(best[name], time.perf_counter() - tic)
+    return best
 
 
 def case(label: str, module, feature_shape: tuple[int, ...], S: int, b: int,
@@ -47,17 +51,16 @@ def case(label: str, module, feature_shape: tuple[int, ...], S: int, b: int,
     X = torch.randn(S, b, *feature_shape, generator=g)
     y = torch.randint(0, 10, (S, b), generator=g).float()
     w = torch.full((S, b), 1.0 / b)
-    vm = fs.problems.neural(module, path="vmap")
-    lp = fs.problems.neural(module, path="loop")
-    base = vm.init_params(seed=0, dtype=torch.float32)
+    paths = ["vmap", "loop"] + (["stacked"] if stackable(module) is not None else [])
+    problems = {p: fs.problems.neural(module, path=p) for p in paths}
+    base = problems["vmap"].init_params(seed=0, dtype=torch.float32)
     params = base + 0.01 * torch.randn(S, base.numel(), generator=g)
-    t_vmap, t_loop = best_of_pair(lambda: vm.grad(params, X, y, w),
-                                  lambda: lp.grad(params, X, y, w), repeats)
-    auto = "vmap" if fs.problems.neural(module)._use_vmap(X) else "loop"
-    faster = "vmap" if t_vmap < t_loop else "loop"
-    print(f"{label:<34} S={S:<4} b={b:<4} vmap {1e3 * t_vmap:8.1f} ms   loop "
-          f"{1e3 * t_loop:8.1f} ms   loop/vmap {t_loop / t_vmap:5.2f}   faster: {faster:<4}  "
-          f"rule: {auto}")
+    t = best_times({p: (lambda pr=pr: pr.grad(params, X, y, w))
+                    for p, pr in problems.items()}, repeats)
+    rule = fs.problems.neural(module)._method(X)
+    times = "   ".join(f"{p} {1e3 * t[p]:8.1f} ms" for p in paths)
+    print(f"{label:<34} S={S:<4} b={b:<4} {times}   loop/vmap {t['loop'] / t['vmap']:5.2f}"
+          f"   fastest: {min(t, key=t.get):<7}  rule: {rule}")
 
 
 def main() -> None:
@@ -87,6 +90,12 @@ def main() -> None:
          4, 16, 3)
     case("ResNet-20 BN, 1 x 28 x 28", models.resnet20(10, 1), (1, 28, 28), 4, 16, 3)
     case("ResNet-20 BN, 1 x 28 x 28", models.resnet20(10, 1), (1, 28, 28), 8, 4, 3)
+    # SAFARI's model (one-channel stem, 32 x 32) on 20 clients, across the rows per client
+    # where the automatic rule switches from stacked to loop
+    for norm in ("batch", "group"):
+        for b in (4, 8, 12, 32):
+            case(f"ResNet-20 {norm[0].upper()}N, 1 x 32 x 32", models.resnet20(10, 1, norm=norm),
+                 (1, 32, 32), 20, b, 2)
 
 
 if __name__ == "__main__":

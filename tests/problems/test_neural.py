@@ -24,8 +24,9 @@ def _conv_net(norm):
                          nn.Flatten(), nn.Linear(3 * 4 * 4, 3))
 
 
-# Tiny models of every kind, with their feature shapes (fast on CPU). ResNet-20 itself is
-# exercised once (test_resnet20_grad_matches_autograd): its 60 layers make every call slow.
+# Tiny models of every kind, with their feature shapes (fast on CPU). ResNet-20 has tests
+# of its own (test_resnet20_grad_matches_autograd, test_stacked_resnet20_...): its 60 layers
+# make every call slow.
 TINY = {
     "mlp": (lambda: models.mlp(6, (5,), 3), (6,)),
     "cnn": (lambda: models.cnn(1, 3, 8, channels=(2, 3), hidden=4), (1, 8, 8)),
@@ -103,11 +104,47 @@ def test_stacked_path_runs_vgg_and_refuses_what_it_cannot_stack():
     params = _params(problem, 2)
     loss, grad = _reference(build, params, X, y, w)
     assert torch.allclose(problem.grad(params, X, y, w), grad, atol=1e-10)
-    for net in (models.mlp(4, (3,), 2), models.resnet20(3, 1),
+    altered = models.resnet20(3, 1)
+    altered.fc = nn.Sequential(nn.Linear(64, 3))  # not the network ResNet-20's stack knows
+    for net in (models.mlp(4, (3,), 2), altered,
                 nn.Sequential(nn.Conv2d(1, 2, 3, padding_mode="circular", padding=1),
                               nn.Flatten(), nn.Linear(2 * 4 * 4, 2))):
         with pytest.raises(ConfigError, match="path='stacked'"):
             fs.problems.neural(net, path="stacked")
+
+
+@pytest.mark.parametrize("shortcut,norm", [("conv", "batch"), ("pad", "group"),
+                                           ("pad", "batch")])
+def test_stacked_resnet20_matches_autograd_on_per_client_modules(shortcut, norm):
+    # Residual blocks stacked: every client's loss and gradient are its own network's,
+    # with even clients (all three stacked) and uneven ones (batch norm runs those alone),
+    # and option A's zero padding, which must pad each client's channels on their own (a
+    # padding of the stacked channels as one block shifts all but one client's)
+    def build():
+        return models.resnet20(3, 2, shortcut=shortcut, norm=norm)
+
+    problem = fs.problems.neural(build(), path="stacked")
+    for uneven in (False, True):
+        X, y, w = _batch((2, 8, 8), S=3, b=4, uneven=uneven)
+        params = _params(problem, 3)
+        loss, grad = _reference(build, params, X, y, w)
+        assert torch.allclose(problem.loss(params, X, y, w), loss, atol=1e-12)
+        assert torch.allclose(problem.grad(params, X, y, w), grad, atol=1e-10)
+        assert torch.equal(problem.accuracy(params, X, y, w), fs.problems.neural(
+            build(), path="loop").accuracy(params, X, y, w))
+
+
+def test_auto_path_runs_resnet20_stacked_below_twelve_rows_a_client():
+    # The CPU's measured rule: stacked (was vmap) under 12 rows a client, the loop from 12
+    auto = fs.problems.neural(models.resnet20(3, 1))
+    assert auto._method(torch.zeros(2, 11, 1, 8, 8)) == "stacked"
+    assert auto._method(torch.zeros(2, 12, 1, 8, 8)) == "loop"
+
+    class Wider(models.zoo.ResNet20):  # a subclass may change forward: not stacked
+        pass
+
+    assert fs.problems.neural(Wider(3, 1, "conv", "batch"))._method(
+        torch.zeros(2, 4, 1, 8, 8)) == "vmap"
 
 
 @pytest.mark.parametrize("shortcut,norm", [("conv", "batch"), ("pad", "group")])
@@ -115,7 +152,7 @@ def test_resnet20_grad_matches_autograd(shortcut, norm):
     def build():
         return models.resnet20(3, 1, shortcut=shortcut, norm=norm)
 
-    problem = fs.problems.neural(build())
+    problem = fs.problems.neural(build(), path="vmap")  # "auto" runs it stacked here
     X, y, w = _batch((1, 8, 8), S=2, b=3, uneven=True)
     params = _params(problem, 2)
     loss, grad = _reference(build, params, X, y, w)

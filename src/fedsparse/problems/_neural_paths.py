@@ -137,13 +137,32 @@ PATHS = {"stacked": stacked, "vmap": vmapped, "loop": looped}
 # whose grouped convolutions are laid out channels-last, where oneDNN runs them at about
 # the speed of one convolution of the merged batch. Small CNN, 20 x 20, one grad call,
 # 1 thread, alternated on the busy 2-core machine: stacked 269 ms, loop 321 ms, vmap
-# 422 ms; 2 threads: 790 / 3,291 / 1,731 ms. The rule above still decides for the others
-# (ResNet-20: residual blocks are not sequential).
+# 422 ms; 2 threads: 790 / 3,291 / 1,731 ms.
+#
+# ResNet-20 (fs.models.resnet20) stacks too, block by block (._stacked_resnet). One grad
+# call, 1 thread, 20 clients on 1 x 32 x 32 images, the three paths alternated (best of 2)
+# on the 2-core machine while two one-thread runs loaded it (benchmarks/bench_models_grad.py):
+#
+#   rows per client          4      8     12     32
+#   batch norm  stacked    509  1,009  1,489  4,028 ms
+#               loop       739  1,303  1,564  4,383
+#               vmap       815  1,533  2,390  9,906
+#   group norm  stacked    458  1,023  1,459  4,212
+#               loop     1,007  1,291  1,688  3,616
+#               vmap       794  1,467  2,113 10,701
+#
+# (and 3 x 32 x 32, 32 rows: batch norm stacked 5,137 / loop 5,080 ms, group norm 4,670 /
+# 3,909). Stacked replaces vmap below LOOP_MIN_ROWS rows (1.4-1.7x faster); at or above it
+# the loop stays, within 10% of stacked but for group norm at 32 rows, where it is faster.
 LOOP_MIN_ROWS = 12
 
 
-def auto_path(X: torch.Tensor, has_conv: bool) -> str:
-    """``"vmap"`` or ``"loop"`` for client data ``X`` (S, b, ...) (measured rule above)."""
+def auto_path(X: torch.Tensor, has_conv: bool, stack: str | None = None) -> str:
+    """The path for client data ``X`` (S, b, ...) (measured rules above). ``stack``:
+    ``"sequential"`` or ``"residual"`` when the network runs stacked, else None."""
     if X.device.type != "cpu":
         return "vmap"
-    return "loop" if has_conv and X.shape[1] >= LOOP_MIN_ROWS else "vmap"
+    many_rows = X.shape[1] >= LOOP_MIN_ROWS
+    if stack == "sequential" or (stack == "residual" and not many_rows):
+        return "stacked"
+    return "loop" if has_conv and many_rows else "vmap"

@@ -1,4 +1,4 @@
-"""S clients' copies of one sequential network, run as ONE network with grouped layers.
+"""S clients' copies of one network, run as ONE network with grouped layers.
 
 A convolutional client network applied to S clients at once is, exactly, one wider network:
 the S clients' feature maps are stacked along the channel axis, ``(b, S x C, H, W)``, each
@@ -16,10 +16,15 @@ are those of its own network, up to float rounding (the tests compare them with
 per-client autograd). Supported: an ``nn.Sequential`` of ``Conv2d`` (zero padding),
 ``Linear``, ``Flatten`` (from dimension 1), ``BatchNorm2d`` (batch statistics, as the
 problem runs every batch norm), ``GroupNorm``, pooling, dropout (off: the module runs in
-eval mode) and element-wise activations. Other networks use ``vmap`` or a loop.
+eval mode) and element-wise activations; and :func:`fedsparse.models.resnet20`'s network
+(:mod:`._stacked_resnet`: its residual blocks are not sequential, but each of their layers
+stacks the same way). Other networks use ``vmap`` or a loop.
 """
 
 from __future__ import annotations
+
+import functools
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -35,11 +40,18 @@ _ELEMENTWISE = (nn.ReLU, nn.LeakyReLU, nn.ELU, nn.GELU, nn.SiLU, nn.Tanh, nn.Sig
                 nn.Dropout, nn.Identity)
 
 
-def stackable(module: nn.Module) -> list[tuple[str, nn.Module]] | None:
-    """The ``(name, layer)`` list of ``module`` if it can run stacked (see the module
-    docstring), with at least one convolution; None otherwise."""
+#: S clients' logits from their parameters: ``(tensors, X) -> (S, b, C)``, ``tensors`` name
+#: -> (S, *shape), ``X`` (S, b, C_in, H, W).
+StackedNet = Callable[[dict[str, torch.Tensor], torch.Tensor], torch.Tensor]
+
+
+def stackable(module: nn.Module) -> StackedNet | None:
+    """``module``'s S-client form if it can run stacked (see the module docstring): a
+    sequential network with at least one convolution, or ResNet-20; None otherwise."""
+    from ._stacked_resnet import resnet_stack  # it builds on this module's layers
+
     if type(module) is not nn.Sequential:
-        return None
+        return resnet_stack(module)
     layers = list(module.named_children())
     flat, convs = False, 0
     for _, m in layers:
@@ -57,48 +69,70 @@ def stackable(module: nn.Module) -> list[tuple[str, nn.Module]] | None:
             return None
         if any(p.ndim == 0 for p in m.parameters(recurse=False)):
             return None
-    return layers if convs and flat else None
+    return functools.partial(_sequential_logits, layers) if convs and flat else None
 
 
-def stacked_logits(layers, tensors: dict[str, torch.Tensor], X: torch.Tensor
+def stacked_logits(net: StackedNet, tensors: dict[str, torch.Tensor], X: torch.Tensor
                    ) -> torch.Tensor:
     """Logits of S clients' networks: (S, b, C).
 
     Parameters
     ----------
-    layers : :func:`stackable`'s list.
+    net : :func:`stackable`'s result.
     tensors : name -> (S, *shape) each client's parameters.
     X : (S, b, C_in, H, W) each client's rows.
     """
+    return net(tensors, X)
+
+
+def to_channels(X: torch.Tensor) -> torch.Tensor:
+    """(S, b, C, H, W) rows -> (b, S x C, H, W) stacked feature maps, channels-last."""
     S, b = X.shape[:2]
     h = X.transpose(0, 1).reshape(b, S * X.shape[2], *X.shape[3:])
-    h = h.contiguous(memory_format=torch.channels_last)
+    return h.contiguous(memory_format=torch.channels_last)
+
+
+def channel_layer(m: nn.Module, name: str, tensors: dict[str, torch.Tensor], S: int,
+                  h: torch.Tensor) -> torch.Tensor:
+    """One layer before ``Flatten`` applied to stacked maps ``h`` (b, S x C, H, W)."""
+    if isinstance(m, nn.Conv2d):
+        w = tensors[f"{name}.weight"]
+        w = w.reshape(S * w.shape[1], *w.shape[2:])
+        bias = tensors[f"{name}.bias"].reshape(-1) if m.bias is not None else None
+        return F.conv2d(h, w, bias, m.stride, m.padding, m.dilation, S * m.groups)
+    if isinstance(m, nn.BatchNorm2d):  # statistics per client and channel
+        weight, bias = _affine(m, tensors, name)
+        return F.batch_norm(h, None, None, weight, bias, True, 0.0, m.eps)
+    if isinstance(m, nn.GroupNorm):  # a client's channels are consecutive: S x G groups
+        weight, bias = _affine(m, tensors, name)
+        return F.group_norm(h, S * m.num_groups, weight, bias, m.eps)
+    return m(h)
+
+
+def linear(name: str, tensors: dict[str, torch.Tensor], h: torch.Tensor,
+           bias: bool) -> torch.Tensor:
+    """Each client's ``Linear`` layer on its features ``h`` (S, b, in): (S, b, out)."""
+    w = tensors[f"{name}.weight"].transpose(1, 2)
+    if bias:
+        return torch.baddbmm(tensors[f"{name}.bias"].unsqueeze(1), h, w)
+    return torch.bmm(h, w)
+
+
+def _sequential_logits(layers, tensors: dict[str, torch.Tensor], X: torch.Tensor
+                       ) -> torch.Tensor:
+    S, b = X.shape[:2]
+    h = to_channels(X)
     flat = False
     for name, m in layers:
-        if isinstance(m, nn.Conv2d):
-            w = tensors[f"{name}.weight"]
-            w = w.reshape(S * w.shape[1], *w.shape[2:])
-            bias = tensors[f"{name}.bias"].reshape(-1) if m.bias is not None else None
-            h = F.conv2d(h, w, bias, m.stride, m.padding, m.dilation, S * m.groups)
-        elif isinstance(m, nn.BatchNorm2d):  # statistics per client and channel
-            weight, bias = _affine(m, tensors, name)
-            h = F.batch_norm(h, None, None, weight, bias, True, 0.0, m.eps)
-        elif isinstance(m, nn.GroupNorm):  # a client's channels are consecutive: S x G groups
-            weight, bias = _affine(m, tensors, name)
-            h = F.group_norm(h, S * m.num_groups, weight, bias, m.eps)
-        elif isinstance(m, nn.Flatten):
+        if isinstance(m, nn.Flatten):
             h = h.reshape(b, S, -1).transpose(0, 1)  # (S, b, C x H x W), C-major per client
             flat = True
         elif isinstance(m, nn.Linear):
-            w = tensors[f"{name}.weight"].transpose(1, 2)
-            if m.bias is not None:
-                h = torch.baddbmm(tensors[f"{name}.bias"].unsqueeze(1), h, w)
-            else:
-                h = torch.bmm(h, w)
-        else:
+            h = linear(name, tensors, h, m.bias is not None)
+        elif flat:
             h = m(h)
-    if not flat:  # pragma: no cover - stackable() requires a Flatten
-        raise AssertionError("a stackable network ends with Flatten and Linear layers")
+        else:
+            h = channel_layer(m, name, tensors, S, h)
     return h
 
 
@@ -108,7 +142,7 @@ def _affine(m, tensors, name):
     return tensors[f"{name}.weight"].reshape(-1), tensors[f"{name}.bias"].reshape(-1)
 
 
-def stacked_grad(layers, layout: ParamLayout, loss_fn, p: torch.Tensor, X: torch.Tensor,
+def stacked_grad(net: StackedNet, layout: ParamLayout, loss_fn, p: torch.Tensor, X: torch.Tensor,
                  y: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     """(s, P) gradients of each client's ``loss_fn(logits, y, w)`` (one autograd pass: the
     clients' losses are independent, so the gradient of their sum is each one's own)."""
@@ -117,7 +151,7 @@ def stacked_grad(layers, layout: ParamLayout, loss_fn, p: torch.Tensor, X: torch
         p = p.expand(s, -1)
     leaves = {n: t.detach().requires_grad_(True) for n, t in layout.unflatten(p).items()}
     with torch.enable_grad():
-        total = loss_fn(stacked_logits(layers, leaves, X), y, w).sum()
+        total = loss_fn(net(leaves, X), y, w).sum()
     names = list(leaves)
     grads = torch.autograd.grad(total, [leaves[n] for n in names], allow_unused=True)
     out = torch.empty(s, layout.size, dtype=p.dtype, device=p.device)

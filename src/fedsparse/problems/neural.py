@@ -81,9 +81,10 @@ class NeuralProblem(Problem):
     path : how clients are evaluated; results do not depend on it beyond rounding.
         ``"auto"``: a plain ReLU MLP takes the closed-form batched backward ``"mlp"``; on
         the CPU a sequential convolutional network runs ``"stacked"`` (the clients as one
-        network with grouped layers, :mod:`fedsparse.problems._stacked`); other networks
-        follow the measured rule of ``_neural_paths.auto_path``. Or one of ``"mlp"``, ``"stacked"``,
-        ``"vmap"`` (:func:`torch.func.vmap`) and ``"loop"`` (one client at a time).
+        network with grouped layers, :mod:`fedsparse.problems._stacked`), and so does
+        ResNet-20 with fewer than 12 rows a client; other networks follow the measured
+        rule of ``_neural_paths.auto_path``. Or one of ``"mlp"``, ``"stacked"``, ``"vmap"``
+        (:func:`torch.func.vmap`) and ``"loop"`` (one client at a time).
     chunk_clients : clients per vectorised call; None sizes chunks from the memory of the
         device (:func:`fedsparse._memory.memory_budget`) and each client's estimated need
         (:meth:`client_bytes`), once per device, dtype and batch shape.
@@ -130,7 +131,9 @@ class NeuralProblem(Problem):
         if path == "stacked" and self._stacked is None:
             raise fail("path", path, "needs an nn.Sequential convolutional network of Conv2d, "
                        "norm, pooling, activation, Flatten and Linear layers (as fs.models.cnn "
-                       "and fs.models.vgg_small build)")
+                       "and fs.models.vgg_small build), or fs.models.resnet20's network")
+        self._stack = None if self._stacked is None else \
+            "sequential" if type(template) is nn.Sequential else "residual"
         if path == "mlp" and self._mlp is None:
             raise fail("path", path, "needs a plain ReLU MLP (nn.Sequential of Linear layers "
                        "with ReLU between them, as fs.models.mlp builds)")
@@ -397,9 +400,7 @@ class NeuralProblem(Problem):
             return "loop"  # the closed form covers gradients only
         if self.path != "auto":
             return self.path
-        if self._stacked is not None and X.device.type == "cpu":
-            return "stacked"
-        return auto_path(X, self._has_conv)
+        return auto_path(X, self._has_conv, self._stack)
 
     def _run(self, kind: str, params, X, y, w) -> torch.Tensor:
         params = self._check_params(params)
