@@ -19,6 +19,9 @@ the best of each is kept. Targets (printed with "met" or "MISSED"): fedsparse >=
 loop with ``--device cpu`` (``--threads 2``), >= 20x with ``--device cuda``.
 
 Run: ``python benchmarks/bench_fedmac.py --device cpu`` (a minute or two on 2 cores).
+``--profile`` then profiles one fedsparse round and one merged round
+(``benchmarks/profile_round.py``): their operators, and on a GPU whether the host's
+dispatch or the device's kernels set the pace.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ import time
 from contextlib import nullcontext
 
 import torch
+from profile_round import profile_call
 
 import fedsparse as fs
 from fedsparse._threads import single_threaded_blas
@@ -153,6 +157,9 @@ def main(argv=None):
                         help="torch threads on the CPU (default 2)")
     parser.add_argument("--quick", action="store_true", help="fewer repeats")
     parser.add_argument("--repeats", type=int, default=None)
+    parser.add_argument("--profile", action="store_true",
+                        help="also profile one fedsparse round and one merged-bound round: "
+                             "their operators, and whether the host or the device sets the pace")
     args = parser.parse_args(argv)
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
@@ -183,6 +190,11 @@ def main(argv=None):
     mark = "met" if speedup >= need else "MISSED"
     print(f"targets:\n  {mark:6s} FedMac round on {device.type}: >= {need}x its per-client "
           f"loop ({speedup:.2f}x)")
+    if args.profile:
+        with keep_freed_memory():
+            for name, fn in (("fedsparse", ours), ("merged-batch bound", merged)):
+                print(f"\nprofile of one {name} round:", flush=True)
+                profile_call(fn, device)
     return t, mark
 
 

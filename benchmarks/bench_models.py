@@ -37,6 +37,7 @@ import time
 from contextlib import contextmanager, nullcontext
 
 import torch
+from profile_round import profile_call
 
 import fedsparse as fs
 from fedsparse._threads import single_threaded_blas
@@ -245,22 +246,6 @@ def _tuned(fn):
     return run
 
 
-def _profile(fn, device, rows: int = 20) -> None:
-    """The kernels one call of ``fn`` spends its GPU time in, largest first."""
-    from torch.profiler import ProfilerActivity, profile
-
-    fn()  # warm-up outside the profile
-    sync(device)
-    cuda = device.type == "cuda"
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
-    with profile(activities=activities) as prof:
-        fn()
-        sync(device)
-    key = "self_device_time_total" if cuda else "self_cpu_time_total"
-    print(prof.key_averages().table(sort_by=key, row_limit=rows, max_name_column_width=60),
-          flush=True)
-
-
 def run_cuda(device, repeats, quick, bf16, profile=False):
     out = []
     m = compare("MLP 784-100-10", mlp, 100, (784,), 20, device, repeats, bf16=bf16)
@@ -311,7 +296,7 @@ def run_cuda(device, repeats, quick, bf16, profile=False):
           "autotuner): " + ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in t.items()) +
           " (no target)", flush=True)
     if profile:
-        _profile(safari, device)
+        profile_call(safari, device)
     if not quick:
         from fedsparse.simulate import _auto_client_batch
 

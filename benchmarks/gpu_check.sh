@@ -19,7 +19,8 @@
 #      and their printed tables compared (numbers to a relative 1e-3 or one unit of
 #      their last printed digit: these runs are float32, where the two devices round
 #      differently)
-#   3. benchmarks/bench_models.py --device cuda and benchmarks/bench_fedmac.py --device cuda
+#   3. benchmarks/bench_models.py --device cuda and benchmarks/bench_fedmac.py --device cuda,
+#      both with --profile (host- or device-bound: benchmarks/profile_round.py)
 #   4. benchmarks/bench_scale.py --device cuda: the scale cases at 10^4, 10^5 and 10^6 clients,
 #      then FedMac's personal models in memory and on disk (--client-state)
 
@@ -139,7 +140,7 @@ done
 
 # 3. the speed benchmarks on the GPU (they print their targets as met / MISSED)
 step bench-models 150 "$PYTHON" benchmarks/bench_models.py --device cuda --profile
-step bench-fedmac 90 "$PYTHON" benchmarks/bench_fedmac.py --device cuda
+step bench-fedmac 90 "$PYTHON" benchmarks/bench_fedmac.py --device cuda --profile
 step bench-scale 200 "$PYTHON" benchmarks/bench_scale.py --device cuda --sizes 10000 100000 1000000
 step bench-scale-state 90 "$PYTHON" benchmarks/bench_scale.py --device cuda --client-state
 
