@@ -152,9 +152,18 @@ PATHS = {"stacked": stacked, "vmap": vmapped, "loop": looped}
 #               vmap       794  1,467  2,113 10,701
 #
 # (and 3 x 32 x 32, 32 rows: batch norm stacked 5,137 / loop 5,080 ms, group norm 4,670 /
-# 3,909). Stacked replaces vmap below LOOP_MIN_ROWS rows (1.4-1.7x faster); at or above it
-# the loop stays, within 10% of stacked but for group norm at 32 rows, where it is faster.
+# 3,909). On smaller images a client's grouped convolutions have too little work, and
+# vmap is faster (batch norm, best of 3, same conditions):
+#
+#   image, clients x rows     8 x 8: 20 x 4  50 x 2  20 x 8   16 x 16: 20 x 4  50 x 2  20 x 8
+#   stacked                        92     222     139                197     385     280 ms
+#   vmap                           70     193     118                198     291     254
+#
+# So on images of at least STACKED_MIN_PIXELS pixels, stacked replaces vmap below
+# LOOP_MIN_ROWS rows (1.4-1.7x faster); at or above it the loop stays, within 10% of
+# stacked but for group norm at 32 rows, where it is faster. Smaller images keep vmap.
 LOOP_MIN_ROWS = 12
+STACKED_MIN_PIXELS = 32 * 32
 
 
 def auto_path(X: torch.Tensor, has_conv: bool, stack: str | None = None) -> str:
@@ -163,6 +172,7 @@ def auto_path(X: torch.Tensor, has_conv: bool, stack: str | None = None) -> str:
     if X.device.type != "cpu":
         return "vmap"
     many_rows = X.shape[1] >= LOOP_MIN_ROWS
-    if stack == "sequential" or (stack == "residual" and not many_rows):
+    if stack == "sequential" or (stack == "residual" and not many_rows
+                                 and X.shape[-2] * X.shape[-1] >= STACKED_MIN_PIXELS):
         return "stacked"
     return "loop" if has_conv and many_rows else "vmap"
