@@ -152,6 +152,27 @@ def test_devices_helpers():
     assert check_device_spec("x", " CPU ") == "cpu"
     assert devices_info([torch.device("cpu"), torch.device("cpu")]) == \
         {"device": "cpu", "gpu": None}
+
+
+def test_a_gpu_run_records_whether_it_may_round_through_tf32(monkeypatch):
+    # on a GPU float32 products and convolutions may use TF32 (PyTorch's defaults: off for
+    # products, on for cuDNN convolutions); the summary says which, read from the process
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "Some GPU")
+    gpu = torch.device("cuda:0")
+    # torch.backends' flags are module proxies that monkeypatch cannot restore: by hand
+    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    try:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = False, True
+        assert device_info(gpu) == {"device": "cuda:0", "gpu": "Some GPU",
+                                    "tf32": {"matmul": False, "convolutions": True}}
+        assert devices_info([torch.device("cpu"), gpu]) == {
+            "device": "cpu, cuda:0", "gpu": "Some GPU",
+            "tf32": {"matmul": False, "convolutions": True}}
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = True, False
+        assert device_info(gpu)["tf32"] == {"matmul": True, "convolutions": False}
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+    assert "tf32" not in device_info(torch.device("cpu"))
     with pytest.raises(ConfigError, match="--device=None is invalid"):
         check_device_spec("--device", None)
 

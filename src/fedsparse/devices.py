@@ -59,10 +59,16 @@ def resolve_device(spec: str | torch.device | None, name: str = "device") -> tor
 
 
 def device_info(device: torch.device) -> dict:
-    """``{"device": str(device), "gpu": the GPU's model name, or None on the CPU}``."""
+    """``{"device": str(device), "gpu": the GPU's model name, or None on the CPU}``, and on
+    a GPU ``"tf32"``: whether float32 matrix products and cuDNN convolutions may use TF32
+    (``torch.backends``' settings of the process: PyTorch's defaults are False and True),
+    which sets how far a float32 GPU run may round from a CPU run."""
     device = torch.device(device)
-    gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else None
-    return {"device": str(device), "gpu": gpu}
+    if device.type != "cuda":
+        return {"device": str(device), "gpu": None}
+    return {"device": str(device), "gpu": torch.cuda.get_device_name(device),
+            "tf32": {"matmul": bool(torch.backends.cuda.matmul.allow_tf32),
+                     "convolutions": bool(torch.backends.cudnn.allow_tf32)}}
 
 
 def check_device_spec(name: str, spec) -> str:
@@ -84,10 +90,14 @@ def check_device_spec(name: str, spec) -> str:
 
 def devices_info(devices) -> dict:
     """``{"device", "gpu"}`` of the devices several runs used: :func:`device_info` of the
-    one device they share, or the distinct values joined by ", " where they differ."""
+    one device they share, or the distinct values joined by ", " where they differ; and
+    ``"tf32"`` where one ran on a GPU (a setting of the process, the same for all)."""
     infos = [device_info(d) for d in devices]
     out = {}
     for key in ("device", "gpu"):
         values = list(dict.fromkeys(i[key] for i in infos if i[key] is not None))
         out[key] = ", ".join(values) if values else (None if key == "gpu" else DEFAULT_DEVICE)
+    tf32 = [i["tf32"] for i in infos if "tf32" in i]
+    if tf32:
+        out["tf32"] = tf32[0]
     return out

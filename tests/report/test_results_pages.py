@@ -90,6 +90,22 @@ def test_collect_adds_up_the_attempts_of_a_resumed_run(tmp_path):
     assert "100 s wall clock;" in RP.setting_line(record)
 
 
+def test_a_gpu_run_says_how_its_float32_products_were_rounded(tmp_path):
+    run = RUNS["fedmac-fig3"]
+    summary = {"rounds": run["rounds"], "seeds": run["seeds"], "device": "cuda",
+               "gpu": "NVIDIA H100 80GB HBM3", "tf32": {"matmul": False, "convolutions": True},
+               "wall_clock_s": 100.0, "eval_every": 4, "table": run["table"]}
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "summary.json").write_text(json.dumps(summary))
+    record = json.loads(RP.collect("fedmac-fig3", out, runs=tmp_path / "runs").read_text())
+    assert record["tf32"] == summary["tf32"]
+    assert "*GPU run*: 800 rounds, 2 seeds, device cuda (NVIDIA H100 80GB HBM3), TF32 " \
+        "convolutions, 100 s" in RP.setting_line(record)
+    record["tf32"] = {"matmul": False, "convolutions": False}
+    assert "(NVIDIA H100 80GB HBM3), no TF32, 100 s" in RP.setting_line(record)
+
+
 def test_rows_off_allows_float_drift_not_a_change():
     page = "| p | run | 68.02 ± 2.66 | 59.71 ± 2.36 |\n| p | other | 1.00 ± 0.10 | 2.00 |\n"
     assert RP.rows_off(["| p | run | 68.02 ± 2.65 | 59.70 ± 2.36 |"], page) == []

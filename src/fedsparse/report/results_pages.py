@@ -80,6 +80,8 @@ def collect(experiment: str, run_dir: str | Path, *, command: str | None = None,
               "rounds": summary.get("rounds"), "seeds": summary.get("seeds"),
               "device": summary.get("device", "cpu"), "gpu": summary.get("gpu"),
               "wall_clock_s": summary.get("wall_clock_s", summary.get("seconds"))}
+    if "tf32" in summary:  # a GPU run: how its float32 products were rounded
+        record["tf32"] = summary["tf32"]
     attempts, seconds = attempts_so_far(run_dir)
     if attempts > 1:  # continued with --resume: the summary timed only the last part
         record.update(wall_clock_s=seconds, attempts=attempts)
@@ -117,6 +119,10 @@ def setting_line(s: dict) -> str:
     """The line that labels a block: scale, model, rounds, seeds, device, time, command."""
     where = "GPU" if s["device"].startswith("cuda") else "CPU"
     gpu = f" ({s['gpu']})" if s.get("gpu") else ""
+    if "tf32" in s:
+        tf32 = [name for key, name in (("matmul", "matrix products"),
+                                       ("convolutions", "convolutions")) if s["tf32"].get(key)]
+        gpu += f", TF32 {' and '.join(tf32)}" if tf32 else ", no TF32"
     model = MODEL_NAMES.get(s.get("model"), s.get("model"))
     data = (f", {s['max_examples']:,} images" if s.get("max_examples")
             else "")
