@@ -28,3 +28,29 @@ def test_choose_without_replacement():
         assert len(set(chosen)) == len(chosen)
         assert all(valid[row, j] for j in chosen)
     assert picked.sum(1).tolist() == [4, 4, 2, 4]
+
+
+def _tensor_hash(*counters):
+    """The hash with every counter a tensor (how every counter was hashed before the
+    leading Python ints were folded in Python)."""
+    h = torch.zeros((), dtype=torch.int64)
+    for c in counters:
+        h = rng._mix(h ^ torch.as_tensor(c, dtype=torch.int64))
+    return h
+
+
+def test_leading_python_ints_hash_to_the_bits_of_the_tensor_path():
+    # seeds, streams and rounds are hashed in Python; the keys must not move by one bit,
+    # or every run's mini-batches, samples and drops would change
+    gen = torch.Generator().manual_seed(0)
+    edges = [0, 1, -1, 2**63 - 1, -2**63, 2**62 + 12345, rng.BATCH]
+    clients = torch.arange(-3, 40).reshape(-1, 1)
+    positions = torch.arange(7).reshape(1, -1)
+    for trial in range(200):
+        ints = [edges[trial % len(edges)],
+                *torch.randint(-2**62, 2**62, (2,), generator=gen).tolist()]
+        for counters in (ints, [*ints, clients], [*ints, clients, trial, positions],
+                         [clients, *ints], [ints[0], positions, ints[1]]):
+            assert torch.equal(rng.hash_counters(*counters), _tensor_hash(*counters))
+    assert rng.hash_counters(3, True).dtype == torch.int64
+    assert torch.equal(rng.hash_counters(3, True), _tensor_hash(3, 1))

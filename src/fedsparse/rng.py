@@ -15,6 +15,7 @@ import torch
 BATCH, CLIENT_SAMPLE, CHANNEL, INIT, ALGORITHM = 1, 2, 3, 4, 5
 
 _U64 = 1 << 64
+_MASK = _U64 - 1
 
 
 def _signed(c: int) -> int:
@@ -38,15 +39,30 @@ def _mix(z: torch.Tensor) -> torch.Tensor:
     return z ^ _shift_right(z, 31)
 
 
+def _mix_int(z: int) -> int:
+    """:func:`_mix` of one unsigned 64-bit Python int (the same bits)."""
+    z = (z + _GOLDEN) & _MASK
+    z = ((z ^ (z >> 30)) * _M1) & _MASK
+    z = ((z ^ (z >> 27)) * _M2) & _MASK
+    return z ^ (z >> 31)
+
+
 def hash_counters(*counters) -> torch.Tensor:
     """Hash integer counters (ints or int64 tensors, broadcast together) to int64 keys.
 
     The keys lie on the device of the tensor counters (the CPU if there are none); the
-    integer arithmetic is exact, so every device gives the same keys."""
+    integer arithmetic is exact, so every device gives the same keys. The leading Python
+    ints (seed, stream, round) are hashed in Python: the same bits without a dozen tensor
+    operations each, which a round's every mini-batch draw would otherwise dispatch."""
     device = next((c.device for c in counters if isinstance(c, torch.Tensor)),
                   torch.device("cpu"))
-    h = torch.zeros((), dtype=torch.int64, device=device)
+    h, first = 0, 0
     for c in counters:
+        if not isinstance(c, int) or not -(1 << 63) <= c < 1 << 63:
+            break  # a tensor (or an int torch would refuse): the tensor path from here
+        h, first = _mix_int(h ^ (c & _MASK)), first + 1
+    h = torch.tensor(_signed(h), dtype=torch.int64, device=device)
+    for c in counters[first:]:
         c = torch.as_tensor(c, dtype=torch.int64, device=device)
         h = _mix(h ^ c)
     return h
