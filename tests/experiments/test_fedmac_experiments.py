@@ -322,10 +322,14 @@ def test_page_quotes_size_weighted_baselines(name, tmp_path):
         f"FedAvg per seed: the run gives {seeds_best}, the page {page_seeds}"
 
 
-#: The Table 1 rows run a second time on another arithmetic path (torch's and MKL's vector
-#: instructions off): their ``other-arithmetic.json`` beside the run's ``summary.json``.
+#: The Table 1 rows and figures run a second time on another arithmetic path (torch's and
+#: MKL's vector instructions off): their ``other-arithmetic.json`` beside the run's
+#: ``summary.json``.
 OTHER_ARITHMETIC = sorted(p.parent.name for p in (PAGE.parent / "runs").glob(
-    "fedmac-table1-*/other-arithmetic.json"))
+    "fedmac-*/other-arithmetic.json"))
+#: The figures' sections and their pins' tolerance (Table 1's: TABLE1_SECTIONS and
+#: TABLE1_TOLERANCE).
+FIGURE_SECTIONS = {"fedmac-fig3": ("## Figure 3, convergence", TOLERANCE)}
 #: How a row's section quotes it: "... the quoted cells move by at most A points for a mean
 #: or a std and B for one seed's best ...".
 DRIFT_QUOTE = re.compile(r"quoted\s+cells\s+move\s+by\s+at\s+most\s+(\d+\.\d+)\s+points\s+for\s+a"
@@ -337,19 +341,24 @@ def test_the_page_quotes_the_drift_between_arithmetic_paths(name):
     """The largest moves of the pinned cells between the two committed runs of a row are
     what its section says, and the Table 1 pins allow twice the largest."""
     folder = PAGE.parent / "runs" / name
-    ref, other = (json.loads((folder / f).read_text())["table"]
+    ref, other = (json.loads((folder / f).read_text())
                   for f in ("summary.json", "other-arithmetic.json"))
     stats, seeds = [], []
-    for a, b in zip(ref, other, strict=True):
+    for a, b in zip(ref["table"], other["table"], strict=True):
         assert (a["method"], a["model"]) == (b["method"], b["model"])
         cells = ("best",) if (name, a["method"], a["model"]) in UNRESOLVABLE_LAST else \
             ("best", "last")
         stats += [abs(a[c][s] - b[c][s]) for c in cells for s in ("mean", "std")]
         seeds += [abs(x - y) for x, y in zip(a["seeds"], b["seeds"], strict=True)]
-    found = DRIFT_QUOTE.search(_prose(TABLE1_SECTIONS[name]))
+    for a, b in zip(ref.get("gaps", []), other.get("gaps", []), strict=True):
+        assert (a["method"], a["model"]) == (b["method"], b["model"])
+        stats.append(abs(a["gap"] - b["gap"]))  # Figure 3's FedMac PM leads, means
+    section, tolerance = FIGURE_SECTIONS.get(name) or (TABLE1_SECTIONS[name],
+                                                       TABLE1_TOLERANCE)
+    found = DRIFT_QUOTE.search(_prose(section))
     assert found, f"the {name} section does not quote the drift between arithmetic paths"
     assert (float(found[1]), float(found[2])) == (round(max(stats), 2), round(max(seeds), 2))
-    assert 2 * max(*stats, *seeds) <= TABLE1_TOLERANCE
+    assert 2 * max(*stats, *seeds) <= tolerance
 
 
 def test_the_fashion_row_verdicts_on_the_other_arithmetic_path():

@@ -371,25 +371,28 @@ def test_the_cases_are_well_conditioned(case):
     assert case_tolerance(case, run_case(case, "cpu")) <= WELL_CONDITIONED * MARGIN
 
 
-#: The cases as the battery first ran them on a GPU, and how far a rounding-size change
-#: of their data moves them: FedGradMP's restricted Newton solve on separable data with
-#: no l2 term (no finite minimiser), batch norm's statistics over 4 numbers.
+#: The cases as the battery first ran them on a GPU: FedGradMP's restricted Newton solve
+#: on separable data with no l2 term (no finite minimiser), batch norm's statistics over 4
+#: numbers. How far a rounding-size change of their data moves them depends on the
+#: machine's own rounding (5%, 50% and 1% on one CPU; Per-FedAvg's 0.5% on another), so
+#: the test asks for ILL_CONDITIONED_MOVE, 10^5 times the line a case must stay under.
 ILL_CONDITIONED = [
-    (("fed_grad_mp", "logistic", "perfect", False), {"L2": 0.0}, 0.05),
-    (("fed_grad_mp", "softmax", "perfect", False), {"L2": 0.0}, 0.5),
+    (("fed_grad_mp", "logistic", "perfect", False), {"L2": 0.0}),
+    (("fed_grad_mp", "softmax", "perfect", False), {"L2": 0.0}),
     (("per_fedavg", "resnet20_batch", "perfect", False),
-     {"RESNET_SIZE": 4, "RESNET_EXAMPLES": 4}, 0.01)]
+     {"RESNET_SIZE": 4, "RESNET_EXAMPLES": 4})]
+ILL_CONDITIONED_MOVE = 1e-4
 
 
-@pytest.mark.parametrize("case, setting, moved", ILL_CONDITIONED, ids=lambda c: _id(c)
+@pytest.mark.parametrize("case, setting", ILL_CONDITIONED, ids=lambda c: _id(c)
                          if isinstance(c, tuple) else "")
-def test_an_ill_conditioned_case_is_refused(case, setting, moved, monkeypatch):
+def test_an_ill_conditioned_case_is_refused(case, setting, monkeypatch):
     for name, value in setting.items():
         monkeypatch.setitem(globals(), name, value)
     with pytest.raises(AssertionError, match="ill-conditioned") as refused:
         case_tolerance(case, run_case(case, "cpu"))
     assert float(re.search(r"moves its model by ([-+.\de]+)", str(refused.value)).group(1)) \
-        > moved
+        > ILL_CONDITIONED_MOVE
 
 
 def test_the_battery_covers_every_algorithm_problem_and_channel():
