@@ -29,7 +29,6 @@ import torch
 
 import fedsparse as fs
 import fedsparse.models as models
-from fedsparse.problems._stacked import stackable
 
 
 def best_times(fns: dict, repeats: int) -> dict:
@@ -51,7 +50,8 @@ def case(label: str, module, feature_shape: tuple[int, ...], S: int, b: int,
     X = torch.randn(S, b, *feature_shape, generator=g)
     y = torch.randint(0, 10, (S, b), generator=g).float()
     w = torch.full((S, b), 1.0 / b)
-    paths = ["vmap", "loop"] + (["stacked"] if stackable(module) is not None else [])
+    stacks = fs.problems.neural(module)._stacked is not None
+    paths = ["vmap", "loop"] + (["stacked"] if stacks else [])
     problems = {p: fs.problems.neural(module, path=p) for p in paths}
     base = problems["vmap"].init_params(seed=0, dtype=torch.float32)
     params = base + 0.01 * torch.randn(S, base.numel(), generator=g)

@@ -67,8 +67,8 @@ def looped(module: nn.Module, layout: ParamLayout, kind: str, p, X, y, w) -> tor
 
 
 def stacked(net, layout: ParamLayout, kind: str, p, X, y, w) -> torch.Tensor:
-    """Clients as one network with grouped layers (:mod:`._stacked`; ``net`` its stackable
-    description): (s,) or (s, P)."""
+    """Clients as one network with grouped layers (:mod:`._stacked`; ``net`` the stacked
+    network): (s,) or (s, P)."""
     if kind == "grad":
         return stacked_grad(net, layout, weighted_ce, p, X, y, w)
     if p.ndim == 1:

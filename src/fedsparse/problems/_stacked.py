@@ -45,13 +45,12 @@ _ELEMENTWISE = (nn.ReLU, nn.LeakyReLU, nn.ELU, nn.GELU, nn.SiLU, nn.Tanh, nn.Sig
 StackedNet = Callable[[dict[str, torch.Tensor], torch.Tensor], torch.Tensor]
 
 
-def stackable(module: nn.Module) -> StackedNet | None:
-    """``module``'s S-client form if it can run stacked (see the module docstring): a
-    sequential network with at least one convolution, or ResNet-20; None otherwise."""
-    from ._stacked_resnet import resnet_stack  # it builds on this module's layers
-
+def sequential_stack(module: nn.Module) -> StackedNet | None:
+    """``module``'s S-client form if it is a sequential network that can run stacked (see
+    the module docstring), with at least one convolution; None otherwise (ResNet-20:
+    :func:`._stacked_resnet.resnet_stack`)."""
     if type(module) is not nn.Sequential:
-        return resnet_stack(module)
+        return None
     layers = list(module.named_children())
     flat, convs = False, 0
     for _, m in layers:
@@ -78,7 +77,7 @@ def stacked_logits(net: StackedNet, tensors: dict[str, torch.Tensor], X: torch.T
 
     Parameters
     ----------
-    net : :func:`stackable`'s result.
+    net : :func:`sequential_stack`'s or :func:`._stacked_resnet.resnet_stack`'s result.
     tensors : name -> (S, *shape) each client's parameters.
     X : (S, b, C_in, H, W) each client's rows.
     """

@@ -53,7 +53,8 @@ from .._validation import ConfigError, check_choice, check_dtype, check_int, fai
 from ..models.layout import ParamLayout
 from ._mlp import mlp_grad, mlp_layers
 from ._neural_paths import PATHS, auto_path, cross_entropy, reduction, single_client
-from ._stacked import stackable
+from ._stacked import sequential_stack
+from ._stacked_resnet import resnet_stack
 from .base import Problem, check_dense_features, check_labels
 
 # Saved activations plus their gradients plus the forward's temporaries, per activation.
@@ -128,7 +129,9 @@ class NeuralProblem(Problem):
                                 for m in template.modules())
         self._has_conv = any(isinstance(m, nn.modules.conv._ConvNd) for m in template.modules())
         self._mlp = mlp_layers(template, self._layout) if path in ("auto", "mlp") else None
-        self._stacked = stackable(template) if path in ("auto", "stacked") else None
+        self._stacked = None
+        if path in ("auto", "stacked"):
+            self._stacked = sequential_stack(template) or resnet_stack(template)
         if path == "stacked" and self._stacked is None:
             raise fail("path", path, "needs an nn.Sequential convolutional network of Conv2d, "
                        "norm, pooling, activation, Flatten and Linear layers (as fs.models.cnn "
