@@ -338,8 +338,8 @@ DRIFT_QUOTE = re.compile(r"quoted\s+cells\s+move\s+by\s+at\s+most\s+(\d+\.\d+)\s
 
 @pytest.mark.parametrize("name", OTHER_ARITHMETIC)
 def test_the_page_quotes_the_drift_between_arithmetic_paths(name):
-    """The largest moves of the pinned cells between the two committed runs of a row are
-    what its section says, and the Table 1 pins allow twice the largest."""
+    """The largest moves of the pinned cells between the two committed runs of a Table 1
+    row or a figure are what its section says, and its pins allow twice the largest."""
     folder = PAGE.parent / "runs" / name
     ref, other = (json.loads((folder / f).read_text())
                   for f in ("summary.json", "other-arithmetic.json"))
