@@ -140,28 +140,28 @@ PATHS = {"stacked": stacked, "vmap": vmapped, "loop": looped}
 # 422 ms; 2 threads: 790 / 3,291 / 1,731 ms.
 #
 # ResNet-20 (fs.models.resnet20) stacks too, block by block (._stacked_resnet). One grad
-# call, 1 thread, 20 clients on 1 x 32 x 32 images, the three paths alternated (best of 2)
-# on the 2-core machine while two one-thread runs loaded it (benchmarks/bench_models_grad.py):
+# call, 20 clients on 1 x 32 x 32 images, the three paths alternated (best of 2,
+# benchmarks/bench_models_grad.py), 2 threads on the idle 2-core machine:
 #
 #   rows per client          4      8     12     32
-#   batch norm  stacked    509  1,009  1,489  4,028 ms
-#               loop       739  1,303  1,564  4,383
-#               vmap       815  1,533  2,390  9,906
-#   group norm  stacked    458  1,023  1,459  4,212
-#               loop     1,007  1,291  1,688  3,616
-#               vmap       794  1,467  2,113 10,701
+#   batch norm  stacked    187    368    554  1,419 ms
+#               loop       354    501    725  2,300
+#               vmap       268    456    888  4,144
+#   group norm  stacked    169    458    498  1,325
+#               loop       316    534    617  1,501
+#               vmap       221    414    764  4,158
 #
-# (and 3 x 32 x 32, 32 rows: batch norm stacked 5,137 / loop 5,080 ms, group norm 4,670 /
-# 3,909). On smaller images a client's grouped convolutions have too little work, and
-# vmap is faster (batch norm, best of 3, same conditions):
+# With 1 thread (and two other runs loading the cores) stacked led as well but for group
+# norm at 32 rows, where the loop was 14% faster (3,616 against 4,212 ms). On smaller
+# images vmap is the faster one with few rows (2 threads, batch norm):
 #
 #   image, clients x rows     8 x 8: 20 x 4  50 x 2  20 x 8   16 x 16: 20 x 4  50 x 2  20 x 8
-#   stacked                        92     222     139                197     385     280 ms
-#   vmap                           70     193     118                198     291     254
+#   stacked                        66     141      63                109     222     154 ms
+#   vmap                           61     113      92                 90     178     190
 #
-# So on images of at least STACKED_MIN_PIXELS pixels, stacked replaces vmap below
-# LOOP_MIN_ROWS rows (1.4-1.7x faster); at or above it the loop stays, within 10% of
-# stacked but for group norm at 32 rows, where it is faster. Smaller images keep vmap.
+# So on images of at least STACKED_MIN_PIXELS pixels ResNet-20 runs stacked (1.1-1.6x
+# faster than the path chosen before in 7 of the 8 cases, 10% slower for group norm at 8
+# rows); smaller images keep the rule above.
 LOOP_MIN_ROWS = 12
 STACKED_MIN_PIXELS = 32 * 32
 
@@ -171,8 +171,7 @@ def auto_path(X: torch.Tensor, has_conv: bool, stack: str | None = None) -> str:
     ``"sequential"`` or ``"residual"`` when the network runs stacked, else None."""
     if X.device.type != "cpu":
         return "vmap"
-    many_rows = X.shape[1] >= LOOP_MIN_ROWS
-    if stack == "sequential" or (stack == "residual" and not many_rows
+    if stack == "sequential" or (stack == "residual"
                                  and X.shape[-2] * X.shape[-1] >= STACKED_MIN_PIXELS):
         return "stacked"
-    return "loop" if has_conv and many_rows else "vmap"
+    return "loop" if has_conv and X.shape[1] >= LOOP_MIN_ROWS else "vmap"

@@ -83,8 +83,8 @@ class NeuralProblem(Problem):
         ``"auto"``: a plain ReLU MLP takes the closed-form batched backward ``"mlp"``; on
         the CPU a sequential convolutional network runs ``"stacked"`` (the clients as one
         network with grouped layers, :mod:`fedsparse.problems._stacked`), and so does
-        ResNet-20 on images of 32 x 32 or more with fewer than 12 rows a client; other
-        networks follow the measured rule of ``_neural_paths.auto_path``. Or one of
+        ResNet-20 on images of 32 x 32 or more; other networks follow the measured rule
+        of ``_neural_paths.auto_path``. Or one of
         ``"mlp"``, ``"stacked"``, ``"vmap"`` (:func:`torch.func.vmap`) and ``"loop"`` (one
         client at a time).
     chunk_clients : clients per vectorised call; None sizes chunks from the memory of the
