@@ -50,14 +50,14 @@ def case(label: str, module, feature_shape: tuple[int, ...], S: int, b: int,
     X = torch.randn(S, b, *feature_shape, generator=g)
     y = torch.randint(0, 10, (S, b), generator=g).float()
     w = torch.full((S, b), 1.0 / b)
-    stacks = fs.problems.neural(module)._stacked is not None
-    paths = ["vmap", "loop"] + (["stacked"] if stacks else [])
+    auto = fs.problems.neural(module)
+    paths = ["vmap", "loop"] + (["stacked"] if auto._stacked is not None else [])
     problems = {p: fs.problems.neural(module, path=p) for p in paths}
     base = problems["vmap"].init_params(seed=0, dtype=torch.float32)
     params = base + 0.01 * torch.randn(S, base.numel(), generator=g)
     t = best_times({p: (lambda pr=pr: pr.grad(params, X, y, w))
                     for p, pr in problems.items()}, repeats)
-    rule = fs.problems.neural(module)._method(X)
+    rule = auto._method(X)
     times = "   ".join(f"{p} {1e3 * t[p]:8.1f} ms" for p in paths)
     print(f"{label:<34} S={S:<4} b={b:<4} {times}   loop/vmap {t['loop'] / t['vmap']:5.2f}"
           f"   fastest: {min(t, key=t.get):<7}  rule: {rule}")

@@ -15,7 +15,7 @@ from torch import nn
 from torch.func import functional_call, grad, vmap
 
 from ..models.layout import ParamLayout
-from ._stacked import stacked_grad, stacked_logits
+from ._stacked import stacked_grad
 
 
 def cross_entropy(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -68,12 +68,12 @@ def looped(module: nn.Module, layout: ParamLayout, kind: str, p, X, y, w) -> tor
 
 def stacked(net, layout: ParamLayout, kind: str, p, X, y, w) -> torch.Tensor:
     """Clients as one network with grouped layers (:mod:`._stacked`; ``net`` the stacked
-    network): (s,) or (s, P)."""
+    network, a :data:`._stacked.StackedNet`): (s,) or (s, P)."""
     if kind == "grad":
         return stacked_grad(net, layout, weighted_ce, p, X, y, w)
     if p.ndim == 1:
         p = p.expand(X.shape[0], -1)
-    return reduction(kind)(stacked_logits(net, layout.unflatten(p), X), y, w)
+    return reduction(kind)(net(layout.unflatten(p), X), y, w)
 
 
 def vmapped(module: nn.Module, layout: ParamLayout, kind: str, p, X, y, w) -> torch.Tensor:

@@ -71,19 +71,6 @@ def sequential_stack(module: nn.Module) -> StackedNet | None:
     return functools.partial(_sequential_logits, layers) if convs and flat else None
 
 
-def stacked_logits(net: StackedNet, tensors: dict[str, torch.Tensor], X: torch.Tensor
-                   ) -> torch.Tensor:
-    """Logits of S clients' networks: (S, b, C).
-
-    Parameters
-    ----------
-    net : :func:`sequential_stack`'s or :func:`._stacked_resnet.resnet_stack`'s result.
-    tensors : name -> (S, *shape) each client's parameters.
-    X : (S, b, C_in, H, W) each client's rows.
-    """
-    return net(tensors, X)
-
-
 def to_channels(X: torch.Tensor) -> torch.Tensor:
     """(S, b, C, H, W) rows -> (b, S x C, H, W) stacked feature maps, channels-last."""
     S, b = X.shape[:2]
