@@ -9,6 +9,8 @@ file's bytes, and resumes through :func:`fedsparse.simulate` as a user would.
 from __future__ import annotations
 
 import copy
+import signal
+import sys
 import zipfile
 
 import pytest
@@ -16,6 +18,7 @@ import torch
 
 import fedsparse as fs
 from fedsparse import ConfigError
+from fedsparse._signals import sigterm_raises
 from fedsparse.checkpoints import (
     CHECKPOINT_FORMAT,
     CHECKPOINT_KEYS,
@@ -492,6 +495,39 @@ def test_an_interrupted_save_keeps_the_previous_checkpoint(saved, tmp_path, monk
     assert path.read_bytes() == raw
     assert [p.name for p in tmp_path.iterdir()] == ["c.pt"]  # no temporary file left
     assert read_checkpoint(path)["round"] == 2
+
+
+class _Stopped(Exception):
+    pass
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+@pytest.mark.parametrize("signum, stops", [(signal.SIGINT, KeyboardInterrupt),
+                                           (signal.SIGTERM, _Stopped)],
+                         ids=["SIGINT", "SIGTERM"])
+def test_a_stop_signal_during_a_save_acts_once_the_checkpoint_is_written(
+        saved, tmp_path, monkeypatch, signum, stops):
+    # Ctrl-C inside torch.save once left its archive writer failing on exit, and that
+    # error, not the interruption, reached the command (exit 1 and a traceback)
+    raw, _ = saved["fedmac"]
+    path = tmp_path / "c.pt"
+    path.write_bytes(raw)
+    payload = read_checkpoint(path)
+    real_save = torch.save
+
+    def signalled_save(obj, f, *args, **kwargs):
+        signal.raise_signal(signum)
+        real_save(obj, f, *args, **kwargs)
+
+    monkeypatch.setattr(torch, "save", signalled_save)
+    with sigterm_raises(lambda _: _Stopped()):
+        before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+        with pytest.raises(stops):
+            save_checkpoint(path, {**payload, "round": 3})
+        assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
+    monkeypatch.undo()
+    assert read_checkpoint(path)["round"] == 3
+    assert [p.name for p in tmp_path.iterdir()] == ["c.pt"]
 
 
 def test_a_checkpoint_is_readable_without_fedsparse(saved, tmp_path):

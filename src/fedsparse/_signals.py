@@ -1,9 +1,13 @@
-"""SIGTERM as an exception, so that a stopped command cleans up after itself.
+"""Stop signals, handled where a command can clean up after itself.
 
 ``kill``, a batch scheduler or a container runtime stops a process with SIGTERM, whose
 default is to die at once: no ``finally`` runs, no folder is marked. Within
 :func:`sigterm_raises` the signal raises an exception instead, which the code around
 the block handles like any other.
+
+Within :func:`stop_signals_deferred` (a file being written) Ctrl-C and SIGTERM wait
+until the block ends: an exception raised inside a writer's own code can leave it in a
+state whose clean-up raises another error, which would replace the interruption.
 """
 
 from __future__ import annotations
@@ -31,3 +35,30 @@ def sigterm_raises(exception: Callable[[int], BaseException]):
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+@contextlib.contextmanager
+def stop_signals_deferred():
+    """While the block runs, SIGINT and SIGTERM are held; once it ends the earlier
+    handlers are back and each signal that arrived is raised again, so it acts as it would
+    have (``KeyboardInterrupt``, the exception of :func:`sigterm_raises`, or the default).
+    Outside the main thread nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    arrived: list[int] = []
+    previous = {}
+    for signum in _STOP_SIGNALS:
+        handler = signal.getsignal(signum)
+        if handler is not None:  # None: set outside Python, and could not be put back
+            previous[signum] = signal.signal(signum, lambda s, _frame: arrived.append(s))
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        for signum in dict.fromkeys(arrived):
+            signal.raise_signal(signum)

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import torch
 
+from ._signals import stop_signals_deferred
 from ._validation import ConfigError
 
 _TAG = b"\n#fedsparse-checkpoint sha256="
@@ -44,30 +45,38 @@ def save_checkpoint(path: Path, payload: dict) -> None:
     """Write ``payload`` atomically, followed by its checksum.
 
     The file is written under a temporary name, flushed to disk and only then renamed
-    over ``path``: an interrupted save leaves the previous checkpoint as it was, and a
-    partial file never carries a matching checksum.
+    over ``path``: a failed save leaves the previous checkpoint as it was, and a partial
+    file never carries a matching checksum. Ctrl-C or SIGTERM during the save acts once it
+    is complete (interrupted inside :func:`torch.save`, its archive writer raises an error
+    of its own, which would replace the interruption).
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    try:
-        with open(tmp, "w+b") as fh:  # Python's open: fedsparse.manifest records it
-            torch.save(payload, fh)
-            size = fh.tell()
-            fh.seek(0)
-            digest = hashlib.sha256()
-            while size > 0:
-                chunk = fh.read(min(size, 1 << 24))
-                digest.update(chunk)
-                size -= len(chunk)
-            fh.write(_trailer(digest.hexdigest()))
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    _fsync_directory(path.parent)
+    with stop_signals_deferred():
+        try:
+            with open(tmp, "w+b") as fh:  # Python's open: fedsparse.manifest records it
+                _write_with_checksum(payload, fh)
+            os.replace(tmp, path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        _fsync_directory(path.parent)
+
+
+def _write_with_checksum(payload: dict, fh) -> None:
+    """The archive of ``payload``, then its checksum line, flushed to disk."""
+    torch.save(payload, fh)
+    size = fh.tell()
+    fh.seek(0)
+    digest = hashlib.sha256()
+    while size > 0:
+        chunk = fh.read(min(size, 1 << 24))
+        digest.update(chunk)
+        size -= len(chunk)
+    fh.write(_trailer(digest.hexdigest()))
+    fh.flush()
+    os.fsync(fh.fileno())
 
 
 def _fsync_directory(directory: Path) -> None:
