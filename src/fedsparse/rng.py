@@ -80,14 +80,15 @@ def choose_without_replacement(keys: torch.Tensor, valid: torch.Tensor, k: int) 
 
     Parameters
     ----------
-    keys : (rows, n) float64 uniform keys.
-    valid : (rows, n) bool; rows with fewer than ``k`` valid positions take them all.
+    keys : (..., n) float64 uniform keys, a row along the last axis.
+    valid : (..., n) bool, broadcast with ``keys``; rows with fewer than ``k`` valid
+        positions take them all.
     k : how many to pick.
 
     Returns
     -------
-    index : (rows, k) int64 positions (ascending key order).
-    picked : (rows, k) bool, False where a row had fewer than ``k`` valid positions.
+    index : (..., k) int64 positions (ascending key order).
+    picked : (..., k) bool, False where a row had fewer than ``k`` valid positions.
     """
     keys = torch.where(valid, keys, torch.full_like(keys, 2.0))
     vals, index = torch.topk(keys, k, dim=-1, largest=False, sorted=True)

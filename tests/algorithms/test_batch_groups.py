@@ -1,10 +1,12 @@
-"""Mini-batch draws on clients of uneven sizes: grouped by size, the same draw."""
+"""Mini-batch draws: grouped by size on clients of uneven sizes, or drawn for many steps
+ahead, the same draw as one step's over the padded keys."""
 
+import pytest
 import torch
 
 import fedsparse as fs
 from fedsparse import rng
-from fedsparse.algorithms import ClientContext
+from fedsparse.algorithms import ClientContext, context
 
 
 def _dense_draw(ctx, step, b):
@@ -38,3 +40,35 @@ def test_grouped_draw_picks_what_the_padded_draw_picks():
         rows = torch.arange(40)[:, None].expand(-1, b)
         assert torch.equal(X[picked], ctx.data.X[rows[picked], want[picked]])
         assert (X[~picked] == 0).all()
+
+
+@pytest.mark.parametrize("uneven", [False, True], ids=["even", "uneven"])
+@pytest.mark.parametrize("steps_at_once, blocks", [(7, 1), (3, 3)],
+                         ids=["one-block", "in-parts"])
+def test_prefetched_draws_are_the_step_by_step_draws(monkeypatch, uneven, steps_at_once,
+                                                     blocks):
+    gen = torch.Generator().manual_seed(1)
+    sizes = [int(v) for v in torch.exp(torch.randn(40, generator=gen) * 1.5 + 3).ceil()] \
+        if uneven else [50 + i % 7 for i in range(40)]
+    sizes[0] = 60 if not uneven else 400
+    sizes[1] = 3  # fewer than b: takes all three and pads
+    data = fs.data.from_arrays([torch.randn(n, 2, generator=gen) for n in sizes],
+                               [torch.zeros(n) for n in sizes], layout="padded")
+    clients, b, steps = torch.arange(40) * 3 + 1, 8, range(2, 9)
+    # the budget counts each step's keys over the (S, n_max) padded positions
+    monkeypatch.setattr(context, "PREFETCH_KEYS", steps_at_once * 40 * max(sizes))
+    draws = []
+    real = ClientContext._draw_steps
+    monkeypatch.setattr(ClientContext, "_draw_steps",
+                        lambda self, s, size: draws.append(list(s)) or real(self, s, size))
+    ahead = ClientContext(fs.problems.least_squares(), data.train, clients, 4, 5)
+    ahead.prefetch(steps, b)
+    by_step = ClientContext(fs.problems.least_squares(), data.train, clients, 4, 5)
+    for step in steps:
+        got, want = ahead.batch_index(step, b), by_step._draw_steps([step], b)[0]
+        assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+    assert len(draws) == blocks + len(steps)  # the prefetched ones, then the step by step
+    assert not ahead._drawn  # each handed out once
+    # a step outside the plan, or another batch size, is drawn on its own
+    assert torch.equal(ahead.batch_index(9, b)[0], by_step._draw_steps([9], b)[0][0])
+    assert torch.equal(ahead.batch_index(3, 5)[0], by_step._draw_steps([3], 5)[0][0])

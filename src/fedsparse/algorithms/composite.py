@@ -118,6 +118,7 @@ class FedMid(FederatedComposite):
     def client_update(self, payload: torch.Tensor, ctx: ClientContext):
         eta = self.client_lr
         x = payload_rows(payload, ctx.size)
+        ctx.prefetch(range(self.local_steps), self.batch_size)
         for k in range(self.local_steps):
             X, y, w = ctx.batch(k, self.batch_size)
             x = self.prox(x - eta * ctx.problem.grad(x, X, y, w), eta)
@@ -160,6 +161,7 @@ class FedDualAvg(FederatedComposite):
         eta = self.client_lr
         z = payload_rows(payload, ctx.size)
         base = self.server_lr * eta * self.local_steps * ctx.round  # eta~_{t,0}, t the round
+        ctx.prefetch(range(self.local_steps), self.batch_size)
         for k in range(self.local_steps):
             X, y, w = ctx.batch(k, self.batch_size)
             x = self.prox(z, base + eta * k)

@@ -18,6 +18,10 @@ from ..data.federated import ClientSplit, FederatedDataset
 from ..data.sparse_rows import SparseRows
 from ..problems.base import Problem
 
+#: The most mini-batch keys (clients x positions x steps) :meth:`ClientContext.prefetch`
+#: draws at once: 4M float64 keys, 32 MB, beside the int64 hashes they come from.
+PREFETCH_KEYS = 1 << 22
+
 ServerState = dict[str, Any]
 """Server state: a dict of tensors; ``state["model"]`` is the (P,) global model."""
 
@@ -50,6 +54,9 @@ class ClientContext:
     #: The clients' example counts on the CPU, read once (the mini-batch draws are made
     #: on the CPU, so a GPU run would otherwise copy them back at every local step).
     _cpu_counts: torch.Tensor | None = field(default=None, repr=False)
+    #: :meth:`prefetch`'s plans, (steps, batch size) each, and the draws made ahead.
+    _planned: list = field(default_factory=list, repr=False)
+    _drawn: dict = field(default_factory=dict, repr=False)
 
     @property
     def size(self) -> int:
@@ -96,21 +103,53 @@ class ClientContext:
             self._cpu_counts = self.data.counts.cpu()
         return self._cpu_counts
 
+    def prefetch(self, steps: range, batch_size: int | None) -> None:
+        """Draw the mini-batches of local steps ``steps`` at once, for :meth:`batch` to
+        hand out as the steps ask for them (each once).
+
+        The draws are the ones :meth:`batch` makes step by step (a key is a function of
+        the counters alone); made together they cost one vectorised draw and one copy to
+        the device instead of one each, the host-side work that bounds a round of many
+        small local steps on a GPU. Keys for at most :data:`PREFETCH_KEYS` positions are
+        held at a time: longer spans are drawn in parts, as the steps reach them.
+        """
+        if len(steps) > 1 and not self.is_full_batch(batch_size):
+            self._planned.append((steps, batch_size))
+
     def batch_index(self, step: int, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
         """The draw behind :meth:`batch`: ``index`` (S, b) example positions and ``w``
         (S, b) their weights, 1/b each (0 on padding where a client has fewer than ``b``
         examples; the rest share the weight equally)."""
+        drawn = self._drawn.pop((step, batch_size), None)
+        if drawn is not None:
+            return drawn
+        planned = next((steps for steps, b in self._planned if b == batch_size and step in steps),
+                       None)
+        if planned is None:
+            return self._draw_steps([step], batch_size)[0]
+        counts = self._counts_on_cpu()
+        per_step = max(int(counts.shape[0]) * int(counts.max()), 1)
+        ahead = planned[planned.index(step):][:max(PREFETCH_KEYS // per_step, 1)]
+        block = self._draw_steps(list(ahead), batch_size)
+        self._drawn.update({(k, batch_size): d
+                            for k, d in zip(ahead[1:], block[1:], strict=True)})
+        return block[0]
+
+    def _draw_steps(self, steps: list[int], batch_size: int) -> list[
+            tuple[torch.Tensor, torch.Tensor]]:
+        """:meth:`batch_index` of each of ``steps``, drawn together."""
         counts, clients = self._counts_on_cpu(), self.clients.cpu()
+        steps_t = torch.tensor(steps, dtype=torch.int64)
         S, n_max = counts.shape[0], int(counts.max())
         if 2 * int(counts.sum()) >= S * n_max:  # little padding: one draw over (S, n_max)
-            index, picked = self._draw(clients, counts, n_max, step, batch_size)
+            index, picked = self._draw(clients, counts, n_max, steps_t, batch_size)
         else:
             # Uneven sizes (log-normal, power law): clients in groups of sizes within a
             # factor 2, each drawn over its own longest client, so the keys cost about
             # 2 sum(n_i), not S max(n_i). The draw is the same: a key is a function of
             # (client, position), and positions past a client's count are never picked.
-            index = torch.empty(S, batch_size, dtype=torch.int64)
-            picked = torch.empty(S, batch_size, dtype=torch.bool)
+            index = torch.empty(S, len(steps), batch_size, dtype=torch.int64)
+            picked = torch.empty(S, len(steps), batch_size, dtype=torch.bool)
             group = torch.floor(torch.log2(counts.clamp(min=1).to(torch.float64)))
             for g in torch.unique(group):
                 rows = torch.nonzero(group == g).flatten()
@@ -118,18 +157,21 @@ class ClientContext:
                 # takes all of theirs and pads), at most the longest sampled client
                 width = max(int(counts[rows].max()), batch_size)
                 index[rows], picked[rows] = self._draw(clients[rows], counts[rows], width,
-                                                       step, batch_size)
+                                                       steps_t, batch_size)
         w = picked.to(self.data.X.dtype)
         device = self.data.y.device
-        return index.to(device), (w / w.sum(-1, keepdim=True)).to(device)
+        index, w = index.to(device), (w / w.sum(-1, keepdim=True)).to(device)
+        return [(index[:, k], w[:, k]) for k in range(len(steps))]
 
-    def _draw(self, clients: torch.Tensor, counts: torch.Tensor, width: int, step: int,
-              batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def _draw(self, clients: torch.Tensor, counts: torch.Tensor, width: int,
+              steps: torch.Tensor, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
         """:func:`~fedsparse.rng.choose_without_replacement` over the keys of positions
-        ``0 .. width - 1`` of ``clients`` (those past a client's count are invalid)."""
-        keys = rng.uniform(self.seed, rng.BATCH, self.round, clients[:, None], step,
-                           torch.arange(width)[None, :])
-        valid = torch.arange(width)[None, :] < counts[:, None]
+        ``0 .. width - 1`` of ``clients`` (those past a client's count are invalid) at
+        each of ``steps``: (S, len(steps), b) positions and whether each was picked."""
+        positions = torch.arange(width)
+        keys = rng.uniform(self.seed, rng.BATCH, self.round, clients[:, None, None],
+                           steps[None, :, None], positions[None, None, :])
+        valid = (positions[None, :] < counts[:, None])[:, None, :]
         return rng.choose_without_replacement(keys, valid, batch_size)
 
     def random(self, *counters) -> torch.Tensor:

@@ -138,9 +138,11 @@ class FedGradMP(Algorithm):
             lr = float(self.inner_lr)
         vmask = valid.to(c.dtype)
         bs = self.inner_batch_size or self.batch_size
+        first = self.local_steps + k * self.inner_steps
+        ctx.prefetch(range(first, first + self.inner_steps), bs)
         for j in range(self.inner_steps):
             # Batches of the inner solver use their own step counters, after the K outer ones.
-            X, y, w = ctx.batch(self.local_steps + k * self.inner_steps + j, bs)
+            X, y, w = ctx.batch(first + j, bs)
             Z, cls = prob.restricted_features(index, X)
             _, g = restricted_loss_grad(prob, c, Z * valid.unsqueeze(1).to(Z.dtype), cls, y, w,
                                         metric)
@@ -157,6 +159,7 @@ class FedGradMP(Algorithm):
         # |Gamma u Lambda| <= 3 tau, per class row or over the whole model.
         width = min(P, (1 if geo.is_global else geo.blocks) * 3 * self.sparsity)
         iters = []
+        ctx.prefetch(range(self.local_steps), self.batch_size)
         for k in range(self.local_steps):
             X, y, w = ctx.batch(k, self.batch_size)
             gamma = geo.select(prob.grad(a, X, y, w), 2 * self.sparsity)

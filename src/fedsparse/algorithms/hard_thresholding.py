@@ -149,6 +149,7 @@ class FederatedHardThresholding(Algorithm):
         # With a dictionary, x holds the coefficients a and the step is on a -> f(A a).
         prob = self._step_problem(ctx.problem)
         x = payload_rows(payload, ctx.size)
+        ctx.prefetch(range(self.local_steps), self.batch_size)
         for k in range(self.local_steps):
             X, y, w = ctx.batch(k, self.batch_size)
             x = x - gamma * prob.grad(x, X, y, w)

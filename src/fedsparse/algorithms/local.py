@@ -107,6 +107,7 @@ def local_train(opt: LocalOptimizer, x: torch.Tensor, ctx: ClientContext, *,
         x.mul_(m)
     buf = exp_avg = exp_sq = None
     b1, b2 = opt.betas
+    ctx.prefetch(range(first_step, first_step + opt.local_steps), opt.batch_size)
     for k in range(opt.local_steps):
         X, y, w = ctx.batch(first_step + k, opt.batch_size)
         g = ctx.problem.grad(x, X, y, w)  # a new tensor: updated in place below

@@ -172,6 +172,7 @@ class CoupledPersonalization(PersonalizedAlgorithm):
     def client_update(self, payload: torch.Tensor, ctx: ClientContext):
         w = payload_rows(payload, ctx.size)  # a copy: the steps update it in place
         theta = w.clone()
+        ctx.prefetch(range(self.local_steps), self.batch_size)
         for r in range(self.local_steps):
             X, y, weights = ctx.batch(r, self.batch_size)
             for _ in range(self.inner_steps):

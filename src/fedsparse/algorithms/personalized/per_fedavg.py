@@ -43,6 +43,7 @@ class PerFedAvg(PersonalizedAlgorithm):
         problem, alpha, b = ctx.problem, self.inner_step_size, self.batch_size
         start = payload_rows(payload, ctx.size)
         w = start
+        ctx.prefetch(range(2 * self.local_steps + 1), b)
         for r in range(self.local_steps):
             w_tilde = w - alpha * problem.grad(w, *ctx.batch(2 * r, b))
             w = w - self.step_size * problem.grad(w_tilde, *ctx.batch(2 * r + 1, b))
