@@ -173,8 +173,10 @@ class NeuralProblem(Problem):
         own scheme such as ResNet-20's Kaiming-normal has the last word) on a fresh copy,
         with torch's CPU generator seeded by ``seed`` inside :func:`torch.random.fork_rng`
         (the global random state is left as it was). The same seed gives bitwise the same
-        vector in any process; the values are drawn in the module's dtype and then cast to
-        ``dtype``, so float32 and float64 runs start from the same model. Parameters owned by
+        vector in any process on one kind of CPU (torch's initialisers round differently,
+        in the last bits, under its AVX-512 and its default kernels); the values are drawn
+        in the module's dtype and then cast to ``dtype``, so float32 and float64 runs start
+        from the same model. Parameters owned by
         no module with ``reset_parameters`` keep the values of the module passed in.
 
         Parameters
