@@ -476,19 +476,25 @@ def test_messages_never_print_a_memo_shared_structure(saved, tmp_path, edit, mes
 # ----------------------------------------------------------------------- writing
 
 
-def test_an_interrupted_save_keeps_the_previous_checkpoint(saved, tmp_path, monkeypatch):
+def _checkpoint_saved_by(save, saved, tmp_path, monkeypatch):
+    """The FedMac checkpoint copied to ``tmp_path/c.pt``: (path, its bytes, its payload),
+    with ``torch.save`` replaced by ``save(real_save, obj, f)``."""
     raw, _ = saved["fedmac"]
     path = tmp_path / "c.pt"
     path.write_bytes(raw)
-    payload = read_checkpoint(path)
     real_save = torch.save
+    monkeypatch.setattr(torch, "save", lambda obj, f, *_, **__: save(real_save, obj, f))
+    return path, raw, read_checkpoint(path)
 
-    def save_half_then_die(obj, f, *args, **kwargs):
-        real_save(obj, f, *args, **kwargs)
+
+def test_an_interrupted_save_keeps_the_previous_checkpoint(saved, tmp_path, monkeypatch):
+    def save_half_then_die(real_save, obj, f):
+        real_save(obj, f)
         f.truncate(f.tell() // 2)
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(torch, "save", save_half_then_die)
+    path, raw, payload = _checkpoint_saved_by(save_half_then_die, saved, tmp_path,
+                                              monkeypatch)
     with pytest.raises(KeyboardInterrupt):
         save_checkpoint(path, {**payload, "round": 3})
     monkeypatch.undo()
@@ -509,17 +515,11 @@ def test_a_stop_signal_during_a_save_acts_once_the_checkpoint_is_written(
         saved, tmp_path, monkeypatch, signum, stops):
     # Ctrl-C inside torch.save once left its archive writer failing on exit, and that
     # error, not the interruption, reached the command (exit 1 and a traceback)
-    raw, _ = saved["fedmac"]
-    path = tmp_path / "c.pt"
-    path.write_bytes(raw)
-    payload = read_checkpoint(path)
-    real_save = torch.save
-
-    def signalled_save(obj, f, *args, **kwargs):
+    def signalled_save(real_save, obj, f):
         signal.raise_signal(signum)
-        real_save(obj, f, *args, **kwargs)
+        real_save(obj, f)
 
-    monkeypatch.setattr(torch, "save", signalled_save)
+    path, _, payload = _checkpoint_saved_by(signalled_save, saved, tmp_path, monkeypatch)
     with sigterm_raises(lambda _: _Stopped()):
         before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
         with pytest.raises(stops):
