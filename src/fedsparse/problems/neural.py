@@ -176,8 +176,8 @@ class NeuralProblem(Problem):
         vector in any process on one kind of CPU (torch's initialisers round differently,
         in the last bits, under its AVX-512 and its default kernels); the values are drawn
         in the module's dtype and then cast to ``dtype``, so float32 and float64 runs start
-        from the same model. Parameters owned by
-        no module with ``reset_parameters`` keep the values of the module passed in.
+        from the same model. Parameters owned by no module with ``reset_parameters`` keep
+        the values of the module passed in.
 
         Parameters
         ----------
