@@ -54,6 +54,7 @@ class ClientContext:
     #: The clients' example counts on the CPU, read once (the mini-batch draws are made
     #: on the CPU, so a GPU run would otherwise copy them back at every local step).
     _cpu_counts: torch.Tensor | None = field(default=None, repr=False)
+    _largest: int | None = field(default=None, repr=False)  # max_i n_i, read once
     #: :meth:`prefetch`'s plans, (steps, batch size) each, and the draws made ahead.
     _planned: list = field(default_factory=list, repr=False)
     _drawn: dict = field(default_factory=dict, repr=False)
@@ -96,12 +97,17 @@ class ClientContext:
 
     def is_full_batch(self, batch_size: int | None) -> bool:
         """True if :meth:`batch` returns the full local data (``None`` or ``b >= max n_i``)."""
-        return batch_size is None or batch_size >= int(self._counts_on_cpu().max())
+        return batch_size is None or batch_size >= self._largest_count()
 
     def _counts_on_cpu(self) -> torch.Tensor:
         if self._cpu_counts is None:
             self._cpu_counts = self.data.counts.cpu()
         return self._cpu_counts
+
+    def _largest_count(self) -> int:
+        if self._largest is None:
+            self._largest = int(self._counts_on_cpu().max())
+        return self._largest
 
     def prefetch(self, steps: range, batch_size: int | None) -> None:
         """Draw the mini-batches of local steps ``steps`` at once, for :meth:`batch` to
@@ -127,8 +133,7 @@ class ClientContext:
                        None)
         if planned is None:
             return self._draw_steps([step], batch_size)[0]
-        counts = self._counts_on_cpu()
-        per_step = max(int(counts.shape[0]) * int(counts.max()), 1)
+        per_step = max(self.size * self._largest_count(), 1)
         ahead = planned[planned.index(step):][:max(PREFETCH_KEYS // per_step, 1)]
         block = self._draw_steps(list(ahead), batch_size)
         self._drawn.update({(k, batch_size): d
@@ -140,7 +145,7 @@ class ClientContext:
         """:meth:`batch_index` of each of ``steps``, drawn together."""
         counts, clients = self._counts_on_cpu(), self.clients.cpu()
         steps_t = torch.tensor(steps, dtype=torch.int64)
-        S, n_max = counts.shape[0], int(counts.max())
+        S, n_max = counts.shape[0], self._largest_count()
         if 2 * int(counts.sum()) >= S * n_max:  # little padding: one draw over (S, n_max)
             index, picked = self._draw(clients, counts, n_max, steps_t, batch_size)
         else:
