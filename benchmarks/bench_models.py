@@ -100,7 +100,8 @@ def fedsparse_round(module_fn, data, batch, optimizer="sgd", client_batch=None, 
             for chunk, split in zip(chunks, splits, strict=True):
                 ctx = ClientContext(problem, split, chunk, 0, 0, config=algo.client_config(state))
                 ups.append(algo.client_update(payload, ctx)[0])
-            algo.aggregate(state, torch.cat(ups), cohort)
+            # joined as fs.simulate joins a round's chunks: a lone chunk as it is
+            algo.aggregate(state, ups[0] if len(ups) == 1 else torch.cat(ups), cohort)
 
     return run
 

@@ -84,10 +84,10 @@ def _client_executor(algorithm: Algorithm, problem: Problem, data: FederatedData
             uploads.append(up)
             states.append(new_rows)
             infos.append((b - a, info))
-        uploads = _unsort(torch.cat(uploads), order)
+        uploads = _unsort(_joined(uploads), order)
         new_state = None
         if states[0] is not None:
-            new_state = {k: _unsort(torch.cat([st[k] for st in states]), order)
+            new_state = {k: _unsort(_joined([st[k] for st in states]), order)
                          for k in states[0]}
         info: dict = {}
         for n, chunk_info in infos:
@@ -120,6 +120,11 @@ def _chunk_rows(rows: torch.Tensor, a: int, b: int, order: torch.Tensor | None
     """Rows ``a:b`` of ``rows`` (one per sampled client), taken in the client order
     ``order`` where one is given."""
     return rows[a:b] if order is None else rows[order[a:b].to(rows.device)]
+
+
+def _joined(chunks: list[torch.Tensor]) -> torch.Tensor:
+    """The chunks' rows in one tensor; a lone chunk as it is (no (S, P) copy)."""
+    return chunks[0] if len(chunks) == 1 else torch.cat(chunks)
 
 
 def _unsort(rows: torch.Tensor, order: torch.Tensor | None) -> torch.Tensor:

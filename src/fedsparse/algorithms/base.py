@@ -254,6 +254,13 @@ def payload_rows(payload: torch.Tensor, size: int) -> torch.Tensor:
     return payload.clone()
 
 
+def payload_view(payload: torch.Tensor, size: int) -> torch.Tensor:
+    """A broadcast as (S, P) rows to read, not to update: a shared (P,) payload is an
+    expanded view, no copy (e.g. the start of :func:`~fedsparse.algorithms.local.local_train`,
+    which copies what it trains)."""
+    return payload.expand(size, -1) if payload.ndim == 1 else payload
+
+
 def weighted_mean(uploads: torch.Tensor, cohort: Cohort) -> torch.Tensor:
     """``sum_i p_i x_i / sum_i p_i`` over the delivered uploads (weights renormalised).
 
@@ -267,6 +274,8 @@ def weighted_mean(uploads: torch.Tensor, cohort: Cohort) -> torch.Tensor:
     rows = cohort.delivered
     w = cohort.weights[rows]
     w = (w / w.sum()).to(uploads.dtype).to(uploads.device)
+    if bool(rows.all()):  # no (S, P) copy of the selected rows
+        return w @ uploads
     return w @ uploads[rows.to(uploads.device)]
 
 

@@ -17,7 +17,7 @@ from .base import (
     ClientContext,
     check_step_size,
     lipschitz_statistics,
-    payload_rows,
+    payload_view,
     resolve_step_size,
     weighted_mean,
 )
@@ -74,7 +74,7 @@ class FederatedAveraging(Algorithm):
         opt = self.local
         if ctx.config.get("step_size") not in (None, opt.step_size):
             opt = replace(opt, step_size=ctx.config["step_size"])
-        x = payload_rows(payload, ctx.size)
+        x = payload_view(payload, ctx.size)  # local_train trains a copy
         return local_train(opt, x, ctx, mu=self.mu, anchor=payload), None, {}
 
     def aggregate(self, state, uploads, cohort):

@@ -41,7 +41,7 @@ from ..sparsity.masks import (
     random_masks,
     synflow_mask,
 )
-from .base import Algorithm, ClientContext, payload_rows, weighted_mean
+from .base import Algorithm, ClientContext, payload_view, weighted_mean
 from .compensation import similarity_compensation
 from .local import LocalOptimizer, local_train
 
@@ -121,7 +121,7 @@ class SparseTraining(Algorithm):
         return synflow_mask(problem, x, self.density, self.synflow_iterations, self.scope)
 
     def client_update(self, payload: torch.Tensor, ctx: ClientContext):
-        x0 = payload_rows(payload, ctx.size)
+        x0 = payload_view(payload, ctx.size)  # read only: local_train trains a copy
         if self.pruner == "fedspa":
             mask = ctx.state["mask"].to(x0.device)
         else:  # data-free and scored on the shared x^t: one mask for every client
