@@ -396,6 +396,63 @@ def test_ctrl_c_with_the_default_folder_names_it(tmp_path, monkeypatch, tiny, cl
     assert "--force" not in err.split("continue")[-1]
 
 
+def _fail_second_run(monkeypatch, *, unwinding: bool):
+    """The second run raises a RuntimeError, while unwinding from Ctrl-C or not."""
+    from fedsparse.experiments import runner
+
+    real = runner.execute_run
+    calls = []
+
+    def failing(run, *args, **kwargs):
+        calls.append(run["label"])
+        if len(calls) < 2:
+            return real(run, *args, **kwargs)
+        if not unwinding:
+            raise RuntimeError("unexpected pos 64 vs 0")
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt:
+            raise RuntimeError("unexpected pos 64 vs 0")  # noqa: B904 - as a C++ writer does
+
+    monkeypatch.setattr(runner, "execute_run", failing)
+
+
+def test_an_error_raised_while_unwinding_from_ctrl_c_is_the_interruption(
+        tiny, tmp_path, monkeypatch, cli):
+    # torch's archive writer, interrupted inside a save, once failed on its way out, and
+    # its error replaced the Ctrl-C: exit 1 and a traceback instead of the continue command
+    out = tmp_path / "out"
+    _fail_second_run(monkeypatch, unwinding=True)
+    code, _, err = cli.run(["run", str(tiny), "--out", str(out), "--quiet"])
+    assert code == 130 and "Traceback" not in err and "RuntimeError" not in err
+    command = shlex.join(["fedsparse", "run", str(tiny), "--out", str(out), "--quiet",
+                          "--resume"])
+    assert command in err
+    failed = (out / "FAILED").read_text()
+    assert failed.startswith("This run did not finish: interrupted") and command in failed
+    assert "RuntimeError" not in failed
+
+
+def test_an_error_of_its_own_is_not_an_interruption(tiny, tmp_path, monkeypatch, cli):
+    out = tmp_path / "out"
+    _fail_second_run(monkeypatch, unwinding=False)
+    with pytest.raises(RuntimeError, match="unexpected pos"):
+        cli.run(["run", str(tiny), "--out", str(out), "--quiet"])
+    assert "RuntimeError: unexpected pos 64 vs 0" in (out / "FAILED").read_text()
+
+
+def test_any_command_unwinding_from_ctrl_c_exits_as_interrupted(monkeypatch, cli):
+    def listing(args):
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt:
+            raise OSError("broken pipe") from None  # the context stays: __context__
+
+    monkeypatch.setattr("fedsparse.cli.cmd_list", listing)
+    code, _, err = cli.run(["list"])
+    assert (code, err.strip()) == (130, "fedsparse: interrupted")
+
+
 def test_ctrl_c_before_any_result_says_to_start_again(tiny, tmp_path, monkeypatch, cli):
     from fedsparse.experiments import runner
 

@@ -7,7 +7,9 @@ the block handles like any other.
 
 Within :func:`stop_signals_deferred` (a file being written) Ctrl-C and SIGTERM wait
 until the block ends: an exception raised inside a writer's own code can leave it in a
-state whose clean-up raises another error, which would replace the interruption.
+state whose clean-up raises another error, which would replace the interruption. Where
+that happens anyway (in a library's code), :func:`as_interrupted` turns the error back
+into the Ctrl-C it unwound from.
 """
 
 from __future__ import annotations
@@ -62,3 +64,28 @@ def stop_signals_deferred():
             signal.signal(signum, handler)
         for signum in dict.fromkeys(arrived):
             signal.raise_signal(signum)
+
+
+def interruption(exc: BaseException) -> KeyboardInterrupt | None:
+    """The ``KeyboardInterrupt`` that ``exc`` is or was raised while handling (along its
+    ``__context__`` chain), else None: an error that code raises while unwinding from
+    Ctrl-C (a writer left half-way, its clean-up failing) is the interruption."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, KeyboardInterrupt):
+            return exc
+        seen.add(id(exc))
+        exc = exc.__context__
+    return None
+
+
+def as_interrupted(fn: Callable, *args):
+    """``fn(*args)``, where an error raised while unwinding from Ctrl-C is raised again as
+    the ``KeyboardInterrupt`` it unwound from (:func:`interruption`)."""
+    try:
+        return fn(*args)
+    except Exception as exc:
+        stop = interruption(exc)
+        if stop is None:
+            raise
+        raise KeyboardInterrupt(*stop.args) from exc

@@ -12,6 +12,7 @@ import difflib
 import importlib.util
 import sys
 
+from ._signals import as_interrupted
 from ._validation import ConfigError
 from .cli_commands import cmd_list, cmd_report, cmd_show, cmd_sweep, cmd_tune
 from .cli_common import (
@@ -313,7 +314,7 @@ def main(argv: list[str] | None = None) -> int:
         leaf.error(_unknown_options(leaf, extra, argv))
     args.argv = argv  # the exact command, for the messages that say how to go on
     try:
-        return args.func(args)
+        return as_interrupted(args.func, args)
     except ConfigError as exc:  # named as typed where an option gave the bad value
         try:
             message = name_typed_options(str(exc), args)

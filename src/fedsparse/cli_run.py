@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from ._signals import sigterm_raises
+from ._signals import as_interrupted, sigterm_raises
 from ._validation import ConfigError
 from .cli_common import resolve_experiment
 
@@ -226,7 +226,7 @@ def _guarded(out: Path, created: bool, args, block, *, resumable: bool = True):
         with sigterm_raises(lambda signum: KeyboardInterrupt("terminated (SIGTERM)")), \
                 output_guard(out, created=created, resume_command=resume,
                              rerun_command=rerun):
-            return block()
+            return as_interrupted(block)  # an error unwinding from Ctrl-C is the Ctrl-C
     except KeyboardInterrupt:
         if has_output(out):
             kept = (f"what finished is kept in {out} (see {out / FAILED})"
