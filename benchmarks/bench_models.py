@@ -37,7 +37,7 @@ import time
 from contextlib import contextmanager, nullcontext
 
 import torch
-from profile_round import profile_call
+from profile_round import profile_call, sync
 
 import fedsparse as fs
 from fedsparse._threads import single_threaded_blas
@@ -49,11 +49,6 @@ except ImportError:  # pragma: no cover
     keep_freed_memory = nullcontext
 
 STEPS, LR = 5, 0.05
-
-
-def sync(device):
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def time_side_by_side(fns: dict, device, repeats: int) -> dict:

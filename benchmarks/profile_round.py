@@ -17,7 +17,8 @@ import time
 import torch
 
 
-def _sync(device: torch.device) -> None:
+def sync(device: torch.device) -> None:
+    """Wait for ``device``'s queued kernels (a no-op on the CPU)."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
 
@@ -33,13 +34,13 @@ def profile_call(fn, device: torch.device, rows: int = 20) -> dict:
     from torch.profiler import ProfilerActivity, profile
 
     fn()  # warm-up outside the profile
-    _sync(device)
+    sync(device)
     cuda = device.type == "cuda"
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     with profile(activities=activities) as prof:
         tic = time.perf_counter()
         fn()
-        _sync(device)
+        sync(device)
         wall = time.perf_counter() - tic
     averages = prof.key_averages()
     key = "self_device_time_total" if cuda else "self_cpu_time_total"

@@ -152,6 +152,8 @@ def test_devices_helpers():
     assert check_device_spec("x", " CPU ") == "cpu"
     assert devices_info([torch.device("cpu"), torch.device("cpu")]) == \
         {"device": "cpu", "gpu": None}
+    with pytest.raises(ConfigError, match="--device=None is invalid"):
+        check_device_spec("--device", None)
 
 
 def test_a_gpu_run_records_whether_it_may_round_through_tf32(monkeypatch):
@@ -173,8 +175,6 @@ def test_a_gpu_run_records_whether_it_may_round_through_tf32(monkeypatch):
     finally:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
     assert "tf32" not in device_info(torch.device("cpu"))
-    with pytest.raises(ConfigError, match="--device=None is invalid"):
-        check_device_spec("--device", None)
 
 
 # ------------------------------------------------------------------- list and show
