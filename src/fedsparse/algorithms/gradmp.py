@@ -14,16 +14,6 @@ from .sparse_models import SparseModel, check_dictionary_arg, check_scope, dicti
 INNER_SOLVERS = ("exact", "newton", "gd", "sgd")
 
 
-def batch_weights(ctx: ClientContext, step: int, batch_size: int | None) -> torch.Tensor:
-    """(S, n_max) example weights of :meth:`ClientContext.batch`'s mini-batch, on the full
-    padded data: 1/b on the drawn examples, 0 elsewhere."""
-    w_full = ctx.full()[2]
-    if ctx.is_full_batch(batch_size):
-        return w_full
-    index, w = ctx.batch_index(step, batch_size)
-    return torch.zeros_like(w_full).scatter_(1, index, w)
-
-
 class FedGradMP(Algorithm):
     """FedGradMP (Jeong et al. 2024, Alg. 1) and inexact FedGradMP with partial participation
     (Alg. 2).
