@@ -54,3 +54,24 @@ def test_leading_python_ints_hash_to_the_bits_of_the_tensor_path():
             assert torch.equal(rng.hash_counters(*counters), _tensor_hash(*counters))
     assert rng.hash_counters(3, True).dtype == torch.int64
     assert torch.equal(rng.hash_counters(3, True), _tensor_hash(3, 1))
+
+
+def test_no_tensor_is_made_from_python_ints_beside_a_tensor_counter():
+    # on a GPU, a tensor made from the folded key (or from an int after a tensor) is a copy
+    # to the device, which makes the host wait for the device's queue at every draw
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Recorder(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    clients, positions = torch.arange(5)[:, None], torch.arange(4)[None, :]
+    with Recorder() as recorder:
+        keys = rng.hash_counters(7, rng.BATCH, 3, clients, 2, positions)
+    assert torch.equal(keys, _tensor_hash(7, rng.BATCH, 3, clients, 2, positions))
+    assert not [op for op in recorder.ops if "lift_fresh" in op], recorder.ops

@@ -47,25 +47,34 @@ def _mix_int(z: int) -> int:
     return z ^ (z >> 31)
 
 
+def _is_int64(c) -> bool:
+    return isinstance(c, int) and -(1 << 63) <= c < 1 << 63
+
+
 def hash_counters(*counters) -> torch.Tensor:
     """Hash integer counters (ints or int64 tensors, broadcast together) to int64 keys.
 
     The keys lie on the device of the tensor counters (the CPU if there are none); the
     integer arithmetic is exact, so every device gives the same keys. The leading Python
     ints (seed, stream, round) are hashed in Python: the same bits without a dozen tensor
-    operations each, which a round's every mini-batch draw would otherwise dispatch."""
+    operations each, which a round's every mini-batch draw would otherwise dispatch. The
+    key they fold to, and any int after a tensor, enter the tensor arithmetic as scalars:
+    on a GPU, a copy to the device would make the host wait for the device's queue."""
     device = next((c.device for c in counters if isinstance(c, torch.Tensor)),
                   torch.device("cpu"))
     h, first = 0, 0
     for c in counters:
-        if not isinstance(c, int) or not -(1 << 63) <= c < 1 << 63:
+        if not _is_int64(c):
             break  # a tensor (or an int torch would refuse): the tensor path from here
         h, first = _mix_int(h ^ (c & _MASK)), first + 1
-    h = torch.tensor(_signed(h), dtype=torch.int64, device=device)
+    if first == len(counters):
+        return torch.tensor(_signed(h), dtype=torch.int64, device=device)
+    key: torch.Tensor | int = _signed(h)
     for c in counters[first:]:
-        c = torch.as_tensor(c, dtype=torch.int64, device=device)
-        h = _mix(h ^ c)
-    return h
+        if isinstance(key, int) or not _is_int64(c):
+            c = torch.as_tensor(c, dtype=torch.int64, device=device)
+        key = _mix(key ^ c)
+    return key
 
 
 def uniform(*counters) -> torch.Tensor:
