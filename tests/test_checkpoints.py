@@ -548,6 +548,25 @@ def test_a_checkpoint_path_that_cannot_be_written_is_refused_before_training(tmp
                     fs.problems.least_squares(), data, rounds=2, checkpoint=path)
 
 
+def test_an_earlier_runs_checkpoint_is_not_overwritten_without_resume(tmp_path):
+    data = fs.data.shifted_gaussian(num_clients=3, samples_per_client=10, dim=8, sparsity=2,
+                                    seed=0)
+    path = tmp_path / "ckpt.pt"
+
+    def run(rounds, **kw):
+        return fs.simulate(fs.algorithms.fed_iter_ht(sparsity=2, step_size=0.01),
+                           fs.problems.least_squares(), data, rounds=rounds, checkpoint=path,
+                           progress=False, **kw)
+
+    run(5)
+    saved = path.read_bytes()
+    with pytest.raises(ConfigError, match=r"checkpoint=.*already holds a checkpoint; "
+                                          r"resume=True continues"):
+        run(2)
+    assert path.read_bytes() == saved
+    assert len(run(7, resume=True).records) == 7
+
+
 def test_the_cli_names_a_damaged_checkpoint_without_a_traceback(tmp_path, capsys):
     from fedsparse.cli import main
 

@@ -244,7 +244,7 @@ def simulate(algorithm: Algorithm, problem: Problem, data: FederatedDataset, *, 
     checkpoint : file to save the run's state to every ``checkpoint_every`` rounds and
         at the end; with ``resume=True`` an existing checkpoint is continued, giving the
         same history as an uninterrupted run (and the same tracker runs: see
-        ``loggers``).
+        ``loggers``); without it an existing file is refused, never overwritten.
     progress : progress bar; default: shown on a terminal only.
     client_batch : process at most this many clients at once (bounds memory; the
         result is the same). None: as many as the device's memory holds
@@ -315,6 +315,10 @@ def simulate(algorithm: Algorithm, problem: Problem, data: FederatedDataset, *, 
         if Path(checkpoint).is_dir() or not existing.is_dir():
             raise fail("checkpoint", str(checkpoint), "must be a file path (it is a "
                        "directory, or lies under a file)")
+        if not resume and Path(checkpoint).exists():  # an earlier run's: never lost silently
+            raise fail("checkpoint", str(checkpoint), "already holds a checkpoint; "
+                       "resume=True continues that run; to start again, delete the file or "
+                       "give another path")
     check_int("client_batch", client_batch, minimum=1, allow_none=True)
     if check_int("eval_clients", eval_clients, minimum=1, allow_none=True) is not None \
             and eval_clients > data.num_clients:
