@@ -107,6 +107,23 @@ def test_bad_claims_name_the_key(change, match):
         check_config(config)
 
 
+@pytest.mark.parametrize("claim", [
+    {"text": "t", "kind": "order", "runs": ["fast", "ref"], "metric": "accuracy"},
+    {**REACHES, "metric": "test_accuracy"}])
+def test_a_claim_on_a_metric_its_runs_do_not_record_is_refused_before_they_run(claim):
+    # least squares records no accuracy: the verdict would read each run as diverged
+    from fedsparse.experiments.config import resolve_runs
+    from fedsparse.experiments.runner import check_runs_buildable
+
+    config = copy.deepcopy(CONFIG) | {"claims": [claim]}
+    check_config(config)
+    with pytest.raises(ConfigError, match=r"claims\[0\]\.metric='\w*accuracy' is invalid: "
+                                          r"the run '(fast|ref)' does not record it; it "
+                                          r"records round, objective"):
+        check_runs_buildable(config, resolve_runs(config), {})
+    check_runs_buildable(CONFIG, resolve_runs(CONFIG), {})  # the objective: recorded
+
+
 def test_only_drops_the_claims_about_runs_it_leaves_out():
     assert select_runs(copy.deepcopy(CONFIG), ["ref"])["claims"] == []
     assert len(select_runs(copy.deepcopy(CONFIG), ["ref", "fast"])["claims"]) == 1

@@ -181,8 +181,9 @@ def recordable_metrics(data, problem, algorithm=None) -> set[str]:
 
 def check_runs_buildable(config: dict, runs: list[dict], data_cache: dict) -> None:
     """Build every run's data, problem and algorithm, and check the metrics that
-    ``[plot]`` and ``[compare]`` name are recorded by some run -- before any run starts,
-    so a mistake in the last run does not surface hours later.
+    ``[plot]`` names are recorded by some run, and those of ``[compare]`` and
+    ``[[claims]]`` by the runs they compare -- before any run starts, so a mistake in the
+    last run does not surface hours later.
 
     Raises
     ------
@@ -216,6 +217,13 @@ def check_runs_buildable(config: dict, runs: list[dict], data_cache: dict) -> No
             if name not in every:
                 raise fail(f"plot.{axis}", name, "no run records it; these runs record "
                            + ", ".join(m for m in METRICS if m in every))
+    for i, claim in enumerate(config.get("claims", [])):
+        metric = claim.get("metric", "objective")
+        for label in claim.get("runs") or [claim[k] for k in ("run", "reference")]:
+            if metric not in recorded.get(label, {metric}):  # (labels: check_claim_labels)
+                raise fail(f"claims[{i}].metric", metric, f"the run {label!r} does not record "
+                           "it; it records " + ", ".join(m for m in METRICS
+                                                         if m in recorded[label]))
     compare = config.get("compare")
     if compare:
         metric = compare.get("metric", "objective")
