@@ -185,9 +185,12 @@ def test_report_on_a_sweep_folder_and_on_a_folder_of_folders(tmp_path, capsys):
     data = json.loads(page.scripts["fedsparse-data"])
     (chart,) = data["charts"]
     assert chart["logx"] and len(chart["series"][0]["points"]) == 3
-    # a report folder stays fedsparse's: --force may still replace it
+    # a report folder stays fedsparse's: --force replaces it, the page of the old results
+    # included
     assert main(["run", str(tmp_path / "tiny.toml"), "--out", str(runs / "one"), "--force",
                  "--quiet"]) == 0
+    assert not (runs / "one" / "report.html").exists()
+    assert "report.html" not in capsys.readouterr().out
 
 
 def test_report_refuses_a_folder_fedsparse_did_not_write(tmp_path, capsys):

@@ -88,8 +88,21 @@ def write_reports(path: str | Path, on_error=None) -> list[Path]:
             continue
         page = folder / PAGE
         page.write_text(text, encoding="utf-8")
+        _record(page)
         pages.append(page)
     return pages
+
+
+def _record(page: Path) -> None:
+    """Add ``page`` to the manifest of the output folder it lies in, so that ``--force``
+    removes it with the results it describes (a stale page would be kept beside new
+    results)."""
+    from ..manifest import read_manifest, record_files
+
+    for root in page.parents:
+        if read_manifest(root) is not None:
+            record_files(root, [page.relative_to(root).as_posix()])
+            return
 
 
 def render(folder: str | Path) -> str:
