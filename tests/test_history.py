@@ -67,6 +67,15 @@ def test_plot_draws_on_given_axes_and_refuses_unrecorded_metrics():
     assert ax.get_xlabel().startswith("cumulative bytes")
     with pytest.raises(ConfigError, match="accuracy.*it records round, objective"):
         _history().plot("accuracy", ax=ax)
+    with pytest.raises(ConfigError, match="x='bytes'.*it records round, objective"):
+        _history().plot("objective", x="bytes", ax=ax)
+    with pytest.raises(ConfigError, match=r"y='support_f1'.*plot\(metric='support_f1'"):
+        _history().plot(y="support_f1", ax=ax)
+    with pytest.raises(ConfigError, match="ax=3 is invalid: must be a matplotlib Axes"):
+        _history().plot(ax=3)
+    with pytest.raises(ConfigError, match="logy='x'"):
+        _history().plot(ax=ax, logy="x")
+    assert len(ax.get_lines()) == 1  # nothing drawn by the refused calls
     plt.close(fig)
 
 
@@ -88,6 +97,23 @@ def test_non_finite_values_survive_a_save_and_load(tmp_path):
         json.loads(line, parse_constant=lambda c: pytest.fail(f"non-strict {c}"))
     back = History.load(tmp_path)
     assert back.records[-1]["objective"] == math.inf and back.initial["objective"] == 1.0
+
+
+def test_a_damaged_or_missing_history_is_named_not_a_traceback(tmp_path):
+    _history().save(tmp_path / "run")
+    with pytest.raises(ConfigError, match="directory=.*must be a folder holding a history"):
+        History.load(tmp_path / "run" / "history.csv")
+    lines = (tmp_path / "run" / "history.jsonl").read_text().splitlines()
+    (tmp_path / "run" / "history.jsonl").write_text("\n".join([lines[0], "nope", *lines[1:]]))
+    with pytest.raises(ConfigError, match=r"history\.jsonl, line 2: not valid JSON"):
+        fs.load_run(tmp_path / "run")
+    (tmp_path / "run" / "history.jsonl").write_text("\n".join([lines[0], "[1]"]))
+    with pytest.raises(ConfigError, match="line 2: a round record must be a JSON object"):
+        History.load(tmp_path / "run")
+    (tmp_path / "run" / "history.jsonl").write_text("\n".join(lines))
+    (tmp_path / "run" / "model.npy").write_bytes(b"not an array")
+    with pytest.raises(ConfigError, match=r"model\.npy: not a NumPy array file"):
+        History.load(tmp_path / "run")
 
 
 def test_load_run_reads_a_cli_folder(tmp_path):

@@ -11,6 +11,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ._validation import ConfigError
+
 # Both names stay importable from here, where they were first defined.
 from .metric_names import HIGHER_IS_BETTER_WORDS as HIGHER_IS_BETTER_WORDS
 from .metric_names import higher_is_better
@@ -141,21 +143,25 @@ class History:
         matplotlib.axes.Axes
             the axes drawn on, with axis labels set (bytes in KB/MB/GB, integer rounds).
         """
+        from ._validation import check_bool, fail
         from .report.axes import draw_history
 
+        if "y" in kwargs:
+            raise fail("y", kwargs["y"], "History.plot takes the y axis as metric "
+                       f"(plot(metric={kwargs['y']!r}, x=...))")
+        for name, value in (("metric", metric), ("x", x)):
+            if value not in self.recorded():
+                raise fail(name, value, "is not recorded by this run; it records "
+                           + ", ".join(self.recorded()))
+        if band not in (None, "std", "ci95"):
+            raise fail("band", band, '"std", "ci95" or None')
+        check_bool("logy", logy, allow_none=True)
         if ax is None:
             import matplotlib.pyplot as plt
 
             ax = plt.gca()
-        if metric not in self.recorded():
-            from ._validation import fail
-
-            raise fail("metric", metric, "is not recorded by this run; it records "
-                       + ", ".join(self.recorded()))
-        if band not in (None, "std", "ci95"):
-            from ._validation import fail
-
-            raise fail("band", band, '"std", "ci95" or None')
+        elif not callable(getattr(ax, "plot", None)):
+            raise fail("ax", ax, "must be a matplotlib Axes (or None: the current axes)")
         if logy is None:
             from .report.axes import auto_log
 
@@ -192,22 +198,70 @@ class History:
 
     @classmethod
     def load(cls, directory: str | Path) -> History:
-        """Read back what :meth:`save` wrote."""
+        """Read back what :meth:`save` wrote.
+
+        Raises
+        ------
+        ConfigError
+            naming the file (and the line of ``history.jsonl``) that is missing or not
+            as :meth:`save` writes it.
+        """
         directory = Path(directory)
-        with open(directory / "history.jsonl") as fh:
-            rows = [_from_json(json.loads(line)) for line in fh]
+        if not (directory / "history.jsonl").is_file():
+            from ._validation import fail
+
+            raise fail("directory", str(directory), "must be a folder holding a "
+                       "history.jsonl (what History.save and fedsparse run write)")
+        rows = read_records(directory / "history.jsonl")
         initial = rows.pop(0) if rows and rows[0].get("round") == 0 else {}
         model = personal = None
         if (directory / "model.npy").exists():
-            model = torch.from_numpy(np.load(directory / "model.npy"))
+            model = torch.from_numpy(_read_array(directory / "model.npy"))
         if (directory / "personal_models.npy").exists():  # (N, P): paged in as it is read
-            personal = torch.from_numpy(np.load(directory / "personal_models.npy",
-                                                mmap_mode="c"))
+            personal = torch.from_numpy(_read_array(directory / "personal_models.npy",
+                                                    mmap_mode="c"))
         config = {}
         if (directory / "config.json").exists():
-            config = json.loads((directory / "config.json").read_text())
+            try:
+                config = json.loads((directory / "config.json").read_text())
+            except ValueError as exc:
+                raise ConfigError(f"{directory / 'config.json'}: not valid JSON ({exc})"
+                                  ) from None
         return cls(records=rows, initial=initial, model=model, personal_models=personal,
                    config=config)
+
+
+def read_records(path: Path) -> list[dict]:
+    """The round records of a ``history.jsonl`` (round 0 first where it was saved), blank
+    lines skipped, non-finite values read back as floats.
+
+    Raises
+    ------
+    ConfigError
+        naming the file and the line that is not a JSON object.
+    """
+    rows = []
+    with open(path, encoding="utf-8") as fh:
+        for n, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except ValueError as exc:
+                raise ConfigError(f"{path}, line {n}: not valid JSON ({exc})") from None
+            if not isinstance(row, dict):
+                raise ConfigError(f"{path}, line {n}: a round record must be a JSON object")
+            rows.append(_from_json(row))
+    return rows
+
+
+def _read_array(path: Path, **kwargs) -> np.ndarray:
+    """A saved model array, or a ConfigError naming the file (never runs pickled code)."""
+    try:
+        return np.load(path, **kwargs)
+    except (ValueError, OSError, EOFError) as exc:
+        raise ConfigError(f"{path}: not a NumPy array file as History.save writes it "
+                          f"({exc})") from None
 
 
 def _is_number(v) -> bool:

@@ -8,7 +8,7 @@ import datetime
 import json
 from pathlib import Path
 
-from .._validation import ConfigError
+from ..history import read_records
 from .html_parts import (
     COLORS,
     DASHES,
@@ -38,22 +38,7 @@ _VERDICT_CLASS = {"holds": "holds", "does not hold": "fails", "not tested here":
 
 def _records(run_dir: Path) -> list[dict]:
     path = run_dir / "history.jsonl"
-    if not path.is_file():
-        return []
-    rows = []
-    with open(path, encoding="utf-8") as fh:
-        for n, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except ValueError as exc:
-                raise ConfigError(f"{path}, line {n}: not valid JSON ({exc})") from None
-            if not isinstance(row, dict):
-                raise ConfigError(f"{path}, line {n}: a round record must be a JSON object")
-            rows.append(row)
-    return [{k: (float(v) if v in ("inf", "-inf", "nan") else v) for k, v in r.items()}
-            for r in rows]
+    return read_records(path) if path.is_file() else []
 
 
 def _numeric_fields(records: list[dict]) -> list[str]:
