@@ -197,7 +197,8 @@ def _add_demo_parser(sub) -> None:
                            "default a small FedIter-HT regression job")
     demo.add_argument("--rounds", type=int, default=None, help="override the number of rounds")
     demo.add_argument("--run", default=None,
-                      help="label or index of the run of an experiment config (default first)")
+                      help="label or index of the run of an experiment config (needed when "
+                      "it has several runs)")
     demo.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                       help="override a job value, e.g. --set algorithm.sparsity=3")
     demo.add_argument("--nodes", type=int, default=2,
