@@ -346,6 +346,18 @@ def test_resume_into_a_new_or_empty_folder_is_refused(tiny, tmp_path, cli):
              "nothing to continue")
 
 
+def test_resume_refuses_a_run_whose_checkpoint_is_gone(tiny, tmp_path, cli):
+    out = tmp_path / "out"
+    assert cli.run(["run", str(tiny), "--out", str(out), "--quiet"])[0] == 0
+    (run,) = [p.parent for p in out.glob("*/checkpoint.pt") if "iter" in p.parent.name]
+    (run / "checkpoint.pt").unlink()
+    history = (run / "history.jsonl").read_bytes()
+    cli.refused(["run", str(tiny), "--out", str(out), "--resume", "--rounds", "5", "--quiet"],
+                "holds the run's history but not its checkpoint.pt", "would start the run "
+                "again from round 0", "--force")
+    assert (run / "history.jsonl").read_bytes() == history
+
+
 def _interrupt_second_run(monkeypatch):
     from fedsparse.experiments import runner
 

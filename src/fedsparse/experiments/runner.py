@@ -113,6 +113,12 @@ def execute_run(run: dict, out: Path | None, *, data_cache: dict, resume: bool =
     algorithm = build_algorithm(run["algorithm"])
     run_dir = None if out is None else out / run["slug"]
     checkpoint = None if run_dir is None else run_dir / "checkpoint.pt"
+    if resume and run_dir is not None and (run_dir / "history.jsonl").exists() \
+            and not checkpoint.exists():  # every run that wrote its history left one
+        raise ConfigError(f"{run_dir} holds the run's history but not its checkpoint.pt "
+                          "(deleted or moved): resuming would start the run again from "
+                          "round 0. Restore the file, or start again (--force on the "
+                          "command line)")
     tracking = track_run(loggers, run["slug"], tracked_params(run), callback)
     try:
         history = simulate(algorithm, problem, data, rounds=run["rounds"], seed=run["seed"],
