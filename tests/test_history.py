@@ -116,11 +116,19 @@ def test_a_damaged_or_missing_history_is_named_not_a_traceback(tmp_path):
         History.load(tmp_path / "run")
 
 
-def test_load_run_reads_a_cli_folder(tmp_path):
+def test_load_run_reads_a_cli_folder(tmp_path, capsys):
     cfg = tmp_path / "tiny.toml"
     cfg.write_text(CONFIG)
     out = tmp_path / "out"
     assert main(["run", str(cfg), "--out", str(out), "--quiet"]) == 0
+    # a run stopped by a non-finite model is said as a command line says it, not as a
+    # Python warning (a source path and line)
+    capsys.readouterr()
+    assert main(["run", str(cfg), "--out", str(tmp_path / "nan"), "--quiet", "--set",
+                 "too big a step:algorithm.step_size=1e308"]) == 0
+    err = capsys.readouterr().err
+    assert "fedsparse: warning: too-big-a-step: round 1: the model became non-finite" in err
+    assert "model.npy" in err and "RuntimeWarning" not in err and ".py:" not in err
     runs = fs.load_run(out)
     assert list(runs) == ["FedIter-HT", "too big a step"]
     h = runs["FedIter-HT"]

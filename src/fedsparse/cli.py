@@ -11,6 +11,8 @@ import argparse
 import difflib
 import importlib.util
 import sys
+import warnings
+from pathlib import Path
 
 from ._signals import as_interrupted
 from ._validation import ConfigError
@@ -305,6 +307,21 @@ def _command_of(argv: list[str]) -> str:
     return next((a for a in argv if not a.startswith("-")), "")
 
 
+_PACKAGE = str(Path(__file__).parent)
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """fedsparse's own warnings as a command line's lines (``fedsparse: warning: ...``),
+    not Python's (a source path and line); another library's as Python shows them."""
+    if not str(filename).startswith(_PACKAGE):
+        _python_showwarning(message, category, filename, lineno, file, line)
+        return
+    print(f"fedsparse: warning: {message}", file=file or sys.stderr)
+
+
+_python_showwarning = warnings.showwarning
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser(only=_command_of(argv))
@@ -314,7 +331,9 @@ def main(argv: list[str] | None = None) -> int:
         leaf.error(_unknown_options(leaf, extra, argv))
     args.argv = argv  # the exact command, for the messages that say how to go on
     try:
-        return as_interrupted(args.func, args)
+        with warnings.catch_warnings():
+            warnings.showwarning = _show_warning
+            return as_interrupted(args.func, args)
     except ConfigError as exc:  # named as typed where an option gave the bad value
         try:
             message = name_typed_options(str(exc), args)

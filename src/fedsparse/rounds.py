@@ -348,6 +348,7 @@ class RoundLoop:
         if save is not None:
             save(t, state)
         raise DivergenceError(
-            f"round {t + 1}: {what}; stopped, keeping the last finite model (round {t}) in "
-            "error.history.model. A smaller step size usually helps.", history, t + 1)
+            f"round {t + 1}: {what}; stopped, keeping the last finite model (round {t}: "
+            "the error's history.model, a run folder's model.npy). A smaller step size "
+            "usually helps.", history, t + 1)
 
