@@ -531,3 +531,30 @@ def test_closed_form_mlp_gradient_matches_autograd(hidden, shared):
 def test_the_mlp_path_needs_an_mlp():
     with pytest.raises(ConfigError, match="path='mlp'"):
         fs.problems.neural(models.cnn(1, 10, 28), path="mlp")
+
+
+class _ReadsAValue(nn.Module):
+    """A forward with data-dependent control flow: fine one client at a time."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(6, 3)
+
+    def forward(self, x):
+        if x.abs().sum().item() > 1e9:
+            x = torch.zeros_like(x)
+        return self.linear(x)
+
+
+def test_a_forward_vmap_cannot_batch_says_to_take_the_loop_path():
+    gen = torch.Generator().manual_seed(0)
+    data = fs.data.from_arrays(list(torch.rand(4, 10, 6, generator=gen)),
+                               list(torch.randint(0, 3, (4, 10), generator=gen)))
+    algo = fs.algorithms.fed_avg(step_size=0.1, local_steps=2, batch_size=5)
+    with pytest.raises(ConfigError, match=r"_ReadsAValue reads a tensor's value.*"
+                                          r"path=\"loop\""):
+        fs.simulate(algo, fs.problems.neural(_ReadsAValue(), path="vmap"), data, rounds=1,
+                    progress=False)
+    h = fs.simulate(algo, fs.problems.neural(_ReadsAValue(), path="loop"), data, rounds=1,
+                    progress=False)
+    assert len(h.records) == 1

@@ -454,7 +454,12 @@ class NeuralProblem(Problem):
                 if kind == "grad" and self._mlp is not None:
                     res = mlp_grad(self._mlp, p, X[rows], y[rows], w[rows])
                 else:
-                    res = run(net, self._layout, kind, p, X[rows], y[rows], w[rows])
+                    try:
+                        res = run(net, self._layout, kind, p, X[rows], y[rows], w[rows])
+                    except RuntimeError as exc:
+                        if method == "vmap" and _reads_a_value(exc):
+                            raise _vmap_refused(exc, self._template) from None
+                        raise
                 if differentiable:
                     pieces.append(res)
                     order.append(torch.arange(S, device=device)[rows])
@@ -476,6 +481,19 @@ class NeuralProblem(Problem):
             perm = torch.cat(order)
             return torch.cat(pieces)[torch.argsort(perm)]
         return out
+
+def _reads_a_value(exc: RuntimeError) -> bool:
+    """Whether ``torch.func.vmap`` refused a forward that reads a tensor's value."""
+    return str(exc).startswith("vmap: It looks like you're")
+
+
+def _vmap_refused(exc: RuntimeError, module: nn.Module) -> ConfigError:
+    return ConfigError(
+        f"the network {type(module).__name__} reads a tensor's value in its forward "
+        "(.item(), or a tensor in an if or a loop), which torch.func.vmap cannot do for all "
+        "clients at once: give fs.problems.neural(module, path=\"loop\") (one client at a "
+        f"time), or write the forward without it (torch.where). torch said: {str(exc)[:100]}...")
+
 
 def neural(module: nn.Module, *, dtype: torch.dtype | None = None, path: str = "auto",
            chunk_clients: int | None = None) -> NeuralProblem:
