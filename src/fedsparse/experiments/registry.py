@@ -392,6 +392,24 @@ def shown_config(name: str) -> tuple[str, str]:
         header += ("# It writes scikit-learn's data sets as svmlight files into OUT/data, "
                    "runs the config below, then a long centralised run for f*.\n")
         return header, name_papers(tomli_w.dumps(libsvm_config(paths)))
-    doc = name_papers(inspect.getdoc(exp.fn) or "")
-    return header + "# Its parameters are fixed in code:\n", "".join(
-        f"# {line}\n".replace("# \n", "#\n") for line in doc.splitlines())
+    doc = name_papers(_description(inspect.getdoc(exp.fn) or ""))
+    params = inspect.signature(exp.fn).parameters
+    takes = ", ".join(flag for key, flag in _OPTIONS if key in params) or "no options"
+    header += (f"# Its parameters are fixed in code (no config to edit; fedsparse run {name} "
+               f"takes {takes}):\n")
+    return header, "".join(f"# {line}\n".replace("# \n", "#\n") for line in doc.splitlines())
+
+
+#: The command-line options of a Python experiment, by the parameter that takes each.
+_OPTIONS = (("quick", "--quick"), ("rounds", "--rounds N"), ("seeds", "--seeds N"),
+            ("resume", "--resume"), ("device", "--device"))
+
+
+def _description(doc: str) -> str:
+    """A numpydoc docstring without its sections (Parameters, Returns, ...): what the
+    experiment does, in words."""
+    lines = doc.splitlines()
+    for i in range(len(lines) - 1):
+        if lines[i].strip() and set(lines[i + 1].strip()) == {"-"}:
+            return "\n".join(lines[:i]).rstrip()
+    return doc
