@@ -99,6 +99,18 @@ def test_non_finite_values_survive_a_save_and_load(tmp_path):
     assert back.records[-1]["objective"] == math.inf and back.initial["objective"] == 1.0
 
 
+def test_save_never_replaces_a_saved_history_unless_told(tmp_path):
+    _history().save(tmp_path / "run")
+    before = (tmp_path / "run" / "history.jsonl").read_bytes()
+    other = History(records=[{"round": 1, "objective": 9.0}], initial={"round": 0})
+    with pytest.raises(ConfigError, match="already holds a saved history; give "
+                                          "overwrite=True"):
+        other.save(tmp_path / "run")
+    assert (tmp_path / "run" / "history.jsonl").read_bytes() == before
+    other.save(tmp_path / "run", overwrite=True)
+    assert History.load(tmp_path / "run").records == other.records
+
+
 def test_a_damaged_or_missing_history_is_named_not_a_traceback(tmp_path):
     _history().save(tmp_path / "run")
     with pytest.raises(ConfigError, match="directory=.*must be a folder holding a history"):

@@ -170,11 +170,20 @@ class History:
                      **kwargs)
         return ax
 
-    def save(self, directory: str | Path) -> None:
+    def save(self, directory: str | Path, *, overwrite: bool = False) -> None:
         """Write ``history.jsonl``, ``history.csv`` (round 0 first), ``model.npy``, and
         where the run has them ``personal_models.npy`` and ``config.json`` (what ran, and
-        for a Flower run the nodes it refused)."""
+        for a Flower run the nodes it refused).
+
+        A folder that already holds a saved history (another run's, or this one's) is
+        refused unless ``overwrite=True``: an earlier run is never replaced silently.
+        """
         directory = Path(directory)
+        if not overwrite and (directory / "history.jsonl").exists():
+            from ._validation import fail
+
+            raise fail("directory", str(directory), "already holds a saved history; give "
+                       "overwrite=True to replace it, or another folder")
         directory.mkdir(parents=True, exist_ok=True)
         rows = ([self.initial] if self.initial else []) + self.records
         with open(directory / "history.jsonl", "w") as fh:

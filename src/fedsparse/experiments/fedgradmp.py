@@ -136,7 +136,7 @@ def video_recovery(out: Path, *, quick: bool = False, rounds: int | None = None,
         by_seed.append(float(np.linalg.norm(model - target) / np.linalg.norm(target)))
         if k == 0:
             history, recovered = run, model
-    history.save(out)
+    history.save(out, overwrite=True)
     _save_triptych(out / "frames.png", (H, W), target, recovered)
     np.save(out / "dictionary.npy", D.numpy())
     rel = float(np.linalg.norm(recovered - target) / np.linalg.norm(target))

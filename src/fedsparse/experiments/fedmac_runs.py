@@ -202,7 +202,7 @@ def load_results(config: dict, out: str | Path, *, save_mean: bool = True
             continue
         mean, messages = average_seeds(histories, errors)
         if save_mean:
-            mean.save(out / run["slug"])
+            mean.save(out / run["slug"], overwrite=True)
         results[(run["panel"], run["label"])] = RunResult(
             run["label"], run["panel"], run["slug"], mean, seed_stats(mean), messages)
     return results

@@ -135,7 +135,7 @@ def execute_run(run: dict, out: Path | None, *, data_cache: dict, resume: bool =
         tracking.close(None, exc)  # (simulate closes it, unless it failed before its rounds)
         raise
     if run_dir is not None:
-        history.save(run_dir)
+        history.save(run_dir, overwrite=True)  # the output folder guards earlier runs
     return history, error
 
 

@@ -62,7 +62,7 @@ def scale_million(out, *, quick: bool = False, rounds: int | None = None,
                            eval_clients=min(EVAL_CLIENTS, N), device=dev,
                            checkpoint=out / f"seed{seed}.ckpt", resume=resume,
                            progress=False)
-        history.save(out / f"seed{seed}")
+        history.save(out / f"seed{seed}", overwrite=True)
         last = history.records[-1]
         runs[str(seed)] = {
             key: last.get(key) for key in ("objective", "objective_se", "test_accuracy",

@@ -268,7 +268,7 @@ def run_seeds(run: dict, n: int, execute: Callable[[dict], tuple[History, str | 
     done = list(iter_replicates([run], n, execute))
     mean, messages = average_seeds([h for _, h, _ in done], [e for _, _, e in done])
     if out is not None:
-        mean.save(Path(out) / run["slug"])
+        mean.save(Path(out) / run["slug"], overwrite=True)
     return mean, ("; ".join(messages) or None)
 
 

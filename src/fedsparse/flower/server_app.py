@@ -215,7 +215,7 @@ def make_server_app(job: Job | None = None, *, callback: Callable | None = None,
             check_out_dir_free(Path(out_dir))  # now, not after the rounds
         history = run_on_grid(grid, the_job, callback=callback)
         if out_dir:
-            history.save(Path(out_dir))
+            history.save(Path(out_dir), overwrite=True)
             log(INFO, "fedsparse: history and model saved to %s", out_dir)
         if on_finish is not None:
             on_finish(history)
