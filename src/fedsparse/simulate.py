@@ -39,7 +39,13 @@ from .devices import resolve_device
 from .history import History
 from .metrics import evaluate, evaluate_personal
 from .problems.base import Problem
-from .rounds import DivergenceError, Replies, RoundLoop, sample_clients
+from .rounds import (
+    DivergenceError,
+    Replies,
+    RoundLoop,
+    check_state,
+    sample_clients,
+)
 from .sampled_eval import make_evaluator
 
 __all__ = ["DivergenceError", "sample_clients", "simulate"]
@@ -290,7 +296,9 @@ def simulate(algorithm: Algorithm, problem: Problem, data: FederatedDataset, *, 
         own state must fit in the machine's memory, and its sequential steps (rounds x
         local steps, at 1 µs each, less than any torch operation takes) must end within a
         year; the error names the parameters and the estimate (see
-        :mod:`fedsparse._resources`).
+        :mod:`fedsparse._resources`). Also when a method of ``algorithm`` returns
+        something of another form than :class:`~fedsparse.algorithms.Algorithm`
+        documents (named with the method).
     DivergenceError
         when the model or a delivered upload becomes NaN/inf (a lost one changes
         nothing); it names the round and carries the history with the last finite model
@@ -349,11 +357,12 @@ def simulate(algorithm: Algorithm, problem: Problem, data: FederatedDataset, *, 
                      problem.param_dim(data.dim))
     run_channel = checked_channel(channel, data.num_clients, rounds)
 
+    dim = problem.param_dim(data.dim)
     state = bound.init(problem, seed)
+    check_state(bound, state, "init", dim, data.dtype)
     store = open_client_store(bound, problem, data.num_clients, seed,
                               memory=client_state_memory, directory=client_state_dir,
                               resume=resume)
-    dim = problem.param_dim(data.dim)
     fingerprint = _fingerprint(algorithm, problem, data, seed, clients_per_round, channel,
                                eval_clients)
     history = History(config={**fingerprint, "rounds": rounds})

@@ -71,6 +71,11 @@ class Algorithm:
     derived from the problem has a default that could stand in for the bound value. The
     simulator and the Flower runtime bind the same way, with the same per-client
     statistics (:meth:`statistics`), so they run the same algorithm.
+
+    What the round methods return is checked where the round receives it, by types and
+    shapes only: a result of another form than documented here (e.g. a server state
+    without its (P,) model, a broadcast of more rows than sampled clients) is a
+    :class:`~fedsparse.ConfigError` naming the method, not a traceback from inside torch.
     """
 
     name = "algorithm"
@@ -172,7 +177,8 @@ class Algorithm:
 
     # -- server half ----------------------------------------------------------------------
     def init(self, problem: Problem, seed: int = 0) -> ServerState:
-        """Initial server state: the problem's initial model (0 for linear models)."""
+        """Initial server state: a dict holding the problem's initial model (0 for linear
+        models) under ``"model"``, a (P,) tensor of the data's dtype (``spec.dtype``)."""
         spec = self._require_bound()
         model = problem.init_params(feature_dim=spec.dim, seed=seed, dtype=spec.dtype)
         return {"model": model.to(spec.device)}
@@ -184,7 +190,8 @@ class Algorithm:
 
     def broadcast(self, state: ServerState, clients: torch.Tensor) -> torch.Tensor:
         """What the sampled clients ``clients`` (S,) receive: one (P,) payload for all of
-        them, or (S, P), one row per client."""
+        them, or (S, P), one row per client, in the model's dtype (any other shape or
+        dtype is refused)."""
         return state["model"]
 
     def client_config(self, state: ServerState) -> dict[str, Any]:
@@ -210,7 +217,8 @@ class Algorithm:
     def aggregate(self, state: ServerState, uploads: torch.Tensor, cohort: Cohort
                   ) -> ServerState:
         """New server state from the uploads (S, P) of ``cohort``; rows that were not
-        delivered are zero and carry no information."""
+        delivered are zero and carry no information. The state is a dict as :meth:`init`
+        returns it: its (P,) model keeps the model's size and dtype."""
         raise NotImplementedError
 
     def model(self, state: ServerState) -> torch.Tensor:

@@ -64,7 +64,7 @@ from ..channels import checked_channel
 from ..client_store import ClientStore, has_personal_models
 from ..history import History
 from ..metrics import MODEL_FIELDS
-from ..rounds import RoundLoop
+from ..rounds import RoundLoop, check_state
 from .grid_round import evaluate_on_nodes, grid_executor
 from .handshake import HANDSHAKE_TRIES, Refusals, handshake, node_statistics, wait_for_nodes
 from .job import Job, job_from_config
@@ -141,6 +141,7 @@ def run_on_grid(grid: Grid, job: Job, *, callback: Callable | None = None) -> Hi
     # As in simulate: the job's cohort size, else the one the algorithm asks for.
     per_round = job.clients_per_round or getattr(algorithm, "clients_per_round", None)
     state = bound.init(problem, job.seed)
+    check_state(bound, state, "init", problem.param_dim(spec.dim), dtype)
     # what the nodes report as personal_* metrics
     personal = has_personal_models(bound, problem, state, job.seed)
 

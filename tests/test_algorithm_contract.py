@@ -1,0 +1,118 @@
+"""What a user-written :class:`~fedsparse.algorithms.Algorithm` returns is checked where it
+enters the round: a :class:`~fedsparse.ConfigError` naming the method, what it returned
+and the form it must have, instead of a traceback from deep inside torch or a silently
+wrong run."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import fedsparse as fs
+from fedsparse import ConfigError
+from fedsparse.algorithms.base import Algorithm, payload_rows, weighted_mean
+
+LS = fs.problems.least_squares()
+
+
+class Averaging(Algorithm):
+    """Client i uploads the broadcast plus 0.01 (i + 1); the server averages the uploads.
+
+    ``change`` maps a method's name to a function of what the method would return, whose
+    result it returns instead: one broken method per test."""
+
+    name = "averaging"
+    client_metrics = ("score",)
+
+    def __init__(self, **change):
+        self.change = change
+        self.updates = 0
+
+    def _changed(self, method, value):
+        return self.change[method](value) if method in self.change else value
+
+    def init(self, problem, seed=0):
+        return self._changed("init", super().init(problem, seed))
+
+    def broadcast(self, state, clients):
+        return self._changed("broadcast", state["model"])
+
+    def client_update(self, payload, ctx):
+        self.updates += 1
+        x = payload_rows(payload, ctx.size) + (ctx.clients.to(payload.dtype)[:, None] + 1) * 1e-2
+        return self._changed("client_update", (x, None, {"score": 1.0}))
+
+    def aggregate(self, state, uploads, cohort):
+        return self._changed("aggregate", {**state, "model": weighted_mean(uploads, cohort)})
+
+
+@pytest.fixture(scope="module")
+def data():
+    """6 clients, model size P = 6, float64."""
+    return fs.data.shifted_gaussian(num_clients=6, samples_per_client=5, dim=6, sparsity=2,
+                                    seed=0, dtype=torch.float64)
+
+
+def _run(algorithm, data, **kw):
+    return fs.simulate(algorithm, LS, data, **{"rounds": 2, **kw})
+
+
+def test_the_unbroken_algorithm_runs(data):
+    h = _run(Averaging(), data, clients_per_round=4)
+    assert h.model.shape == (6,) and h.column("score") == [1.0, 1.0]
+
+
+# ---------------------------------------------------------------- aggregate and init
+
+@pytest.mark.parametrize("wrong, got", [
+    (lambda s: s["model"], r"a \(6,\) torch\.float64 tensor"),
+    (lambda s: [s["model"]], "a list"),
+    (lambda s: {"weights": s["model"]}, r"a dict that Averaging\.model cannot read "
+                                        r"\(KeyError: 'model'; its keys: \['weights'\]\)"),
+])
+def test_aggregate_must_return_a_state_holding_the_model(data, wrong, got):
+    with pytest.raises(ConfigError, match=rf"^Averaging\.aggregate returned {got}.*it must "
+                       r"return the server state: a dict holding the \(P,\) global model "
+                       r"under 'model'"):
+        _run(Averaging(aggregate=wrong), data)
+
+
+@pytest.mark.parametrize("method", ["init", "aggregate"])
+@pytest.mark.parametrize("wrong, got", [
+    (lambda m: m[:5], r"\(5,\) torch\.float64"),
+    (lambda m: m.float(), r"\(6,\) torch\.float32"),
+    (lambda m: m.expand(4, -1).clone(), r"\(4, 6\) torch\.float64"),
+    (lambda m: m.tolist(), "a list"),
+])
+def test_the_model_must_have_the_problems_size_and_the_datas_dtype(data, method, wrong, got):
+    def broken(state):
+        return {**state, "model": wrong(state["model"])}
+
+    with pytest.raises(ConfigError, match=rf"^Averaging\.{method} returned the global model "
+                       rf"as {'a ' if 'torch' in got else ''}{got}.*; it must be a \(6,\) "
+                       r"torch\.float64 tensor"):
+        _run(Averaging(**{method: broken}), data, clients_per_round=4)
+
+
+# ---------------------------------------------------------------- broadcast
+
+@pytest.mark.parametrize("wrong, got", [
+    (lambda m: m.expand(7, -1), r"a \(7, 6\) torch\.float64 tensor"),
+    (lambda m: m.expand(2, -1), r"a \(2, 6\) torch\.float64 tensor"),
+    (lambda m: m.expand(4, 1, -1), r"a \(4, 1, 6\) torch\.float64 tensor"),
+    (lambda m: m.float(), r"a \(6,\) torch\.float32 tensor"),
+    (lambda m: m.expand(4, -1).float(), r"a \(4, 6\) torch\.float32 tensor"),
+    (lambda m: m.tolist(), "a list"),
+])
+def test_broadcast_must_be_one_payload_or_one_row_per_client(data, wrong, got):
+    with pytest.raises(ConfigError, match=rf"^Averaging\.broadcast returned {got} for 4 "
+                       r"sampled clients; it must return one payload for all, a \(P,\) "
+                       r"tensor, or one row per client, a \(4, P\) tensor, of dtype "
+                       r"torch\.float64 \(P: the payload's width, the model's 6"):
+        _run(Averaging(broadcast=wrong), data, clients_per_round=4)
+
+
+def test_a_broadcast_of_one_row_per_client_runs_as_a_shared_one(data):
+    shared = _run(Averaging(), data, clients_per_round=4)
+    rows = _run(Averaging(broadcast=lambda m: m.expand(4, -1)), data, clients_per_round=4)
+    assert torch.equal(rows.model, shared.model)
