@@ -62,6 +62,60 @@ def test_the_unbroken_algorithm_runs(data):
     assert h.model.shape == (6,) and h.column("score") == [1.0, 1.0]
 
 
+# ---------------------------------------------------------------- client_update
+
+@pytest.mark.parametrize("wrong, got", [
+    (lambda r: r[0], r"a \(3, 6\) torch\.float64 tensor"),  # 3 rows: it unpacked into them
+    (lambda r: r[:2], "a tuple of 2"),
+    (lambda r: (*r, None), "a tuple of 4"),
+    (lambda r: r[2], "a dict"),
+])
+def test_client_update_must_return_three_things(data, wrong, got):
+    with pytest.raises(ConfigError, match=rf"^Averaging\.client_update returned {got}; it "
+                       r"must return a 3-tuple \(uploads, client_state, info\): the \(3, P\) "
+                       r"uploads"):
+        _run(Averaging(client_update=wrong), data, clients_per_round=3)
+
+
+@pytest.mark.parametrize("state, match", [
+    (torch.zeros(6), r"client_state as a \(6,\) torch\.float32 tensor; client_state must be "
+                     r"a dict of \(6, \.\.\.\) tensors or None"),
+    ({"s": torch.zeros(5, 2)}, r"client_state\['s'\] as a \(5, 2\) torch\.float32 tensor; "
+                               r"client_state must be a dict of \(6, \.\.\.\) tensors or None"),
+])
+def test_client_update_state_rows_must_be_one_per_client(data, state, match):
+    with pytest.raises(ConfigError, match=r"^Averaging\.client_update returned " + match):
+        _run(Averaging(client_update=lambda r: (r[0], state, r[2])), data)
+
+
+@pytest.mark.parametrize("info, match", [
+    ({"foo": "bar"}, r"info\['foo'\]='bar'; info values must be real numbers"),
+    ({"score": [1.0]}, r"info\['score'\]=\[1\.0\]; info values must be real numbers"),
+    ({"score": True}, r"info\['score'\]=True; info values must be real numbers"),
+    ({"score": torch.ones(2)}, r"info\['score'\]=<a \(2,\) torch\.float32 tensor>; info "
+                               r"values must be real numbers"),
+    ([("score", 1.0)], r"info as a list; info must be a dict \{name: real number\}"),
+])
+def test_client_update_info_values_must_be_real_numbers(data, info, match):
+    with pytest.raises(ConfigError, match=r"^Averaging\.client_update returned " + match):
+        _run(Averaging(client_update=lambda r: (r[0], r[1], info)), data)
+
+
+def test_numeric_info_is_recorded_or_dropped_with_a_warning_as_documented(data):
+    """A number of any kind (a NumPy scalar, a one-element tensor) is recorded under a
+    declared name; an undeclared name and a non-finite value are not, with a warning."""
+    import numpy as np
+
+    info = {"score": torch.tensor(2.5, dtype=torch.float64)}
+    h = _run(Averaging(client_update=lambda r: (r[0], r[1], info)), data)
+    assert h.column("score") == [2.5, 2.5]
+    info = {"score": np.float32(0.5), "other": 3, "nan": float("nan")}
+    with pytest.warns(RuntimeWarning, match="not in its client_metrics"):
+        h = _run(Averaging(client_update=lambda r: (r[0], r[1], info)), data)
+    assert h.column("score") == [0.5, 0.5]
+    assert all("other" not in r and "nan" not in r for r in h.records)
+
+
 # ---------------------------------------------------------------- aggregate and init
 
 @pytest.mark.parametrize("wrong, got", [

@@ -74,8 +74,9 @@ class Algorithm:
 
     What the round methods return is checked where the round receives it, by types and
     shapes only: a result of another form than documented here (e.g. a server state
-    without its (P,) model, a broadcast of more rows than sampled clients) is a
-    :class:`~fedsparse.ConfigError` naming the method, not a traceback from inside torch.
+    without its (P,) model, a broadcast of more rows than sampled clients, a diagnostic
+    that is not a number) is a :class:`~fedsparse.ConfigError` naming the method, not a
+    traceback from inside torch.
     """
 
     name = "algorithm"
@@ -208,9 +209,15 @@ class Algorithm:
 
         Returns
         -------
-        uploads : (S, P) tensor.
+        A 3-tuple ``(uploads, client_state, info)``:
+
+        uploads : (S, P) tensor of the payload's dtype.
         client_state : updated per-client state (dict of (S, ...) tensors) or None.
-        info : dict of scalar diagnostics for the round (may be empty).
+        info : dict of diagnostics for the round, ``{name: real number}`` (may be
+            empty); a value is an int, a float, a NumPy number or a one-element tensor
+            (anything else, a bool included, is refused). The round records their mean
+            over the clients under the names :attr:`client_metrics` declares; another
+            name, or a value that is not finite, is not recorded (with a warning).
         """
         raise NotImplementedError
 
