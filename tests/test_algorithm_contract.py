@@ -5,6 +5,7 @@ wrong run."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -104,8 +105,6 @@ def test_client_update_info_values_must_be_real_numbers(data, info, match):
 def test_numeric_info_is_recorded_or_dropped_with_a_warning_as_documented(data):
     """A number of any kind (a NumPy scalar, a one-element tensor) is recorded under a
     declared name; an undeclared name and a non-finite value are not, with a warning."""
-    import numpy as np
-
     info = {"score": torch.tensor(2.5, dtype=torch.float64)}
     h = _run(Averaging(client_update=lambda r: (r[0], r[1], info)), data)
     assert h.column("score") == [2.5, 2.5]
@@ -170,3 +169,32 @@ def test_a_broadcast_of_one_row_per_client_runs_as_a_shared_one(data):
     shared = _run(Averaging(), data, clients_per_round=4)
     rows = _run(Averaging(broadcast=lambda m: m.expand(4, -1)), data, clients_per_round=4)
     assert torch.equal(rows.model, shared.model)
+
+
+# ---------------------------------------------------------------- checkpointed state
+
+@pytest.mark.parametrize("entry, named", [
+    ({"schedule": {"fn": lambda t: t}}, r"state\['schedule'\]\['fn'\] is a function"),
+    # saved by torch.save, but refused by the weights_only read of a resume
+    ({"lr": np.float64(0.1)}, r"state\['lr'\] is a float64"),
+    ({"pairs": {(1, 2): 0.5}}, r"state\['pairs'\] has a key that is a tuple"),
+])
+def test_a_state_that_cannot_be_checkpointed_is_refused_before_the_first_round(
+        data, tmp_path, entry, named):
+    algo = Averaging(init=lambda s: {**s, **entry})
+    path = tmp_path / "run.ckpt"
+    with pytest.raises(ConfigError, match=rf"^Averaging\.init returned a server state whose "
+                       rf"{named}; a checkpointed state holds only tensors, numbers, strings, "
+                       r"None and lists or dicts of them, with number or string keys "
+                       r"\(checkpoint="):
+        _run(algo, data, checkpoint=path)
+    assert not path.exists()
+    # without a checkpoint the state is never saved, and may hold anything
+    _run(Averaging(init=lambda s: {**s, **entry}), data)
+
+
+def test_a_state_that_cannot_be_checkpointed_later_is_named_at_the_save(data, tmp_path):
+    algo = Averaging(aggregate=lambda s: {**s, "rng": torch.Generator()})
+    with pytest.raises(ConfigError, match=r"^Averaging\.aggregate returned a server state "
+                       r"whose state\['rng'\] is a Generator; a checkpointed state"):
+        _run(algo, data, checkpoint=tmp_path / "run.ckpt", checkpoint_every=1)

@@ -28,6 +28,7 @@ from .algorithms.base import Algorithm, ClientContext, DataSpec
 from .channels import PerfectChannel, checked_channel
 from .checkpoints import (
     CHECKPOINT_FORMAT,
+    check_checkpointable,
     contents_fingerprint,
     resume_checkpoint,
     save_checkpoint,
@@ -346,7 +347,8 @@ def simulate(algorithm: Algorithm, problem: Problem, data: FederatedDataset, *, 
         year; the error names the parameters and the estimate (see
         :mod:`fedsparse._resources`). Also when a method of ``algorithm`` returns
         something of another form than :class:`~fedsparse.algorithms.Algorithm`
-        documents (named with the method).
+        documents (named with the method), and, with ``checkpoint``, for a server state
+        a checkpoint cannot hold (after ``init``: before the first round).
     DivergenceError
         when the model or a delivered upload becomes NaN/inf (a lost one changes
         nothing); it names the round and carries the history with the last finite model
@@ -408,6 +410,8 @@ def simulate(algorithm: Algorithm, problem: Problem, data: FederatedDataset, *, 
     dim = problem.param_dim(data.dim)
     state = bound.init(problem, seed)
     check_state(bound, state, "init", dim, data.dtype)
+    if checkpoint is not None:  # refused now, not when the first checkpoint is saved
+        check_checkpointable(state, f"{type(bound).__name__}.init", checkpoint)
     store = open_client_store(bound, problem, data.num_clients, seed,
                               memory=client_state_memory, directory=client_state_dir,
                               resume=resume)
@@ -459,6 +463,8 @@ def simulate(algorithm: Algorithm, problem: Problem, data: FederatedDataset, *, 
 
     def save(done_rounds: int, state: dict) -> None:
         if ckpt_path is not None:
+            # a state aggregate changed since: named here, not by pickle inside torch.save
+            check_checkpointable(state, f"{type(bound).__name__}.aggregate", checkpoint)
             content = {"format": CHECKPOINT_FORMAT, "round": done_rounds, "state": state,
                        "client_state": store.state, "records": history.records,
                        "initial": history.initial, "fingerprint": fingerprint}

@@ -76,7 +76,9 @@ class Algorithm:
     shapes only: a result of another form than documented here (e.g. a server state
     without its (P,) model, a broadcast of more rows than sampled clients, a diagnostic
     that is not a number) is a :class:`~fedsparse.ConfigError` naming the method, not a
-    traceback from inside torch.
+    traceback from inside torch. A run with a checkpoint also needs a server state that
+    the checkpoint can hold: tensors, numbers, strings, None and lists or dicts of them
+    with number or string keys (checked after :meth:`init` and before every save).
     """
 
     name = "algorithm"
