@@ -88,3 +88,24 @@ def test_federated_real_paper_split_and_errors():
         fs.data.federated_real("digits", partition="iid", alpha=0.1)
     with pytest.raises(ConfigError, match="scale='standard'.*densify"):
         _scale(sp.eye(3).tocsr(), "standard")
+
+
+def test_a_path_is_refused_for_data_sets_not_read_from_disk(tmp_path, capsys):
+    # a path that exists: the bundled data set would have been used in its place
+    given = tmp_path / "mine.svm"
+    given.write_text("1 1:2\n")
+    for command in (["describe", "digits"], ["write", "digits", "--out", str(tmp_path / "w")]):
+        assert main(["data", *command, "--path", str(given)]) == 2
+        err = capsys.readouterr().err
+        assert "--path applies to the data sets read from disk (" in err
+        assert "not 'digits'" in err and "mnist" in err
+    assert not (tmp_path / "w").exists()
+    with pytest.raises(ConfigError, match=r"path='.*mine.svm' is invalid: data set 'mnist_5k' "
+                       r"is not read from a file.*a path applies to e2006, fashion_mnist"):
+        fs.data.federated_real("mnist_5k", path=str(given))
+    from fedsparse.experiments.config import build_data
+
+    for path in (str(given), "/no/such/file"):  # named as the config's key, exists or not
+        with pytest.raises(ConfigError, match=r"data\.path='.*' is invalid: data set 'digits'"):
+            build_data({"kind": "federated_real", "dataset": "digits", "path": path},
+                       torch.float32)

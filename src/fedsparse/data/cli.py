@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from .._validation import ConfigError, check_seed
-from .real import DATASETS, PARTITIONS
+from .real import DATASETS, PARTITIONS, READS_PATH
 
 __all__ = ["add_data_parser", "cmd_describe", "cmd_write"]
 
@@ -62,9 +62,10 @@ def _given(value) -> bool:
     return value is not None and value is not False
 
 
-def _check_given(args, generated: bool = False) -> None:
-    """Refuse options that do not apply (to the chosen partition, or to a generator),
-    then fill in the defaults of those not given."""
+def _check_given(args, generated: bool = False, offered=DATASETS) -> None:
+    """Refuse options that do not apply (to the data set, to the chosen partition, or to
+    a generator), then fill in the defaults of those not given. ``offered``: the named
+    data sets the command takes (named when ``--path`` is refused)."""
     if generated:
         given = [n for n in ("path", "partition", "max_examples", *_PARTITION_OPTIONS)
                  if _given(getattr(args, n))]
@@ -72,6 +73,10 @@ def _check_given(args, generated: bool = False) -> None:
             raise ConfigError(f"{', '.join(map(_flag, given))}: {args.dataset!r} is generated "
                               "(its clients drawn from the seed), so there is nothing to "
                               "read, subsample or partition")
+    elif args.path is not None and args.dataset not in READS_PATH:
+        raise ConfigError(f"--path applies to the data sets read from disk "
+                          f"({', '.join(sorted(READS_PATH & set(offered)))}), not "
+                          f"{args.dataset!r}, which comes with its library")
     if args.partition is None:
         args.partition = "iid"
     for name, (default, partitions) in _PARTITION_OPTIONS.items():
@@ -149,7 +154,7 @@ def cmd_write(args) -> int:
     from . import GENERATORS
     from .ondisk import check_target, write_federated
 
-    _check_given(args, generated=args.dataset in GENERATED)
+    _check_given(args, generated=args.dataset in GENERATED, offered=set(DATASETS) - set(SPARSE))
     check_seed("--seed", args.seed)  # NumPy's own refusal would name no parameter
     check_target(Path(args.out), args.overwrite, ("--out", "--overwrite"))  # before the build
     if args.dataset in GENERATED:

