@@ -4,6 +4,7 @@ import copy
 
 import pytest
 
+import fedsparse as fs
 from fedsparse import ConfigError
 from fedsparse.experiments.config import (
     build_algorithm,
@@ -133,6 +134,28 @@ def test_builders_list_their_arguments_and_suggest():
         build_algorithm({"kind": "fedht"})
     with pytest.raises(ConfigError, match="must be one of"):
         build_algorithm({"kind": ["fed_ht"]})  # unhashable: still a ConfigError
+
+
+@pytest.mark.parametrize("extra, match", [
+    ({"bogus": 1}, r"data 'federated_real' with partition 'iid' takes no argument 'bogus'; "
+                   r"its arguments: dataset, partition, .*max_examples"),
+    ({"alpha": 0.5}, r"no argument 'alpha' \('alpha' is an option of partition 'dirichlet'\)"),
+    ({"partition": "dirichlet", "aplha": 0.5}, r"'aplha' \(did you mean 'alpha'\?\); its "
+                                                r"arguments: .*, alpha, min_size, max_tries$"),
+    ({"partition": "clusters", "return_groups": True}, r"no argument 'return_groups'"),
+])
+def test_a_real_data_table_names_an_unknown_key_and_its_partitions_options(extra, match):
+    import torch
+
+    table = {"kind": "federated_real", "dataset": "digits", "partition": "iid",
+             "num_clients": 3, "max_examples": 60, **extra}
+    with pytest.raises(ConfigError, match=match) as exc:
+        build_data(table, torch.float32)
+    assert "partition_" not in str(exc.value)  # not the partitioner's own TypeError
+    # the library call names the partition's options the same way
+    kwargs = {k: v for k, v in table.items() if k not in ("kind", "dataset")}
+    with pytest.raises(ConfigError, match=r"partition '\w+' takes no option '\w+'.*its options"):
+        fs.data.federated_real("digits", **kwargs)
 
 
 def test_a_missing_data_file_suggests_set_data_path(tmp_path):

@@ -191,6 +191,8 @@ def test_import_without_flwr_names_the_extra():
     ({"data": {"kind": "node", "num_clients": 2.5}}, r"data\.num_clients=2\.5 .*integer"),
     ({"data": {"kind": "node", "num_clients": "two"}}, r"data\.num_clients='two'"),
     ({"data": {**JOB["data"], "dimm": 30}}, r"unknown key 'dimm'.*did you mean 'dim'"),
+    ({"data": {"kind": "federated_real", "dataset": "digits", "partition": "iid",
+               "alpha": 0.5}}, r"\[data\] of kind 'federated_real' has an unknown key 'alpha'"),
     ({"flower": 5}, r"flower=5 is invalid: must be a table"),
     ({"flower": {"round_timeout": 0.3, "poll_interval": 4}},
      r"flower\.poll_interval=4 .*at most 0\.3"),

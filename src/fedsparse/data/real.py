@@ -12,6 +12,8 @@ These are the ``data.kind`` builders of the experiment configs (registered in
 
 from __future__ import annotations
 
+import inspect
+
 import numpy as np
 import torch
 
@@ -151,6 +153,32 @@ def _scale(X, how: str | None):
     return X / np.where(m > 0, m, 1.0)
 
 
+#: Parameters of the partitioners that :func:`make_partition` sets itself (the data, the
+#: client count, the seed; ``labels`` through ``by_labels``), or that would change what
+#: it returns (``return_groups``): not options a caller passes.
+_SET_BY_MAKE_PARTITION = frozenset({"X", "y", "n", "num_clients", "seed", "labels",
+                                    "return_groups"})
+
+
+def partition_options(kind: str) -> tuple[str, ...]:
+    """The options the partition ``kind`` (a key of :data:`PARTITIONS`) takes as
+    ``**kwargs`` of :func:`make_partition`, :func:`federated_real` and
+    :func:`libsvm_file`."""
+    fn = {"iid": _partition.partition_iid, "label_skew": _partition.partition_label_skew,
+          "groups": _partition.partition_groups, "dirichlet": _partition.partition_dirichlet,
+          "clusters": _partition.partition_clusters}[kind]
+    names = tuple(p for p in inspect.signature(fn).parameters if p not in _SET_BY_MAKE_PARTITION)
+    return (*names, "by_labels") if kind == "clusters" else names
+
+
+def partition_option_note(option: str) -> str:
+    """`` ('alpha' is an option of partition 'dirichlet')`` for an option another
+    partition takes, or ""."""
+    takers = [k for k in PARTITIONS if option in partition_options(k)]
+    return (f" ({option!r} is an option of partition {' or '.join(map(repr, takers))})"
+            if takers else "")
+
+
 def make_partition(kind: str, X, y, *, num_clients: int, seed: int = 0,
                    dataset: str | None = None, **kwargs):
     """Split ``(X, y)`` among ``num_clients`` clients with the partitioner ``kind``.
@@ -173,6 +201,14 @@ def make_partition(kind: str, X, y, *, num_clients: int, seed: int = 0,
     list of ``num_clients`` int64 index arrays.
     """
     check_choice("partition", kind, PARTITIONS)
+    options = partition_options(kind)
+    for key in kwargs:
+        if key not in options:  # before the partitioner's own TypeError names itself
+            from ..experiments.config_checks import did_you_mean
+
+            raise ConfigError(f"partition {kind!r} takes no option {key!r}"
+                              f"{did_you_mean(key, options) or partition_option_note(key)}; "
+                              f"its options: {', '.join(options) or '(none)'}")
     by_label = kind in ("label_skew", "groups", "dirichlet") or kwargs.get("by_labels")
     if by_label:
         values = np.asarray(y)
@@ -197,7 +233,7 @@ def make_partition(kind: str, X, y, *, num_clients: int, seed: int = 0,
             kwargs.setdefault("num_clusters", int(np.unique(y).size))
             return _partition.partition_clusters(None, num_clients, seed=seed, labels=y, **kwargs)
         return _partition.partition_clusters(X, num_clients, seed=seed, **kwargs)
-    except TypeError as exc:  # an option the partitioner does not take
+    except TypeError as exc:  # an option's value of a type the partitioner cannot use
         raise ConfigError(f"partition {kind!r}: {exc}") from None
     except ValueError as exc:
         raise ConfigError(f"partition {kind!r}: {exc}") from None

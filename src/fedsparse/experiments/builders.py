@@ -17,14 +17,36 @@ def _kwargs(table: dict) -> dict:
     return {k: v for k, v in table.items() if k != "kind"}
 
 
-def builder_arguments(fn) -> tuple[str, ...] | None:
-    """The keyword arguments ``fn`` takes (None when it takes ``**kwargs``)."""
-    params = inspect.signature(fn).parameters.values()
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+def builder_arguments(fn, table: dict | None = None) -> tuple[str, ...] | None:
+    """The keyword arguments ``fn`` takes (None when it takes ``**kwargs``).
+
+    The real-data builders (``federated_real``, ``libsvm_file``) pass their ``**kwargs``
+    to a partitioner: given their ``table``, they take that partition's options (None for
+    a partition they do not know, which they refuse by name).
+    """
+    params = inspect.signature(fn).parameters
+    names = tuple(name for name, p in params.items()
+                  if p.kind in (inspect.Parameter.KEYWORD_ONLY,
+                                inspect.Parameter.POSITIONAL_OR_KEYWORD))
+    if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return names
+    partition = _partition_of(fn, table)
+    if partition is None:
         return None
-    return tuple(p.name for p in params
-                 if p.kind in (inspect.Parameter.KEYWORD_ONLY,
-                               inspect.Parameter.POSITIONAL_OR_KEYWORD))
+    from ..data.real import partition_options
+
+    return names + partition_options(partition)
+
+
+def _partition_of(fn, table: dict | None) -> str | None:
+    """The partition a real-data builder's ``table`` asks for (its default when unset),
+    or None for another builder or a partition that is not one of PARTITIONS."""
+    from ..data.real import PARTITIONS, federated_real, libsvm_file
+
+    if table is None or fn not in (federated_real, libsvm_file):
+        return None
+    partition = table.get("partition", inspect.signature(fn).parameters["partition"].default)
+    return partition if isinstance(partition, str) and partition in PARTITIONS else None
 
 
 def _build(table: str, registry: dict, spec: dict, **extra):
@@ -36,13 +58,21 @@ def _build(table: str, registry: dict, spec: dict, **extra):
         raise fail(f"{table}.kind", kind, f"must be one of {', '.join(map(repr, registry))}"
                    f"{did_you_mean(kind, registry)}")
     fn, kwargs = registry[kind], _kwargs(spec)
-    allowed = builder_arguments(fn)
+    allowed = builder_arguments(fn, spec)
     if allowed is not None:
         allowed = [a for a in allowed if a not in extra]
+        partition = _partition_of(fn, spec)
         for key in kwargs:
             if key not in allowed:
-                why = (f"{table}.{key} is set by the run itself" if key in extra else
-                       f"{table} {kind!r} takes no argument {key!r}{did_you_mean(key, allowed)}")
+                if key in extra:
+                    why = f"{table}.{key} is set by the run itself"
+                elif partition is None:
+                    why = f"{table} {kind!r} takes no argument {key!r}{did_you_mean(key, allowed)}"
+                else:  # an option of another partition, or a typo
+                    from ..data.real import partition_option_note
+
+                    why = (f"{table} {kind!r} with partition {partition!r} takes no argument "
+                           f"{key!r}{did_you_mean(key, allowed) or partition_option_note(key)}")
                 raise ConfigError(f"{why}; its arguments: {', '.join(allowed) or '(none)'}")
     try:
         return fn(**kwargs, **extra)

@@ -320,7 +320,7 @@ def _check_data_table(data: dict) -> None:
         return
     if "seed" in data:  # the one value every generator checks alike
         check_seed("data.seed", data["seed"])
-    arguments = builder_arguments(GENERATORS[data["kind"]])  # what build_data accepts
+    arguments = builder_arguments(GENERATORS[data["kind"]], data)  # what build_data accepts
     if arguments is None:  # a generator taking **kwargs: any key
         return
     known = {*arguments, "kind"}
