@@ -194,11 +194,34 @@ def test_libsvm_zero_based_and_n_features(tmp_path):
     assert Xf.dtype == np.float32
 
 
-def test_libsvm_unsorted_and_duplicate_indices(tmp_path):
-    p = write(tmp_path / "u", b"1 3:1 1:2 3:0.5\n")
+def test_libsvm_unsorted_indices_are_sorted_and_a_repeated_one_refused(tmp_path):
+    p = write(tmp_path / "u", b"1 3:1 1:2 2:0.5\n")
     X, _ = load_libsvm(p)
-    np.testing.assert_array_equal(X.toarray(), [[2, 0, 1.5]])
+    np.testing.assert_array_equal(X.toarray(), [[2, 0.5, 1]])
     assert X.has_sorted_indices
+    zeros = write(tmp_path / "z", b"1 1:0 2:0\n0 3:1\n")  # stored zeros are no repeats
+    assert load_libsvm(zeros)[0].shape == (2, 3)
+    # a repeated index would have been summed (1 + 0.5) without a word
+    for text, line, index in [(b"1 3:1 1:2 3:0.5\n", 1, 3), (b"1 1:1\n2 2:1 5:1 2:3\n", 2, 2),
+                              (b"1 0:1 0:2\n", 1, 0)]:
+        p = write(tmp_path / "d", text)
+        with pytest.raises(DataFormatError, match=rf"LibSVM file '.*d', line {line}: feature "
+                           rf"index {index} appears more than once"):
+            load_libsvm(p)
+
+
+@pytest.mark.parametrize("text, token", [(b"1 1:2\n2 1:1 3:", "3:"), (b"1 1:2\n2 1:1 3", "3"),
+                                         (b"1 1:2\n2 1:1 3:1e", "3:1e")])
+def test_libsvm_a_bad_last_line_without_newline_may_be_a_cut_file(tmp_path, text, token):
+    p = write(tmp_path / "c", text)
+    with pytest.raises(DataFormatError, match=rf"line 2: bad token '{token}'.*ends inside this "
+                       "line, without a newline: was it cut short"):
+        load_libsvm(p)
+    # the same bad token with a newline after it, or a good last line without one
+    with pytest.raises(DataFormatError, match=r"line 2: bad token") as exc:
+        load_libsvm(write(tmp_path / "n", text + b"\n"))
+    assert "cut short" not in str(exc.value)
+    assert load_libsvm(write(tmp_path / "g", b"1 1:2\n2 1:1 3:4"))[0].shape == (2, 3)
 
 
 @pytest.mark.parametrize("text, lineno, token", [

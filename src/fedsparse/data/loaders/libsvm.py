@@ -1,8 +1,8 @@
 """LibSVM / svmlight text (E2006-tfidf, RCV1, MNIST, ...): :func:`load_libsvm` reads a
 file into a SciPy CSR matrix and a target vector.
 
-A malformed file (a bad token, NaN or infinite values, feature indices that are not
-integers or that would make an absurdly wide matrix) raises
+A malformed file (a bad token, NaN or infinite values, an index repeated within a line,
+feature indices that are not integers or that would make an absurdly wide matrix) raises
 :class:`~fedsparse.data.loaders.DataFormatError` naming the path, line and token.
 """
 
@@ -34,16 +34,24 @@ _BAD_COLON = re.compile(rb":(?:[^\s:]*:|(?=\s)|\Z)")
 _EMPTY_INDEX = re.compile(rb"\s:")
 
 
-def _libsvm_locate_error(path, lines: list[bytes], first_line: list[int]) -> DataFormatError:
-    """Slow pass used only after the bulk parse failed: find the first bad token."""
+def _libsvm_locate_error(path, lines: list[bytes], first_line: list[int],
+                         cut_line: int | None = None) -> DataFormatError:
+    """Slow pass used only after the bulk parse failed: find the first bad token.
+
+    ``cut_line``: the file's last line when it ends without a newline; a bad token there
+    is said to be perhaps where the file was cut short (a copy or download that stopped
+    mid-line leaves ``3:`` or ``3`` at the end).
+    """
     for line, lineno in zip(lines, first_line, strict=True):
+        cut = (" (the file ends inside this line, without a newline: was it cut short?)"
+               if lineno == cut_line else "")
         toks = line.split()
         label = toks[0]
         try:
             float(label)
         except ValueError:
             return DataFormatError(f"LibSVM file {os.fspath(path)!r}, line {lineno}: target "
-                                   f"{label.decode(errors='replace')!r} is not a number")
+                                   f"{label.decode(errors='replace')!r} is not a number{cut}")
         feats = toks[1:]
         if feats and feats[0].startswith(b"qid:"):
             feats = feats[1:]
@@ -62,7 +70,7 @@ def _libsvm_locate_error(path, lines: list[bytes], first_line: list[int]) -> Dat
                     f"LibSVM file {os.fspath(path)!r}, line {lineno}: bad token "
                     f"{tok.decode(errors='replace')!r}; expected index:value with a "
                     f"non-negative integer index (at most {MAX_LIBSVM_FEATURES}) and a "
-                    "number value")
+                    f"number value{cut}")
     return DataFormatError(f"LibSVM file {os.fspath(path)!r} could not be parsed")
 
 
@@ -127,7 +135,7 @@ def load_libsvm(path, n_features: int | None = None, *, zero_based="auto",
     Returns
     -------
     X : scipy.sparse.csr_matrix of shape (n, n_features)
-        With sorted column indices and duplicate entries summed.
+        With sorted column indices.
     y : ndarray of float64, shape (n,)
         The targets (class labels such as -1/+1 or 0..9, or regression values).
         ``qid`` fields are ignored.
@@ -137,7 +145,8 @@ def load_libsvm(path, n_features: int | None = None, *, zero_based="auto",
     FileNotFoundError, DataFormatError
         A missing file; a file with no example; a bad token (the message names the
         path, line number and token), e.g. an index that is not a non-negative integer;
-        a NaN or infinite target or value; indices beyond ``n_features``; an index 0
+        a NaN or infinite target or value; an index repeated within a line; indices
+        beyond ``n_features``; an index 0
         with ``zero_based=False``. Without ``n_features``, also an index that would make
         more than :data:`MAX_LIBSVM_FEATURES` columns, or one that is at least 2^20 and
         1,000 times the largest index of every other row (a corrupt line would
@@ -159,6 +168,9 @@ def load_libsvm(path, n_features: int | None = None, *, zero_based="auto",
     lines: list[bytes] = []
     linenos: list[int] = []
     raw_lines = raw.splitlines()
+    # a last line without a newline may be where a copy stopped; only said when that line
+    # is bad too (many files written by hand or by scripts lack the final newline)
+    cut_line = len(raw_lines) if raw and not raw.endswith((b"\n", b"\r")) else None
     del raw  # keep at most two copies of the text alive
     for k, line in enumerate(raw_lines, start=1):
         if has_comments:
@@ -187,10 +199,10 @@ def load_libsvm(path, n_features: int | None = None, *, zero_based="auto",
         y = np.array(labels, dtype=np.float64)
         idx, data = _parse_pairs(feats)
     except (ValueError, OverflowError):
-        raise _libsvm_locate_error(path, lines, linenos) from None
+        raise _libsvm_locate_error(path, lines, linenos, cut_line) from None
     total = int(nnz.sum())
     if idx.shape[0] != total or (total and (idx.min() < 0 or idx.max() > MAX_LIBSVM_FEATURES)):
-        raise _libsvm_locate_error(path, lines, linenos)
+        raise _libsvm_locate_error(path, lines, linenos, cut_line)
     ends = np.cumsum(nnz)
 
     def line_of(entry: int) -> int:
@@ -229,8 +241,25 @@ def load_libsvm(path, n_features: int | None = None, *, zero_based="auto",
     index_dtype = np.int32 if total < 2**31 else np.int64
     X = sp.csr_matrix((data.astype(dtype), cols.astype(index_dtype),
                        indptr.astype(index_dtype)), shape=(len(lines), n_features))
-    X.sum_duplicates()  # also sorts the column indices
+    X.sum_duplicates()  # sorts the column indices; merges (and so counts) repeated ones
+    if X.nnz != total:
+        raise _repeated_index(where, cols, nnz, np.diff(X.indptr), linenos, offset)
     return X, y
+
+
+def _repeated_index(where: str, cols: np.ndarray, nnz: np.ndarray, kept: np.ndarray,
+                    linenos: list[int], offset: int) -> DataFormatError:
+    """The error for the first line holding an index twice (``kept``: its entries once
+    repeated ones are merged); a reader that summed them would change the data silently."""
+    row = int(np.argmax(kept < nnz))
+    start = int(nnz[:row].sum())
+    seen: set[int] = set()
+    for c in cols[start:start + int(nnz[row])].tolist():
+        if c in seen:
+            break
+        seen.add(c)
+    return DataFormatError(f"{where}, line {linenos[row]}: feature index {c + offset} appears "
+                           "more than once; each index may appear once per line")
 
 
 def _check_outlier_index(where: str, cols: np.ndarray, nnz: np.ndarray, top: int,
