@@ -1,3 +1,5 @@
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -70,6 +72,24 @@ def test_from_arrays_validation():
         fs.data.from_arrays(good, ys, weights=[1.0, -1.0])
     with pytest.raises(ConfigError, match="xs"):
         fs.data.from_arrays([], [])
+
+
+def test_from_arrays_takes_sequences_of_clients_and_names_an_iterator():
+    xs, ys = [np.ones((3, 4)), np.ones((2, 4))], [np.zeros(3), np.zeros(2)]
+    # arrays and tensors of clients are sequences too
+    assert fs.data.from_arrays(np.ones((2, 3, 4)), torch.zeros(2, 3)).num_clients == 2
+    for kwargs, name, got in [
+            (dict(xs=(x for x in xs), ys=ys), "xs", "generator"),
+            (dict(xs=xs, ys=iter(ys)), "ys", "list_iterator"),
+            (dict(xs=xs, ys=ys, test_xs=map(np.asarray, xs), test_ys=ys), "test_xs", "map"),
+            (dict(xs=dict(enumerate(xs)), ys=ys), "xs", "dict")]:
+        with pytest.raises(ConfigError, match=rf"^{name}='{got}' is invalid: must be a "
+                           r"sequence with one array per client .*pass list\(\.\.\.\)"):
+            fs.data.from_arrays(**kwargs)
+    for weights, shown in [((w for w in (1.0, 2.0)), "'generator'"), (["a", "b"], "['a', 'b']")]:
+        with pytest.raises(ConfigError, match=rf"^weights={re.escape(shown)} is invalid: must "
+                           "be 2 finite positive numbers"):
+            fs.data.from_arrays(xs, ys, weights=weights)
 
 
 @pytest.mark.parametrize("make", [

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -29,6 +29,17 @@ def _as_tensor(name: str, a, dtype: torch.dtype) -> torch.Tensor:
                                                  torch.int64, torch.uint8, torch.bool)):
         raise fail(name, str(t.dtype), "must hold numbers")
     return t.to(dtype)
+
+
+def _check_per_client(name: str, value) -> None:
+    """Refuse what is not a sequence with one array per client. An iterator or generator
+    has no length and would be used up by a first pass; a mapping or text would be read
+    entry by entry as something else."""
+    if isinstance(value, (str, bytes, Mapping)) or not hasattr(value, "__len__") \
+            or not hasattr(value, "__getitem__"):
+        raise fail(name, type(value).__name__, "must be a sequence with one array per client "
+                   "(a list, a tuple or an array of clients); for a generator or another "
+                   "iterator, pass list(...)")
 
 
 @dataclass
@@ -140,7 +151,8 @@ def from_arrays(xs: Sequence, ys: Sequence, *, test_xs: Sequence | None = None,
 
     Parameters
     ----------
-    xs, ys : sequences of length N; ``xs[i]`` is (n_i, *feature_shape), e.g. (n_i, d)
+    xs, ys : sequences of length N (lists, tuples or arrays of clients; an iterator or
+        generator is refused); ``xs[i]`` is (n_i, *feature_shape), e.g. (n_i, d)
         vectors or (n_i, C, H, W) images, the same feature shape for every client;
         ``ys[i]`` is (n_i,). The ``xs`` are all dense (arrays or tensors) or all SciPy
         sparse matrices (n_i, d); sparse features stay sparse (a
@@ -170,6 +182,9 @@ def from_arrays(xs: Sequence, ys: Sequence, *, test_xs: Sequence | None = None,
     """
     check_choice("layout", layout, ("auto", "padded", "pooled"))
     check_dtype("dtype", dtype)
+    for arg, value in (("xs", xs), ("ys", ys), ("test_xs", test_xs), ("test_ys", test_ys)):
+        if value is not None or arg in ("xs", "ys"):
+            _check_per_client(arg, value)
     if len(xs) == 0:
         raise fail("xs", "[]", "need at least one client")
     splits = [_read_split("train", xs, ys, dtype, None)]
@@ -189,9 +204,13 @@ def from_arrays(xs: Sequence, ys: Sequence, *, test_xs: Sequence | None = None,
     if weights is None:
         w = train.counts.to(torch.float64)
     else:
-        w = torch.as_tensor(np.asarray(weights, dtype=np.float64))
-        if w.shape != (len(xs),) or not torch.isfinite(w).all() or (w <= 0).any():
-            raise fail("weights", weights, f"must be {len(xs)} finite positive numbers (a "
+        try:
+            w = torch.as_tensor(np.asarray(weights, dtype=np.float64))
+        except (TypeError, ValueError):  # text, a generator, ragged lists
+            w = None
+        if w is None or w.shape != (len(xs),) or not torch.isfinite(w).all() or (w <= 0).any():
+            shown = weights if hasattr(weights, "__len__") else type(weights).__name__
+            raise fail("weights", shown, f"must be {len(xs)} finite positive numbers (a "
                        "weight of 0 would leave a round whose only deliveries carry no "
                        "weight undefined)")
     w = w / w.sum()
