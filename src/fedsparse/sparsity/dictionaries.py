@@ -34,7 +34,8 @@ import torch
 
 from .._linalg import lstsq_gelsd
 from .._resources import check_memory
-from .._validation import ConfigError, check_choice, check_int, check_seed, fail
+from .._validation import ConfigError, check_choice, check_dtype, check_int, check_seed, fail
+from ._checks import check_tensor
 from .thresholding import hard_threshold, top_indices
 
 #: The ``kind`` values of a dictionary spec dict (see :func:`as_dictionary`).
@@ -44,7 +45,7 @@ KINDS = ("gaussian", "identity", "file")
 def identity_dictionary(dim: int, *, dtype: torch.dtype = torch.float64) -> torch.Tensor:
     """The standard basis as a (dim, dim) dictionary (approx_tau = H_tau)."""
     dim = check_int("dim", dim, minimum=1)
-    return torch.eye(dim, dtype=dtype)
+    return torch.eye(dim, dtype=check_dtype("dtype", dtype))
 
 
 def gaussian_dictionary(*, dim: int, atoms: int, seed: int = 0,
@@ -62,6 +63,7 @@ def gaussian_dictionary(*, dim: int, atoms: int, seed: int = 0,
     dim = check_int("dim", dim, minimum=1)
     atoms = check_int("atoms", atoms, minimum=1)
     seed = check_seed("seed", seed)
+    check_dtype("dtype", dtype)
     check_memory({"the dictionary": dim * atoms * 8}, {"atoms": atoms, "dim": dim})
     g = torch.Generator().manual_seed(seed)
     return torch.randn(dim, atoms, generator=g, dtype=torch.float64).div_(dim ** 0.5).to(dtype)
@@ -299,14 +301,29 @@ def approx_projection(w: torch.Tensor | None, sparsity: int, dictionary=None, *,
     residual : (...,) ``||P_Gamma w - w||``, to report the approximation quality eta.
     """
     sparsity = check_int("sparsity", sparsity, minimum=1)
+    if w is None and coefficients is None:
+        raise fail("w", None, "must be a (..., d) tensor when no coefficients are given")
     if dictionary is None:
-        w = coefficients if w is None else w
+        w = check_tensor("coefficients" if w is None else "w", coefficients if w is None else w)
         coef = hard_threshold(w, sparsity)
         index = top_indices(w, min(sparsity, w.shape[-1]))
         return coef, index, torch.linalg.vector_norm(w - coef, dim=-1)
-    D = dictionary if isinstance(dictionary, Dictionary) else Dictionary(
-        torch.as_tensor(dictionary))
+    D = dictionary if isinstance(dictionary, Dictionary) else Dictionary(dictionary)
+    if w is not None:
+        check_tensor("w", w, f"(..., {D.dim}), the length of the dictionary's atoms",
+                     floating=True)
+        if w.shape[-1] != D.dim:
+            raise fail("w", f"tensor of shape {tuple(w.shape)}", f"must have shape (..., "
+                       f"{D.dim}): the dictionary {tuple(D.matrix.shape)} has atoms of "
+                       f"length {D.dim}")
     if coefficients is not None:
+        check_tensor("coefficients", coefficients, f"(..., {D.atoms}), one per atom",
+                     floating=True)
+        lead = coefficients.shape[:-1] if w is None else w.shape[:-1]
+        if coefficients.shape[-1] != D.atoms or coefficients.shape[:-1] != lead:
+            raise fail("coefficients", f"tensor of shape {tuple(coefficients.shape)}",
+                       f"must have shape {(*lead, D.atoms)}: one per atom of the dictionary "
+                       f"{tuple(D.matrix.shape)}")
         D = D.to(coefficients.dtype)
         w = D.synthesis(coefficients) if w is None else w
         coef, index = D.approx_coefficients(coefficients, sparsity)

@@ -10,6 +10,7 @@ import torch
 
 from .. import rng
 from .._validation import check_choice, check_float, check_int, fail
+from ._checks import check_tensor
 from ._mask_common import (
     check_cohort,
     check_density,
@@ -145,7 +146,8 @@ def fedspa_update(mask: torch.Tensor, params: torch.Tensor, grad: torch.Tensor, 
     (S, P) bool new masks; non-prunable entries are left as they were in ``mask``.
     """
     alpha = fedspa_drop_fraction(round, rounds, alpha0)
-    size = mask.shape[-1] if isinstance(mask, torch.Tensor) and mask.ndim else None
+    # the type first: a linear problem's layout is sized by the mask
+    size = check_tensor("mask", mask, "(S, P)").shape[-1]
     layout = layout_of(layout, size)
     mask = check_cohort("mask", mask, layout.size, dtype=torch.bool)
     S = mask.shape[0]

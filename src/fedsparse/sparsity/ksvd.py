@@ -104,8 +104,12 @@ def ksvd(signals, *, atoms: int, sparsity: int, iterations: int = 20, seed: int 
     -------
     (d, atoms) dictionary with unit-norm columns (and the info dict if asked).
     """
-    Y = torch.as_tensor(np.asarray(signals) if not isinstance(signals, torch.Tensor)
-                        else signals)
+    try:
+        Y = torch.as_tensor(np.asarray(signals) if not isinstance(signals, torch.Tensor)
+                            else signals)
+    except (TypeError, ValueError, RuntimeError):  # ragged rows, text, a generator
+        raise fail("signals", type(signals).__name__, "must be a (num_signals, dim) tensor "
+                   "or array of real numbers") from None
     if not Y.is_floating_point():
         Y = Y.to(torch.float64)
     if Y.ndim != 2:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import torch
 
 from .._validation import check_choice
+from ._checks import check_tensor
 from ._mask_common import (
     SCOPES,
     check_density,
@@ -66,7 +67,8 @@ def magnitude_mask(problem, params: torch.Tensor, density: float, scope: str = "
     """
     density = check_density(density)
     scope = check_choice("scope", scope, SCOPES)
-    size = params.shape[-1] if isinstance(params, torch.Tensor) and params.ndim else None
+    # the type first: a linear problem's layout is sized by params
+    size = check_tensor("params", params, "(P,), the flat parameter vector").shape[-1]
     layout = layout_of(problem, size)
     params = check_vector("params", params, layout.size)
     return select(params.detach().abs(), layout, scopes(layout, scope), density)

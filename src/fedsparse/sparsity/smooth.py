@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 from .._validation import check_float, fail
+from ._checks import check_tensor
 
 _LOG2 = math.log(2.0)
 
@@ -46,7 +47,7 @@ def log_cosh(z: torch.Tensor) -> torch.Tensor:
     -------
     Tensor of the shape of ``z``.
     """
-    a = z.abs()
+    a = check_tensor("z", z, "(...)", min_ndim=0).abs()
     return a + torch.log1p(torch.exp(-2.0 * a)) - _LOG2
 
 
@@ -65,6 +66,7 @@ def phi_rho(x: torch.Tensor, rho: float) -> torch.Tensor:
     -------
     (...,) tensor.
     """
+    check_tensor("x", x, min_ndim=0)
     rho = _check_rho(rho)
     return rho * log_cosh(x / rho).sum(-1)
 
@@ -77,6 +79,7 @@ def phi_rho_grad(x: torch.Tensor, rho: float) -> torch.Tensor:
     stable for entries near zero when ``eta gamma / rho < 2`` (the slope of tanh at 0 is
     1 / rho).
     """
+    check_tensor("x", x, "(...)", min_ndim=0)
     rho = _check_rho(rho)
     return torch.tanh(x / rho)
 
@@ -104,6 +107,7 @@ def zero_small(x: torch.Tensor, threshold: float, *, floor: float = 0.5) -> torc
     -------
     New (..., d) tensor (``x`` itself when ``threshold`` is 0).
     """
+    check_tensor("x", x)
     threshold = check_float("threshold", threshold, nonnegative=True)
     floor = check_float("floor", floor, nonnegative=True, maximum=1.0)
     if threshold == 0 or x.numel() == 0:

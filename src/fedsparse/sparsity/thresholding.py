@@ -9,6 +9,7 @@ import numpy as np
 import torch
 
 from .._validation import check_choice, check_float, check_int, fail
+from ._checks import check_tensor
 
 #: Where a sparsity budget tau is counted on a multi-block (softmax) model: in each class
 #: row ("row", ``||x_r||_0 <= tau`` for every r) or over the whole model ("global",
@@ -28,6 +29,7 @@ def top_indices(x: torch.Tensor, k: int) -> torch.Tensor:
     -------
     (..., k) int64 indices, ordered by decreasing magnitude.
     """
+    check_tensor("x", x)
     if isinstance(k, bool) or not isinstance(k, Integral) or not 0 <= k <= x.shape[-1]:
         raise fail("k", k, f"must be an integer from 0 to the last axis' length {x.shape[-1]}")
     # A stable descending sort keeps equal magnitudes in index order, which is exactly
@@ -54,6 +56,7 @@ def hard_threshold(x: torch.Tensor, k: int) -> torch.Tensor:
     -------
     (..., d) tensor with at most ``k`` non-zeros per vector (exactly ``k`` kept positions).
     """
+    check_tensor("x", x)
     k = check_int("k", k, minimum=0)
     d = x.shape[-1]
     if k >= d:
@@ -117,6 +120,7 @@ def hard_threshold_blocks(x: torch.Tensor, k: int, blocks: int, scope: str = "ro
     -------
     (..., blocks * m) tensor with at most ``k`` non-zeros per block, respectively in total.
     """
+    check_tensor("x", x, "(..., blocks * m)")
     blocks = check_int("blocks", blocks, minimum=1)
     check_choice("scope", scope, SCOPES)
     if blocks == 1 or scope == "global":
@@ -128,7 +132,14 @@ def hard_threshold_blocks(x: torch.Tensor, k: int, blocks: int, scope: str = "ro
 
 
 def project_l2_ball(u: torch.Tensor, radius: float) -> torch.Tensor:
-    """Pi_R(u) = u if ||u|| <= R else R u / ||u||, batched over leading axes."""
+    """Pi_R(u) = u if ||u|| <= R else R u / ||u||, batched over leading axes.
+
+    Parameters
+    ----------
+    u : (..., d) floating-point tensor.
+    radius : R, positive.
+    """
+    check_tensor("u", u, floating=True)
     radius = check_float("radius", radius, positive=True)
     norm = torch.linalg.vector_norm(u, dim=-1, keepdim=True)
     scale = torch.clamp(radius / torch.clamp(norm, min=torch.finfo(u.dtype).tiny), max=1.0)
