@@ -148,3 +148,26 @@ def test_a_run_with_the_channel_resumes_into_the_same_history(kind, tmp_path):
     assert [{k: v for k, v in r.items() if k not in VOLATILE} for r in resumed.records] == strip
     if kind != "perfect":
         assert sum(r["delivered"] for r in whole.records) < 6 * 6  # something was lost
+
+
+def test_a_group_channel_forces_one_arrival_only_in_a_group_without_one():
+    # Mao et al. 2022: "each group has at least one client each round"; a group with an
+    # arrival keeps the base channel's fates, a group without gets exactly one member
+    base = BernoulliChannel(0.3)
+    channel = GroupChannel(base, GROUPS, full_first_round=False)
+    groups = torch.tensor(GROUPS)
+    clients = torch.arange(len(GROUPS))
+    forced = kept = 0
+    for seed in range(20):
+        for round in range(5):
+            fates = base.delivered(seed, round, clients)
+            out = channel.delivered(seed, round, clients)
+            for g in range(3):
+                members = groups == g
+                if fates[members].any():
+                    assert torch.equal(out[members], fates[members])
+                    kept += 1
+                else:
+                    assert int(out[members].sum()) == 1
+                    forced += 1
+    assert forced > 0 and kept > 0  # both branches were exercised

@@ -26,6 +26,17 @@ def test_two_client_round_by_hand():
     assert h.records[0]["bytes_up"] == 2 * (1 + 8)
 
 
+def test_the_client_thresholds_before_it_projects_onto_the_ball():
+    # Alg. 2: x = P_Lambda(b), then Pi_R. One client, X = I_2, y = (3, 4), tau = 1, K = 1:
+    # b = y = (3, 4), P_Lambda(b) = (0, 4), Pi_3.5 -> (0, 3.5); projecting first would
+    # give H_1(0.7 b) = (0, 2.8), also inside the ball.
+    data = fs.data.from_arrays([torch.eye(2, dtype=DT)], [torch.tensor([3.0, 4.0], dtype=DT)],
+                               dtype=DT)
+    algo = fs.algorithms.fed_grad_mp(sparsity=1, local_steps=1, radius=3.5)
+    h = fs.simulate(algo, fs.problems.least_squares(), data, rounds=1, progress=False)
+    assert torch.allclose(h.model, torch.tensor([0.0, 3.5], dtype=DT), atol=1e-14)
+
+
 def _fig9(**kw):
     return fs.data.shifted_gaussian(num_clients=30, samples_per_client=100, dim=1000,
                                     sparsity=10, alpha=1.0, exponent=1.1, seed=kw.get("seed", 0),

@@ -25,6 +25,16 @@ def test_fed_mid_two_clients_by_hand():
     assert torch.allclose(h.model, torch.tensor([0.25, 0.0], dtype=DT), atol=1e-15)
 
 
+def test_fed_mid_l1_server_prox_takes_eta_s_eta_c():
+    # eta_c = 0.5, K = 1, lambda = 0.2, x_0 = 0: client x = soft(0.25 y_i, 0.1):
+    # client 1: (1, 0.25) -> (0.9, 0.15); client 2: (0, 0.5) -> (0, 0.4); mean (0.45, 0.275).
+    # eta_s = 0.5: server soft(0 + 0.5 * (0.45, 0.275), 0.5 * 0.5 * 0.2) = (0.175, 0.0875).
+    algo = fs.algorithms.fed_mid(regularizer="l1", penalty=0.2, client_lr=0.5,
+                                 server_lr=0.5, local_steps=1)
+    h = fs.simulate(algo, fs.problems.least_squares(), _two_clients(), rounds=1, progress=False)
+    assert torch.allclose(h.model, torch.tensor([0.175, 0.0875], dtype=DT), atol=1e-15)
+
+
 def test_fed_dual_avg_two_clients_by_hand():
     # z_0 = 0, x = H_1(0) = 0, z_i = -0.5 * grad_i(0) = 0.25 y_i;
     # server z = 0 + 2 * mean = (1, 0.75), model = H_1(z) = (1, 0).
@@ -158,7 +168,8 @@ def test_fed_mid_and_fed_dual_avg_are_two_classes_of_one_regulariser():
     assert l1.upload_encoding == "dense"
 
 
-def test_fed_dual_avg_schedule_follows_the_round_index_through_a_lost_round():
+@pytest.mark.parametrize("es", [1.0, 0.5])
+def test_fed_dual_avg_schedule_follows_the_round_index_through_a_lost_round(es):
     """Yuan et al. 2021, Alg. 1: eta~_{t,k} = eta_s eta_c K t + eta_c k with t the round.
     A round in which nothing arrives keeps the dual, but the next round's clients and the
     server's prox still use its index (an aggregation counter would fall one behind)."""
@@ -168,7 +179,7 @@ def test_fed_dual_avg_schedule_follows_the_round_index_through_a_lost_round():
     xs = [np.round(rng.normal(size=(n, 6)), 2) for n in (4, 5)]
     ys = [np.round(rng.normal(size=n), 2) for n in (4, 5)]
     data = fs.data.from_arrays(xs, ys, dtype=torch.float64)
-    p, ec, es, K, lam = np.array([4, 5]) / 9, 0.3, 1.0, 2, 0.05
+    p, ec, K, lam = np.array([4, 5]) / 9, 0.3, 2, 0.05
     delivered = np.array([[1, 1], [0, 0], [1, 1]], dtype=bool)
 
     def prox(v, step):

@@ -73,6 +73,15 @@ def test_zero_small_respects_the_floor_smallest_first_ties_by_index():
     assert int((out != 0).sum()) == 4
 
 
+def test_zero_small_keeps_the_threshold_itself_and_rounds_the_floor_up():
+    # |x| < threshold is zeroed, |x| = threshold kept (Liu et al. 2023's rule Z)
+    x = torch.tensor([[0.5, 0.25, 1.0, 1.0]])
+    assert torch.equal(zero_small(x, 0.25, floor=0.0), x)
+    # d = 3, floor 0.5: ceil(1.5) = 2 non-zeros stay, so one of three small entries goes
+    out = zero_small(torch.full((1, 3), 0.01), 0.1, floor=0.5)
+    assert torch.equal(out, torch.tensor([[0.0, 0.01, 0.01]]))
+
+
 def test_zero_small_rows_are_independent_and_never_unzeroed():
     x = torch.tensor([[0.01, 0.01, 0.01, 0.01],    # all small: only 2 may go
                       [0.0, 0.0, 0.0, 0.01],       # already 3 zeros: nothing more
