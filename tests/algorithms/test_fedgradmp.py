@@ -37,6 +37,21 @@ def test_the_client_thresholds_before_it_projects_onto_the_ball():
     assert torch.allclose(h.model, torch.tensor([0.0, 3.5], dtype=DT), atol=1e-14)
 
 
+def test_the_restricted_solve_reads_the_clients_full_data_not_the_mini_batch():
+    # Jeong et al. 2024, Alg. 1: b = argmin f_i over R(A_Gamma^) on the client's FULL local
+    # data; only r is a mini-batch gradient. d = 2, tau = 1: Gamma^ is both coordinates
+    # whatever the batch, so b is the least-squares fit on all 6 rows (noisy: a one-row
+    # batch would fit another b), and the model H_1(b).
+    gen = torch.Generator().manual_seed(4)
+    X, y = torch.randn(6, 2, generator=gen, dtype=DT), torch.randn(6, generator=gen, dtype=DT)
+    b = torch.linalg.lstsq(X, y).solution
+    expected = torch.where(b.abs() == b.abs().max(), b, torch.zeros_like(b))
+    algo = fs.algorithms.fed_grad_mp(sparsity=1, local_steps=1, batch_size=1)
+    h = fs.simulate(algo, fs.problems.least_squares(), fs.data.from_arrays([X], [y], dtype=DT),
+                    rounds=1, progress=False)
+    assert torch.allclose(h.model, expected, atol=1e-12)
+
+
 def _fig9(**kw):
     return fs.data.shifted_gaussian(num_clients=30, samples_per_client=100, dim=1000,
                                     sparsity=10, alpha=1.0, exponent=1.1, seed=kw.get("seed", 0),
