@@ -109,6 +109,23 @@ def test_masked_adam_keeps_pruned_entries_exactly_zero():
     assert (x[:, mask] != 1).all()  # the kept entries did train
 
 
+def test_masked_training_starts_from_the_masked_model():
+    # Mao et al. 2022: x_{i,0} = x^t * M_i, so the first gradient is taken at the masked
+    # model: one full-batch SGD step is M * (x^t M - eta grad f_i(x^t M))
+    gen = torch.Generator().manual_seed(2)
+    X, y = torch.randn(1, 6, 4, generator=gen, dtype=torch.float64), \
+        torch.randn(1, 6, generator=gen, dtype=torch.float64)
+    data = fs.data.from_arrays(list(X), list(y), dtype=torch.float64)
+    problem = fs.problems.least_squares()
+    ctx = ClientContext(problem, data.train, torch.arange(1), 0, 0)
+    opt = LocalOptimizer.checked(step_size=0.1, local_steps=1, batch_size=None)
+    mask = torch.tensor([True, False, True, False])
+    x0 = torch.tensor([[1.0, 2.0, -1.0, 3.0]], dtype=torch.float64)
+    start = x0 * mask
+    expected = (start - 0.1 * problem.grad(start, *ctx.full())) * mask
+    assert torch.allclose(local_train(opt, x0, ctx, mask=mask), expected, atol=1e-14)
+
+
 def test_fed_avg_converges_to_the_shared_least_squares_solution():
     # noiseless, every client holds an over-determined system with the same solution
     data = fs.data.shifted_gaussian(num_clients=10, samples_per_client=60, dim=30,
