@@ -310,16 +310,18 @@ def _command_of(argv: list[str]) -> str:
 _PACKAGE = str(Path(__file__).parent)
 
 
-def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
-    """fedsparse's own warnings as a command line's lines (``fedsparse: warning: ...``),
-    not Python's (a source path and line); another library's as Python shows them."""
-    if not str(filename).startswith(_PACKAGE):
-        _python_showwarning(message, category, filename, lineno, file, line)
-        return
-    print(f"fedsparse: warning: {message}", file=file or sys.stderr)
+def _warning_printer(previous):
+    """A ``warnings.showwarning`` that prints fedsparse's own warnings as a command line's
+    lines (``fedsparse: warning: ...``), not as Python does (a source path and line), and
+    passes another library's to ``previous``."""
 
+    def show(message, category, filename, lineno, file=None, line=None) -> None:
+        if str(filename).startswith(_PACKAGE):
+            print(f"fedsparse: warning: {message}", file=file or sys.stderr)
+        else:
+            previous(message, category, filename, lineno, file, line)
 
-_python_showwarning = warnings.showwarning
+    return show
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -332,7 +334,7 @@ def main(argv: list[str] | None = None) -> int:
     args.argv = argv  # the exact command, for the messages that say how to go on
     try:
         with warnings.catch_warnings():
-            warnings.showwarning = _show_warning
+            warnings.showwarning = _warning_printer(warnings.showwarning)
             return as_interrupted(args.func, args)
     except ConfigError as exc:  # named as typed where an option gave the bad value
         try:
