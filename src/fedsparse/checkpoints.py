@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections import OrderedDict, deque
 from numbers import Integral
 from pathlib import Path
 
@@ -59,70 +58,6 @@ ADDED_KEYS = frozenset({"problem_config", "data_digest"})
 #: Every key a checkpoint holds.
 CHECKPOINT_KEYS = ("format", "round", "state", "client_state", "records", "initial",
                    "fingerprint")
-
-
-#: What a checkpointed server state may hold: what ``torch.load(weights_only=True)`` reads
-#: back (the exact types: a NumPy float is saved, but refused when it is read).
-_SCALARS = (type(None), bool, int, float, complex, str, bytes, torch.dtype, torch.device)
-_CONTAINERS = (list, tuple, dict, OrderedDict, set, torch.Size)
-
-
-def check_checkpointable(state: dict, owner: str, checkpoint) -> None:
-    """Refuse a server state that a checkpoint could not hold.
-
-    A checkpoint is written with :func:`torch.save` and read with ``weights_only``
-    (:func:`~fedsparse.checkpoint_file.read_checkpoint`): a function, a generator or an
-    object of the user's own class in the state would fail the first save, after the
-    rounds before it, or be saved and then refused on resume. Only the types of the
-    entries are read (no tensor's values), so the check is cheap enough before every save.
-
-    Parameters
-    ----------
-    state : the server state.
-    owner : the method that returned it, named in the message (``"MyAlgorithm.init"``).
-    checkpoint : the checkpoint path, named in the message.
-
-    Raises
-    ------
-    ConfigError
-        naming the entry (``state['key']...``) and its type.
-    """
-    pending = deque([("state", state)])  # breadth first: a top-level entry is named first
-    seen: set[int] = set()
-    while pending:
-        name, value = pending.popleft()
-        if isinstance(value, torch.Tensor) or type(value) in _SCALARS:
-            continue
-        if type(value) not in _CONTAINERS:
-            raise _not_checkpointable(owner, f"{name} is", value, checkpoint)
-        if id(value) in seen:  # a list held twice (or in itself) is looked at once
-            continue
-        seen.add(id(value))
-        if isinstance(value, dict | set):
-            # a container as a key (or set member) is refused when a checkpoint is read
-            # (fedsparse.checkpoint_file._hashed_kinds): keys are numbers or strings
-            for key in value:
-                if type(key) not in _SCALARS:
-                    member = "a key" if isinstance(value, dict) else "a member"
-                    raise _not_checkpointable(owner, f"{name} has {member} that is", key,
-                                              checkpoint)
-            if isinstance(value, set):
-                continue
-            items = value.items()
-        else:
-            items = enumerate(value)
-        pending.extend((f"{name}[{k!r}]", v) for k, v in items)
-
-
-def _not_checkpointable(owner: str, what: str, value, checkpoint) -> ConfigError:
-    kind = type(value).__name__
-    article = "an" if kind[:1].lower() in "aeiou" else "a"
-    return ConfigError(
-        f"{owner} returned a server state whose {what} {article} {kind}; a checkpointed "
-        "state holds only tensors, numbers, strings, None and lists or dicts of them, "
-        f"with number or string keys (checkpoint={str(checkpoint)!r} saves it with "
-        "torch.save and reads it back with weights_only): keep other objects on the "
-        "algorithm, or run without a checkpoint")
 
 
 def contents_fingerprint(problem, data) -> dict:

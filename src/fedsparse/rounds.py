@@ -45,6 +45,7 @@ from ._validation import ConfigError, check_int
 from .algorithms.base import Algorithm, Cohort
 from .client_store import ClientStore
 from .comm import payload_bytes
+from .contract import check_payload, check_state
 from .history import History
 from .metrics import MODEL_FIELDS
 from .screening import (  # noqa: F401  (also importable from here, as before)
@@ -66,68 +67,6 @@ SERVER_FIELDS = frozenset({
     "nnz", "density", "evaluations_dropped", "eval_clients", *MODEL_FIELDS,
     *(f"{m}_se" for m in ("objective", "accuracy", "test_objective", "test_accuracy")),
     *(f"personal_{m}" for m in ("objective", "accuracy", "test_objective", "test_accuracy"))})
-
-
-def returned(value) -> str:
-    """What a method returned, for an error message: a tensor's shape and dtype, else the
-    type (never the value: a state or a tensor can be large)."""
-    if isinstance(value, torch.Tensor):
-        return f"a {tuple(value.shape)} {value.dtype} tensor"
-    name = type(value).__name__
-    return f"{'an' if name[:1].lower() in 'aeiou' else 'a'} {name}"
-
-
-def check_state(algorithm: Algorithm, state, method: str, size: int, dtype: torch.dtype
-                ) -> torch.Tensor:
-    """The global model of the server state that ``algorithm.<method>`` (``init`` or
-    ``aggregate``) returned, once the state is known to be a dict whose model is one
-    (``size``,) tensor of ``dtype``.
-
-    Only types and shapes are read (no pass over the model's entries), so the round loop
-    checks every state it is given.
-
-    Raises
-    ------
-    ConfigError
-        naming the method and what it returned: not a dict, a dict ``algorithm.model``
-        cannot read, or a model of another shape or dtype (which would fail deep inside
-        the problem, or, as an (S, P) model, be evaluated as if it were one).
-    """
-    where = f"{type(algorithm).__name__}.{method}"
-    form = "it must return the server state: a dict holding the (P,) global model under " \
-           "'model'"
-    if not isinstance(state, dict):
-        raise ConfigError(f"{where} returned {returned(state)}; {form}")
-    try:
-        model = algorithm.model(state)
-    except (KeyError, IndexError, TypeError) as exc:
-        keys = shown(list(state)[:10], 120)
-        raise ConfigError(f"{where} returned a dict that {type(algorithm).__name__}.model cannot "
-                          f"read ({type(exc).__name__}: {cut(exc, 80)}; its keys: {keys}); "
-                          f"{form} (or where {type(algorithm).__name__}.model reads it)"
-                          ) from exc
-    if not isinstance(model, torch.Tensor) or model.shape != (size,) or model.dtype != dtype:
-        raise ConfigError(f"{where} returned the global model as {returned(model)}; it must "
-                          f"be a ({size},) {dtype} tensor: one model of the problem's size "
-                          f"P = {size}, in the data's dtype")
-    return model
-
-
-def check_payload(algorithm: Algorithm, payload, clients: int, size: int,
-                  dtype: torch.dtype) -> None:
-    """Refuse a broadcast unless it is one payload for all ``clients`` sampled clients, a
-    1-D tensor, or one row per client, (``clients``, Q), of ``dtype``: more rows would be
-    cut silently, fewer would fail deep in a client's update. Its width Q is the
-    algorithm's (the model's ``size`` unless it sends another form, e.g. a dictionary's
-    coefficients); the uploads are then checked against it."""
-    if not isinstance(payload, torch.Tensor) or payload.dtype != dtype \
-            or not (payload.ndim == 1 or (payload.ndim == 2 and payload.shape[0] == clients)):
-        raise ConfigError(
-            f"{type(algorithm).__name__}.broadcast returned {returned(payload)} for {clients} "
-            f"sampled clients; it must return one payload for all, a (P,) tensor, or one row "
-            f"per client, a ({clients}, P) tensor, of dtype {dtype} (P: the payload's width, "
-            f"the model's {size} unless the algorithm sends another form, such as a "
-            "dictionary's coefficients)")
 
 
 class DivergenceError(RuntimeError):

@@ -7,7 +7,6 @@ this module supplies what is local: the client halves run in-process, in chunks 
 
 from __future__ import annotations
 
-from numbers import Real
 from pathlib import Path
 
 import torch
@@ -15,8 +14,6 @@ import torch
 from . import _memory, _resources
 from ._threads import single_threaded_blas
 from ._validation import (
-    ConfigError,
-    _is_bool,
     check_bool,
     check_dtype,
     check_float,
@@ -28,13 +25,13 @@ from .algorithms.base import Algorithm, ClientContext, DataSpec
 from .channels import PerfectChannel, checked_channel
 from .checkpoints import (
     CHECKPOINT_FORMAT,
-    check_checkpointable,
     contents_fingerprint,
     resume_checkpoint,
     save_checkpoint,
 )
 from .client_store import PersonalModels, has_personal_models, open_client_store
 from .comm import payload_bytes
+from .contract import check_checkpointable, check_state, check_uploads, checked_reply
 from .data.dataset import checked as checked_dataset
 from .data.federated import FederatedDataset
 from .data.lazy import LazyFederatedDataset
@@ -42,15 +39,7 @@ from .devices import resolve_device
 from .history import History
 from .metrics import evaluate, evaluate_personal
 from .problems.base import Problem
-from .rounds import (
-    DivergenceError,
-    Replies,
-    RoundLoop,
-    check_state,
-    returned,
-    sample_clients,
-    shown,
-)
+from .rounds import DivergenceError, Replies, RoundLoop, sample_clients
 from .sampled_eval import make_evaluator
 
 __all__ = ["DivergenceError", "sample_clients", "simulate"]
@@ -90,9 +79,9 @@ def _client_executor(algorithm: Algorithm, problem: Problem, data: FederatedData
                 {k: _chunk_rows(v, a, b, order) for k, v in state_rows.items()}
             sent = payload if payload.ndim == 1 else _chunk_rows(payload, a, b, order)
             ctx = ClientContext(problem, split, chunk, t, seed, state=rows, config=config)
-            up, new_rows, info = _checked_reply(algorithm, algorithm.client_update(sent, ctx),
+            up, new_rows, info = checked_reply(algorithm, algorithm.client_update(sent, ctx),
                                                 b - a)
-            _check_uploads(algorithm, up, b - a, payload)
+            check_uploads(algorithm, up, b - a, payload)
             uploads.append(up)
             states.append(new_rows)
             infos.append((b - a, info))
@@ -110,64 +99,6 @@ def _client_executor(algorithm: Algorithm, problem: Problem, data: FederatedData
                        info=info, client_state=new_state)
 
     return execute
-
-
-def _checked_reply(algorithm: Algorithm, reply, rows: int) -> tuple:
-    """``(uploads, client_state, info)`` of what a (custom) ``client_update`` returned for
-    a chunk of ``rows`` clients, refused unless it has that form: ``client_state`` None or
-    a dict of (rows, ...) tensors, ``info`` a dict of real numbers (a Python or NumPy
-    number, or a one-element tensor). What would be read as a diagnostic is checked
-    before it is averaged over the chunks; only the names the algorithm declares, with
-    finite values, are recorded then (the others are dropped with a warning by the round
-    loop, as for Flower's clients). Only types and shapes are read: no tensor entry."""
-    where = f"{type(algorithm).__name__}.client_update"
-    if not isinstance(reply, tuple | list) or len(reply) != 3:
-        got = f"a {type(reply).__name__} of {len(reply)}" if isinstance(reply, tuple | list) \
-            else returned(reply)
-        raise ConfigError(
-            f"{where} returned {got}; it must return a 3-tuple (uploads, client_state, info): "
-            f"the ({rows}, P) uploads, the clients' new state (a dict of ({rows}, ...) "
-            "tensors) or None, and a dict of diagnostics {name: number} (may be empty)")
-    uploads, state, info = reply
-    state_form = f"client_state must be a dict of ({rows}, ...) tensors or None (one row per " \
-                 "client of the chunk)"
-    if state is not None:
-        if not isinstance(state, dict):
-            raise ConfigError(f"{where} returned client_state as {returned(state)}; "
-                              f"{state_form}")
-        for key, value in state.items():
-            if not isinstance(value, torch.Tensor) or value.ndim == 0 \
-                    or value.shape[0] != rows:
-                raise ConfigError(f"{where} returned client_state[{shown(key)}] as "
-                                  f"{returned(value)}; {state_form}")
-    if not isinstance(info, dict):
-        raise ConfigError(f"{where} returned info as {returned(info)}; info must be a dict "
-                          "{name: real number} (may be empty)")
-    for key, value in info.items():
-        if _is_bool(value) or not (isinstance(value, Real) or (
-                isinstance(value, torch.Tensor) and value.numel() == 1
-                and not value.is_complex() and value.dtype != torch.bool)):
-            got = f"<{returned(value)}>" if isinstance(value, torch.Tensor) else shown(value)
-            raise ConfigError(
-                f"{where} returned info[{shown(key)}]={got}; info values must be real numbers "
-                "(an int, a float, a NumPy number or a one-element tensor; not a bool): the "
-                "round records their mean over the clients")
-    return uploads, state, info
-
-
-def _check_uploads(algorithm: Algorithm, uploads, rows: int, payload: torch.Tensor) -> None:
-    """Refuse what a (custom) ``client_update`` returned unless it is (rows, P) uploads of
-    the broadcast's dtype: a wrong shape would otherwise fail deep in torch, or be
-    broadcast silently into every client's row."""
-    want = (rows, payload.shape[-1])
-    if not isinstance(uploads, torch.Tensor) or tuple(uploads.shape) != want \
-            or uploads.dtype != payload.dtype:
-        got = f"{tuple(uploads.shape)} {uploads.dtype}" \
-            if isinstance(uploads, torch.Tensor) else type(uploads).__name__
-        raise ConfigError(
-            f"{type(algorithm).__name__}.client_update returned uploads {got}; they must be "
-            f"a {want} tensor (one row per client of the chunk) of the broadcast's dtype "
-            f"{payload.dtype}")
 
 
 def _chunk_rows(rows: torch.Tensor, a: int, b: int, order: torch.Tensor | None

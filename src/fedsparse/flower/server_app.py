@@ -62,9 +62,10 @@ from .._validation import ConfigError, fail
 from ..algorithms.base import DataSpec
 from ..channels import checked_channel
 from ..client_store import ClientStore, has_personal_models
+from ..contract import check_state
 from ..history import History
 from ..metrics import MODEL_FIELDS
-from ..rounds import RoundLoop, check_state
+from ..rounds import RoundLoop
 from .grid_round import evaluate_on_nodes, grid_executor
 from .handshake import HANDSHAKE_TRIES, Refusals, handshake, node_statistics, wait_for_nodes
 from .job import Job, job_from_config
