@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ._validation import ConfigError
+from ._validation import ConfigError, check_bool, fail
 
 # Both names stay importable from here, where they were first defined.
 from .metric_names import HIGHER_IS_BETTER_WORDS as HIGHER_IS_BETTER_WORDS
@@ -143,7 +143,6 @@ class History:
         matplotlib.axes.Axes
             the axes drawn on, with axis labels set (bytes in KB/MB/GB, integer rounds).
         """
-        from ._validation import check_bool, fail
         from .report.axes import draw_history
 
         if "y" in kwargs:
@@ -180,8 +179,6 @@ class History:
         """
         directory = Path(directory)
         if not overwrite and (directory / "history.jsonl").exists():
-            from ._validation import fail
-
             raise fail("directory", str(directory), "already holds a saved history; give "
                        "overwrite=True to replace it, or another folder")
         directory.mkdir(parents=True, exist_ok=True)
@@ -217,8 +214,6 @@ class History:
         """
         directory = Path(directory)
         if not (directory / "history.jsonl").is_file():
-            from ._validation import fail
-
             raise fail("directory", str(directory), "must be a folder holding a "
                        "history.jsonl (what History.save and fedsparse run write)")
         rows = read_records(directory / "history.jsonl")
