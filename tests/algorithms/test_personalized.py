@@ -519,3 +519,27 @@ def test_a_resumed_run_continues_exactly(tmp_path):
     assert torch.equal(resumed.model, whole.model)
     assert torch.equal(resumed.personal_models, whole.personal_models)
     assert resumed.records[-1]["fedmac_bits_total"] == whole.records[-1]["fedmac_bits_total"]
+
+
+def test_per_fedavg_takes_independent_batches_d_and_d_prime():
+    # Fallah et al. 2020: meta-step r adapts on D and steps on an independent D' (here
+    # ctx.batch(2r) and ctx.batch(2r + 1)); the PM adapts w^t on a third batch (ctx.batch(2R))
+    gen = torch.Generator().manual_seed(3)
+    X = torch.randn(2, 8, 3, generator=gen, dtype=torch.float64)
+    y = torch.randint(0, 3, (2, 8), generator=gen).to(torch.float64)
+    data = fs.data.from_arrays(list(X), list(y), dtype=torch.float64)
+    problem = fs.problems.softmax(3)
+    algo = fs.algorithms.per_fedavg(step_size=0.2, inner_step_size=0.1, local_steps=2,
+                                    batch_size=2).bind(problem, data)
+    clients = torch.arange(2)
+    start = torch.linspace(-1, 1, problem.param_dim(3), dtype=torch.float64).expand(2, -1)
+    uploads, state, _ = algo.client_update(start[0], ClientContext(problem, data.train,
+                                                                   clients, 0, 9))
+    draws = ClientContext(problem, data.train, clients, 0, 9)
+    w = start
+    for r in range(2):
+        w_tilde = w - 0.1 * problem.grad(w, *draws.batch(2 * r, 2))
+        w = w - 0.2 * problem.grad(w_tilde, *draws.batch(2 * r + 1, 2))
+    assert torch.allclose(uploads, w, atol=1e-14)
+    personal = start - 0.1 * problem.grad(start, *draws.batch(4, 2))
+    assert torch.allclose(state["personal"], personal, atol=1e-14)
