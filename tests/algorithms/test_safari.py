@@ -160,3 +160,29 @@ def test_synflow_needs_a_network():
     with pytest.raises(ConfigError, match="pruner='synflow'"):
         fs.simulate(fs.algorithms.safari(density=0.5, pruner="synflow"),
                     fs.problems.least_squares(), data, rounds=1)
+
+
+def test_fedspa_regrows_by_the_gradient_at_the_trained_model():
+    # Huang et al. 2022 (FedSpa, as SAFARI's pruner): after training, regrowth picks the
+    # largest |grad f_i(x_{i,tau}; one more batch)|, at the trained parameters, not at x^t
+    from fedsparse.algorithms.local import local_train
+    from fedsparse.sparsity.fedspa import fedspa_update
+
+    problem, data = _mlp(), _mlp_data()
+    algo, state, payload, _, new_state, _ = _one_round(
+        fs.algorithms.safari(density=0.5, pruner="fedspa", optimizer="sgd", step_size=0.05,
+                             batch_size=8, compensation=False), problem, data)
+    clients = torch.arange(6)
+    old = algo.init_clients(problem, clients, 0)["mask"]
+    ctx = ClientContext(problem, data.train, clients, 0, 0,
+                        config={**algo.client_config(state), "total_rounds": 10})
+    start = payload.expand(6, -1)
+    trained = local_train(algo.local, start, ctx, anchor=payload, mask=old)
+    batch = ctx.batch(algo.local.local_steps, algo.local.batch_size)
+
+    def regrown(at):
+        return fedspa_update(old, trained, problem.grad(at, *batch), algo.layout, 0, 10,
+                             algo.alpha0)
+
+    assert not torch.equal(regrown(trained), regrown(start))  # the two readings differ here
+    assert torch.equal(new_state["mask"], regrown(trained))
