@@ -84,11 +84,12 @@ def check_payload(algorithm: Algorithm, payload, clients: int, size: int,
             "dictionary's coefficients)")
 
 
-def checked_reply(algorithm: Algorithm, reply, rows: int) -> tuple:
+def checked_reply(algorithm: Algorithm, reply, rows: int, payload: torch.Tensor) -> tuple:
     """``(uploads, client_state, info)`` of what a (custom) ``client_update`` returned for
-    a chunk of ``rows`` clients, refused unless it has that form: ``client_state`` None or
-    a dict of (rows, ...) tensors, ``info`` a dict of real numbers (a Python or NumPy
-    number, or a one-element tensor). What would be read as a diagnostic is checked
+    a chunk of ``rows`` clients sent ``payload``, refused unless it has that form: the
+    uploads (rows, P) of the payload's width and dtype, ``client_state`` None or a dict of
+    (rows, ...) tensors, ``info`` a dict of real numbers (a Python or NumPy number, or a
+    one-element tensor). What would be read as a diagnostic is checked
     before it is averaged over the chunks; only the names the algorithm declares, with
     finite values, are recorded then (the others are dropped with a warning by the round
     loop, as for Flower's clients). Only types and shapes are read: no tensor entry."""
@@ -101,6 +102,7 @@ def checked_reply(algorithm: Algorithm, reply, rows: int) -> tuple:
             f"the ({rows}, P) uploads, the clients' new state (a dict of ({rows}, ...) "
             "tensors) or None, and a dict of diagnostics {name: number} (may be empty)")
     uploads, state, info = reply
+    _check_uploads(algorithm, uploads, rows, payload)
     state_form = f"client_state must be a dict of ({rows}, ...) tensors or None (one row per " \
                  "client of the chunk)"
     if state is not None:
@@ -127,17 +129,16 @@ def checked_reply(algorithm: Algorithm, reply, rows: int) -> tuple:
     return uploads, state, info
 
 
-def check_uploads(algorithm: Algorithm, uploads, rows: int, payload: torch.Tensor) -> None:
-    """Refuse what a (custom) ``client_update`` returned unless it is (rows, P) uploads of
-    the broadcast's dtype: a wrong shape would otherwise fail deep in torch, or be
-    broadcast silently into every client's row."""
+def _check_uploads(algorithm: Algorithm, uploads, rows: int, payload: torch.Tensor) -> None:
+    """Refuse uploads unless they are (rows, P) of the broadcast's width and dtype: a wrong
+    shape would otherwise fail deep in torch, or be broadcast silently into every client's
+    row."""
     want = (rows, payload.shape[-1])
     if not isinstance(uploads, torch.Tensor) or tuple(uploads.shape) != want \
             or uploads.dtype != payload.dtype:
-        got = f"{tuple(uploads.shape)} {uploads.dtype}" \
-            if isinstance(uploads, torch.Tensor) else type(uploads).__name__
         raise ConfigError(
-            f"{type(algorithm).__name__}.client_update returned uploads {got}; they must be "
+            f"{type(algorithm).__name__}.client_update returned uploads as "
+            f"{returned(uploads)}; they must be "
             f"a {want} tensor (one row per client of the chunk) of the broadcast's dtype "
             f"{payload.dtype}")
 
@@ -196,10 +197,8 @@ def check_checkpointable(state: dict, owner: str, checkpoint) -> None:
 
 
 def _not_checkpointable(owner: str, what: str, value, checkpoint) -> ConfigError:
-    kind = type(value).__name__
-    article = "an" if kind[:1].lower() in "aeiou" else "a"
     return ConfigError(
-        f"{owner} returned a server state whose {what} {article} {kind}; a checkpointed "
+        f"{owner} returned a server state whose {what} {returned(value)}; a checkpointed "
         "state holds only tensors, numbers, strings, None and lists or dicts of them, "
         f"with number or string keys (checkpoint={str(checkpoint)!r} saves it with "
         "torch.save and reads it back with weights_only): keep other objects on the "

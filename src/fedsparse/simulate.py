@@ -31,7 +31,7 @@ from .checkpoints import (
 )
 from .client_store import PersonalModels, has_personal_models, open_client_store
 from .comm import payload_bytes
-from .contract import check_checkpointable, check_state, check_uploads, checked_reply
+from .contract import check_checkpointable, check_state, checked_reply
 from .data.dataset import checked as checked_dataset
 from .data.federated import FederatedDataset
 from .data.lazy import LazyFederatedDataset
@@ -80,8 +80,7 @@ def _client_executor(algorithm: Algorithm, problem: Problem, data: FederatedData
             sent = payload if payload.ndim == 1 else _chunk_rows(payload, a, b, order)
             ctx = ClientContext(problem, split, chunk, t, seed, state=rows, config=config)
             up, new_rows, info = checked_reply(algorithm, algorithm.client_update(sent, ctx),
-                                                b - a)
-            check_uploads(algorithm, up, b - a, payload)
+                                                b - a, payload)
             uploads.append(up)
             states.append(new_rows)
             infos.append((b - a, info))
