@@ -11,6 +11,7 @@ from torch import nn
 
 from .._validation import check_float, fail
 from ..models.layout import ParamLayout
+from ._checks import check_tensor
 from .thresholding import top_indices
 
 SCOPES = ("layer", "global")
@@ -59,8 +60,7 @@ def layout_of(problem, size: int | None = None):
 
 
 def check_vector(name: str, x, size: int) -> torch.Tensor:
-    if not isinstance(x, torch.Tensor):
-        raise fail(name, type(x).__name__, "must be a torch tensor")
+    check_tensor(name, x, f"({size},)", min_ndim=0)
     if x.ndim != 1 or x.shape[0] != size:
         raise fail(name, f"tensor of shape {tuple(x.shape)}",
                    f"must be a (P,) flat parameter vector with P={size}")
@@ -68,8 +68,7 @@ def check_vector(name: str, x, size: int) -> torch.Tensor:
 
 
 def check_cohort(name: str, x, size: int, rows: int | None = None, dtype=None) -> torch.Tensor:
-    if not isinstance(x, torch.Tensor):
-        raise fail(name, type(x).__name__, "must be a torch tensor")
+    check_tensor(name, x, f"({'S' if rows is None else rows}, {size})", min_ndim=0)
     if x.ndim != 2 or x.shape[1] != size or (rows is not None and x.shape[0] != rows):
         want = f"({'S' if rows is None else rows}, {size})"
         raise fail(name, f"tensor of shape {tuple(x.shape)}", f"must have shape {want}")
