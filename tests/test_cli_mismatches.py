@@ -328,3 +328,39 @@ def test_wandb_over_a_folder_it_wrote_is_refused_before_anything_is_removed(tiny
         cli.refused(["run", str(tiny), "--out", str(out), "--quiet", "--log", "wandb", flag],
                  "--log wandb", "already holds W&B's files")
     assert (out / "keep.txt").read_text() == "x"
+
+
+def test_relative_file_paths_are_saved_absolute_so_resume_works_from_anywhere(
+        tmp_path, monkeypatch, cli):
+    """A relative ``data.path`` and dictionary ``path`` are read against the working
+    directory; the saved config names the same files, so the run folder's config resumes
+    from another directory."""
+    import numpy as np
+
+    from fedsparse.experiments.config import load_config
+
+    work = tmp_path / "work"
+    work.mkdir()
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(40, 6))
+    lines = [f"{x[:3].sum():.4f} " + " ".join(f"{j + 1}:{v:.4f}" for j, v in enumerate(x))
+             for x in X]
+    (work / "d.svm").write_text("\n".join(lines) + "\n")
+    np.save(work / "D.npy", np.eye(6))
+    (work / "e.toml").write_text(
+        '[defaults]\nrounds = 2\n'
+        '[defaults.data]\nkind = "libsvm_file"\npath = "d.svm"\npartition = "iid"\n'
+        'num_clients = 2\n[defaults.problem]\nkind = "least_squares"\n'
+        '[defaults.algorithm]\nkind = "fed_iter_ht"\nsparsity = 3\nstep_size = 0.01\n'
+        'dictionary = {kind = "file", path = "D.npy"}\n[[runs]]\nlabel = "a"\n')
+    monkeypatch.chdir(work)
+    code, _, err = cli.run(["run", "e.toml", "--out", "out", "--quiet"])
+    assert code == 0, err
+    saved = load_config(work / "out" / "config.toml")["runs"][0]
+    assert saved["data"]["path"] == str(work / "d.svm")
+    assert saved["algorithm"]["dictionary"]["path"] == str(work / "D.npy")
+    monkeypatch.chdir(tmp_path)
+    code, _, err = cli.run(["run", "work/out/config.toml", "--out", "work/out", "--quiet",
+                            "--resume", "--rounds", "3"])
+    assert code == 0, err
+    assert json.loads((work / "out" / "summary.json").read_text())["runs"][0]["rounds"] == 3

@@ -18,6 +18,8 @@ Schema::
     [defaults.data]          # kind = a generator in fedsparse.data.GENERATORS + kwargs
     [defaults.problem]       # kind = least_squares | logistic | softmax + kwargs
     [defaults.algorithm]     # kind = a key of fedsparse.algorithms.REGISTRY + kwargs
+    # a relative file path (data.path, a file dictionary's path) is read against the
+    # working directory; the saved config.toml names it absolute
     [[runs]]
     label = "FedIter-HT"     # legend entry and output folder name
     panel = "regression"     # one figure panel per distinct value
@@ -52,6 +54,7 @@ from __future__ import annotations
 
 import copy
 import difflib
+import os
 import re
 import tomllib
 from pathlib import Path
@@ -258,6 +261,7 @@ def resolve_runs(config: dict) -> list[dict]:
                 check_table(f"runs[{i}].{table}", run[table])
         if run.get("flower"):
             _check_flower(f"runs[{i}].flower", run["flower"])
+        _absolute_paths(run)
         run.setdefault("label", run["algorithm"]["kind"])
         run.setdefault("panel", "")
         for key in ("label", "panel"):
@@ -289,6 +293,20 @@ def resolve_runs(config: dict) -> list[dict]:
             raise fail("compare.reference", ref, f"must be a run label"
                        f"{did_you_mean(ref, labels)}: {', '.join(labels)}")
     return out
+
+
+def _absolute_paths(run: dict) -> None:
+    """Make the files a run reads (``data.path``, a file ``algorithm.dictionary``'s
+    ``path``) absolute paths, in place.
+
+    A relative path is read against the working directory; the config saved with the
+    results (which ``--resume`` reads again, perhaps from another directory) must name
+    the same file.
+    """
+    for table in (run["data"], run["algorithm"].get("dictionary")):
+        path = table.get("path") if isinstance(table, dict) else None
+        if isinstance(path, (str, os.PathLike)) and str(path):
+            table["path"] = str(Path(path).expanduser().absolute())
 
 
 def _check_flower(name: str, table: dict) -> None:
