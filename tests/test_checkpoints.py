@@ -9,10 +9,12 @@ file's bytes, and resumes through :func:`fedsparse.simulate` as a user would.
 from __future__ import annotations
 
 import copy
+import json
 import signal
 import sys
 import zipfile
 
+import numpy as np
 import pytest
 import torch
 
@@ -22,6 +24,7 @@ from fedsparse._signals import sigterm_raises
 from fedsparse.checkpoints import (
     CHECKPOINT_FORMAT,
     CHECKPOINT_KEYS,
+    RecordLines,
     read_checkpoint,
     save_checkpoint,
     validate_checkpoint,
@@ -116,7 +119,11 @@ def test_a_state_without_a_model_is_refused():
 @pytest.mark.parametrize("edit,message", [
     (lambda c: c["records"].pop(), "at round 3 but holds 2 round records"),
     (lambda c: c["records"][1].update(round=5), "record 2 says round 5"),
-    (lambda c: c.update(records="x"), "not a list"),
+    (lambda c: c.update(records=5), "not a list"),
+    (lambda c: c.update(records='{"round": 1}\n{"round": 2\n{"round": 3}\n'),
+     "record line 2 is not JSON"),
+    (lambda c: c.update(records='{"round": 1}\n{"round": 2}\n'),
+     "at round 3 but holds 2 round records"),
     (lambda c: c.update(initial={"round": 1}), "round-0"),
     (lambda c: c.update(round=-1), "round=-1"),
     (lambda c: c.update(round=2.0), "round=2.0"),
@@ -229,6 +236,45 @@ def test_a_sound_checkpoint_resumes_to_the_uninterrupted_run(saved, tmp_path, ki
     assert torch.equal(resumed.model, full.model)
     if full.personal_models is not None:
         assert torch.equal(resumed.personal_models, full.personal_models)
+
+
+def test_records_are_saved_as_json_lines_and_format_3_lists_still_resume(saved, tmp_path):
+    raw, full = saved["fedmac"]
+    src = tmp_path / "src.pt"
+    src.write_bytes(raw)
+    payload = read_checkpoint(src)
+    assert payload["format"] == CHECKPOINT_FORMAT
+    lines = payload["records"].splitlines()
+    assert [json.loads(line)["round"] for line in lines] == [1, 2]
+    # a file of the previous format: the same records as a list of dicts
+    path = _edited(raw, tmp_path, lambda p: (_record_list(p),
+                                             p.update(format="fedsparse-checkpoint-3")))
+    resumed = _simulate("fedmac", path, rounds=3, resume=True)
+    assert _no_time(resumed.records) == _no_time(full.records)
+
+
+def test_record_lines_encode_what_was_added_since_the_last_save():
+    lines = RecordLines()
+    records = [{"round": 1, "objective": 0.5}]
+    assert lines.text(records) == '{"round": 1, "objective": 0.5}\n'
+    records.append({"round": 2, "objective": np.float64(0.25), "nnz": np.int64(3),
+                    "density": torch.tensor(0.125, dtype=torch.float64)})
+    assert lines.text(records) == ('{"round": 1, "objective": 0.5}\n{"round": 2, '
+                                   '"objective": 0.25, "nnz": 3, "density": 0.125}\n')
+    assert lines.text(records[:1]) == '{"round": 1, "objective": 0.5}\n'  # encoded afresh
+    with pytest.raises(ConfigError, match=r"round record 3 cannot be saved.*ndarray"):
+        lines.text(records + [{"round": 3, "extra": np.zeros(2)}])
+
+
+def test_a_callback_that_adds_numpy_numbers_resumes_with_python_numbers(tmp_path):
+    def add(record, state):
+        record["norm"] = np.float64(record["round"]) / 4
+
+    path = tmp_path / "c.pt"
+    first = _simulate("fedmac", path, rounds=2, callback=add)
+    resumed = _simulate("fedmac", path, rounds=3, resume=True, callback=add)
+    assert [r["norm"] for r in resumed.records] == [0.25, 0.5, 0.75]
+    assert type(resumed.records[0]["norm"]) is float and len(first.records) == 2
 
 
 def _edited(raw: bytes, tmp_path, edit):
@@ -457,12 +503,19 @@ def _shared_list(levels: int, width: int = 16) -> list:
     return value
 
 
+def _record_list(payload: dict) -> list:
+    """A saved checkpoint's records (JSON lines) as a list, put back in their place as
+    earlier formats held them, to be edited."""
+    payload["records"] = [json.loads(line) for line in payload["records"].splitlines()]
+    return payload["records"]
+
+
 @pytest.mark.parametrize("edit,message", [
     (lambda p: p.update(fingerprint={**p["fingerprint"], "seed": _shared_list(7)}),
      "belongs to another run; differences (saved, now): {seed: (<list>, 1)}"),
     (lambda p: p.update(format=_shared_list(7)), "format <list>"),
     (lambda p: p.update(round=_shared_list(7)), "round=<list>"),
-    (lambda p: p["records"][0].update(round=_shared_list(7)), "record 1 says round <list>"),
+    (lambda p: _record_list(p)[0].update(round=_shared_list(7)), "record 1 says round <list>"),
     (lambda p: p.update(round=2**300), "at round <an int of 301 bits> but holds 2 round"),
 ])
 def test_messages_never_print_a_memo_shared_structure(saved, tmp_path, edit, message):

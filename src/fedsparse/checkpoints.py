@@ -5,7 +5,7 @@ a dict::
 
     {"format": str, "round": int, "state": {"model": (P,) tensor, ...},
      "client_state": dict of (N, ...) tensors or None,
-     "records": [one dict per completed round, "round" = 1, 2, ...],
+     "records": str, one JSON line per completed round ("round" = 1, 2, ...),
      "initial": the round-0 record, "fingerprint": dict}
 
 plus, where the run logs to trackers that can reopen a run, ``"trackers"``: a list of
@@ -15,6 +15,12 @@ checkpoint without the entry resumes with new tracker runs). It is saved with
 :func:`torch.save` and followed by one line, ``#fedsparse-checkpoint sha256=<hex>``, the
 SHA-256 of the archive before it. The archive stays a plain PyTorch
 file (``torch.load`` reads it and ignores the line).
+
+The records are one string of JSON lines rather than a list of dicts: torch.save pickles
+through a Python callback per object, which made a long run of cheap rounds spend most of
+its time rewriting its records; a string is one object, and each record is encoded once
+(:class:`RecordLines`). Files of format 3 and earlier, whose records are a list of dicts,
+resume as before.
 
 A file that was truncated, edited, damaged on disk or written by another run must not be
 continued as if it were sound. :func:`resume_checkpoint` reads it (refusing a file whose
@@ -32,10 +38,12 @@ The file layer (the atomic save, the checksum, the verified and restricted read)
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 from numbers import Integral
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from ._validation import ConfigError
@@ -45,12 +53,14 @@ from .checkpoint_file import _trailer, read_checkpoint, save_checkpoint  # noqa:
 from .client_store import COPY_BYTES
 from .data.digest import data_digest
 
-CHECKPOINT_FORMAT = "fedsparse-checkpoint-3"
-#: Formats this version reads. Format 2 files hold the same entries; only some
-#: algorithms' saved state is laid out differently since (FedMac's server state, the
-#: state of a wrapped algorithm such as similarity compensation): those are refused with
-#: a message saying so, every other algorithm's resumes.
-READABLE_FORMATS = ("fedsparse-checkpoint-2", CHECKPOINT_FORMAT)
+CHECKPOINT_FORMAT = "fedsparse-checkpoint-4"
+#: Formats this version reads. Format 3 files hold their records as a list of dicts.
+#: Format 2 files also lay out some algorithms' saved state differently (FedMac's server
+#: state, the state of a wrapped algorithm such as similarity compensation): those are
+#: refused with a message saying so, every other algorithm's resumes.
+READABLE_FORMATS = ("fedsparse-checkpoint-2", "fedsparse-checkpoint-3", CHECKPOINT_FORMAT)
+#: Formats whose algorithm state may be laid out differently from this version's.
+_OTHER_STATE_LAYOUT = ("fedsparse-checkpoint-2",)
 
 #: Fingerprint entries added after checkpoints were first written: a checkpoint without
 #: one resumes as before (it cannot be compared), one with it must match.
@@ -179,9 +189,12 @@ def validate_checkpoint(ckpt, *, path: str | Path, rounds: int, state: dict,
     done = int(done)
     if isinstance(rounds, bool) or not isinstance(rounds, Integral):
         raise ConfigError(f"rounds={rounds!r} is invalid: must be an integer")
-    if isinstance(ckpt["records"], list) and len(ckpt["records"]) != done:
+    records = ckpt["records"]
+    held = len(records) if isinstance(records, list) else \
+        records.count("\n") if isinstance(records, str) else None  # JSON lines
+    if held is not None and held != done:
         raise ConfigError(f"{where} is damaged: it is at round {_shown(done)} but holds "
-                          f"{len(ckpt['records'])} round records")
+                          f"{held} round records")
     if rounds < done:
         raise ConfigError(f"{where} already holds {done} rounds, but the resumed run asks for "
                           f"{rounds}: ask for at least {done} rounds (e.g. --rounds {done}), or "
@@ -202,7 +215,7 @@ def validate_checkpoint(ckpt, *, path: str | Path, rounds: int, state: dict,
         out["records"], out["initial"] = _records(ckpt["records"], ckpt["initial"], done,
                                                   budget)
     except _Unlike as exc:
-        if ckpt.get("format") != CHECKPOINT_FORMAT:
+        if ckpt.get("format") in _OTHER_STATE_LAYOUT:
             raise ConfigError(
                 f"{where} was written by an earlier version of fedsparse (format "
                 f"{_shown(ckpt.get('format'))}) that saved this algorithm's state in another "
@@ -320,7 +333,59 @@ def _tensor_like(name: str, value, fresh: torch.Tensor, in_place: bool = False
     return value
 
 
+class RecordLines:
+    """A run's round records as the string a checkpoint holds: one JSON line each.
+
+    Each record is encoded once, at the first save after its round (a record is not
+    changed after its round), so saving costs one string join rather than encoding every
+    round again. NumPy and 0-d torch numbers a callback added are saved as Python numbers.
+    """
+
+    def __init__(self) -> None:
+        self._lines: list[str] = []
+
+    def text(self, records: list[dict]) -> str:
+        """The JSON lines of ``records`` (those of the earlier saves and the new ones)."""
+        if len(records) < len(self._lines):  # a shorter history: encode it afresh
+            self._lines.clear()
+        self._lines.extend(_json_line(r) for r in records[len(self._lines):])
+        return "".join(self._lines)
+
+
+def _json_line(record: dict) -> str:
+    try:
+        return json.dumps(record, default=_number) + "\n"
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"round record {_shown(record.get('round'))} cannot be saved in a "
+                          f"checkpoint: {exc}; a record holds numbers, strings, None and "
+                          "lists or dicts of them (a callback that adds fields must add "
+                          "such values)") from None
+
+
+def _number(value):
+    """A NumPy scalar or 0-d tensor as a Python number (json.dumps's ``default``)."""
+    if isinstance(value, (np.generic, torch.Tensor)) and getattr(value, "ndim", 1) == 0:
+        return value.item()
+    raise TypeError(f"a {type(value).__name__} is not a number, string or list")
+
+
+def _decoded(text: str) -> list:
+    """The records of a checkpoint's JSON lines."""
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    records = []
+    for i, line in enumerate(lines, start=1):
+        try:
+            records.append(json.loads(line))
+        except ValueError as exc:  # (RecursionError: the caller's "nested too deeply")
+            raise _Unlike(f"record line {i} is not JSON ({exc})") from None
+    return records
+
+
 def _records(records, initial, done: int, budget: list) -> tuple[list, dict]:
+    if isinstance(records, str):
+        records = _decoded(records)
     if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
         raise _Unlike("records is not a list of per-round dicts")
     if len(records) != done:

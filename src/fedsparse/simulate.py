@@ -25,6 +25,7 @@ from .algorithms.base import Algorithm, ClientContext, DataSpec
 from .channels import PerfectChannel, checked_channel
 from .checkpoints import (
     CHECKPOINT_FORMAT,
+    RecordLines,
     contents_fingerprint,
     resume_checkpoint,
     save_checkpoint,
@@ -391,12 +392,15 @@ def simulate(algorithm: Algorithm, problem: Problem, data: FederatedDataset, *, 
             start = ckpt["round"]
             resumed = ckpt.get("trackers", [])
 
+    record_lines = RecordLines()
+
     def save(done_rounds: int, state: dict) -> None:
         if ckpt_path is not None:
             # a state aggregate changed since: named here, not by pickle inside torch.save
             check_checkpointable(state, f"{type(bound).__name__}.aggregate", checkpoint)
             content = {"format": CHECKPOINT_FORMAT, "round": done_rounds, "state": state,
-                       "client_state": store.state, "records": history.records,
+                       "client_state": store.state,
+                       "records": record_lines.text(history.records),
                        "initial": history.initial, "fingerprint": fingerprint}
             trackers = tracking.identities()
             if trackers:  # so that a resumed run continues these tracker runs
