@@ -364,3 +364,11 @@ def test_relative_file_paths_are_saved_absolute_so_resume_works_from_anywhere(
                             "--resume", "--rounds", "3"])
     assert code == 0, err
     assert json.loads((work / "out" / "summary.json").read_text())["runs"][0]["rounds"] == 3
+
+
+def test_labels_that_do_not_fit_a_later_runs_loss_are_refused_before_any_run(
+        tiny, tmp_path, cli):
+    out = tmp_path / "o"
+    cli.refused(["run", str(tiny), "--out", str(out), "--quiet", "--set",
+                 'B:problem.kind="logistic"'], "run 'B'", "labels", "are invalid for logistic")
+    assert not out.exists()  # run A did not start either

@@ -154,7 +154,9 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                      "unless --resume or --force")
     run.add_argument("--set", action="append", type=_assignment, metavar="FIELD=VALUE",
                      help="override a run field, e.g. algorithm.step_size=0.01, or one run's "
-                     "with LABEL:algorithm.step_size=0.01 (repeatable); VALUE is TOML")
+                     "with LABEL:algorithm.step_size=0.01 (repeatable); VALUE is TOML; a "
+                     "table VALUE is merged into the table, or replaces it if it names "
+                     "another kind, e.g. 'data={kind = \"ondisk\", path = \"DIR\"}'")
     run.add_argument("--only", action="append", metavar="LABEL",
                      help="run only this run of a multi-run experiment (repeatable)")
     run.add_argument("--rounds", type=int, help="override the number of rounds of every run")

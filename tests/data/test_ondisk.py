@@ -160,3 +160,55 @@ def test_cli_writes_a_split_and_a_generated_data_set(tmp_path, capsys):
     lazy = fs.data.fedprox_synthetic(num_clients=50, seed=2, lazy=True)
     assert torch.equal(open_federated(tmp_path / "gen").train.select([49]).y,
                        lazy.train.select([49]).y)
+
+
+def test_a_nan_written_in_with_its_checksum_is_named_when_read(written):
+    off = np.load(written / "train.offsets.npy")
+    X = np.load(written / "train.X.npy", mmap_mode="r+")
+    X[off[7]] = np.nan  # client 7, checksum recomputed: not a corruption the CRC sees
+    X.flush()
+    Y = np.load(written / "train.y.npy")
+    crc = np.load(written / "train.crc32.npy")
+    crc[7] = ondisk._crc(np.array(X[off[7]:off[8]]), Y[off[7]:off[8]])
+    del X
+    np.save(written / "train.crc32.npy", crc)
+    index = json.loads((written / "index.json").read_text())
+    index["files"]["train.crc32.npy"]["sha256"] = ondisk._sha256(written / "train.crc32.npy")
+    (written / "index.json").write_text(json.dumps(index))
+    disk = open_federated(written)
+    disk.train.select(torch.tensor([6, 8]))
+    with pytest.raises(DataFormatError, match=r"train\.X\.npy: client 7's rows \d+\.\.\d+ hold "
+                                              "NaN or infinite values"):
+        disk.train.select(torch.tensor([7]))
+
+
+def test_a_written_folder_is_the_ondisk_data_kind_of_a_config(eager, written, tmp_path):
+    """``data = {kind = "ondisk", path = DIR}`` trains on the folder as fs.simulate does on
+    the data set it was written from, and ``--set`` switches a config's data to it."""
+    from fedsparse.cli import main
+    from fedsparse.experiments import run_experiment
+    from fedsparse.experiments.config import load_config
+    from fedsparse.history import History
+
+    algo = {"kind": "fed_avg", "step_size": 0.02, "local_steps": 2, "batch_size": 5}
+    config = {"runs": [{"label": "a", "rounds": 2, "seed": 2, "clients_per_round": 7,
+                        "data": {"kind": "ondisk", "path": str(written)},
+                        "problem": {"kind": "softmax"}, "algorithm": algo}]}
+    run_experiment(config, tmp_path / "out", progress=False, log=lambda *a: None)
+    run = History.load(tmp_path / "out" / "a")
+    direct = fs.simulate(fs.algorithms.fed_avg(step_size=0.02, local_steps=2, batch_size=5),
+                         fs.problems.softmax(), eager, rounds=2, seed=2, clients_per_round=7)
+    assert [r["objective"] for r in run.records] == \
+        pytest.approx([r["objective"] for r in direct.records], rel=1e-6)
+    # a table of another kind replaces the config's (its old arguments would not apply)
+    toml = tmp_path / "e.toml"
+    toml.write_text('[defaults]\nrounds = 2\n[defaults.data]\nkind = "fedprox_synthetic"\n'
+                    'num_clients = 4\nnum_classes = 3\ndim = 6\n[defaults.problem]\n'
+                    'kind = "softmax"\n[defaults.algorithm]\nkind = "fed_avg"\n'
+                    'step_size = 0.02\n[[runs]]\nlabel = "a"\n')
+    assert main(["run", str(toml), "--out", str(tmp_path / "cli"), "--quiet", "--set",
+                 f'data={{kind = "ondisk", path = "{written}"}}']) == 0
+    saved = load_config(tmp_path / "cli" / "config.toml")["runs"][0]["data"]
+    assert saved == {"kind": "ondisk", "path": str(written)}
+    # trained on the folder's 30 clients, not the config's 4
+    assert "clients=30, dim=6" in History.load(tmp_path / "cli" / "a").config["data"]

@@ -14,6 +14,7 @@ from .named import (
     mnist_libsvm,
     rcv1,
 )
+from .ondisk import ondisk_data
 from .partition import (
     describe_partition,
     from_partitions,
@@ -35,6 +36,7 @@ GENERATORS = {
     "shifted_gaussian": shifted_gaussian,
     "federated_real": federated_real,
     "libsvm_file": libsvm_file,
+    "ondisk": ondisk_data,
 }
 
 __all__ = [
@@ -70,6 +72,7 @@ __all__ = [
     "shifted_gaussian",
     "federated_real",
     "libsvm_file",
+    "ondisk_data",
     "PooledRows",
     "SparseRows",
 ]

@@ -7,8 +7,9 @@ the client x label heat map (:func:`~fedsparse.report.partition_plots.plot_parti
 
 ``fedsparse data write digits --partition dirichlet --clients 50 --out DIR`` writes the
 split in the on-disk format (:mod:`fedsparse.data.ondisk`) that training reads a client
-at a time; ``fedsparse data write fedprox_synthetic --clients 1000000 --out DIR`` writes a
-generated data set (drawn lazily, a chunk of clients at a time).
+at a time (a config's ``data = {kind = "ondisk", path = "DIR"}``); ``fedsparse data
+write fedprox_synthetic --clients 1000000 --out DIR`` writes a generated data set (drawn
+lazily, a chunk of clients at a time).
 """
 
 from __future__ import annotations
@@ -170,6 +171,7 @@ def cmd_write(args) -> int:
                               else args.test_fraction, **_partition_kwargs(args))
     out = write_federated(data, args.out, overwrite=args.overwrite)
     print(f"wrote {data!r} to {out}")
+    print(f'train on it: data = {{kind = "ondisk", path = "{out}"}} in an experiment config')
     return 0
 
 

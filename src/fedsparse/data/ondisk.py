@@ -19,10 +19,10 @@ Everything is checked and errors are :class:`~fedsparse.data.DataFormatError` na
 the file and, where one is involved, the client: a missing or unparsable index, a file
 whose size differs from the index (truncated), small files whose SHA-256 differs,
 offsets that disagree with the arrays, and a client whose bytes do not match its CRC
-(checked each time it is read, so a corrupted client is caught without reading the
-whole data set). :func:`write_federated` writes into a temporary directory next to the
-target and renames it into place only when complete, so an interrupted write never
-leaves a directory that reads as valid.
+(checked each time it is read, with the finiteness of its values, so a corrupted client
+is caught without reading the whole data set). :func:`write_federated` writes into a
+temporary directory next to the target and renames it into place only when complete, so
+an interrupted write never leaves a directory that reads as valid.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ from .lazy import CHUNK_BYTES, ClientSource, LazyFederatedDataset, auto_pooled
 from .loaders import DataFormatError
 from .sparse_rows import SparseRows
 
-__all__ = ["FORMAT", "open_federated", "read_client", "write_federated"]
+__all__ = ["FORMAT", "ondisk_data", "open_federated", "read_client", "write_federated"]
 
 FORMAT, VERSION = "fedsparse.federated", 1
 _DTYPES = {"float16": torch.float16, "float32": torch.float32, "float64": torch.float64}
@@ -229,6 +229,12 @@ class _Reader:
                 raise DataFormatError(f"{self.root / f'{kind}.X.npy'} (or {kind}.y.npy): client "
                                       f"{i}'s rows {a}..{b} do not match their checksum: the "
                                       "file is corrupted")
+            for name, values in (("X", x), ("y", y)):
+                # written only from checked arrays: a NaN here was put in by hand, with
+                # its checksum, and would otherwise surface as a diverging run
+                if not np.isfinite(values).all():
+                    raise DataFormatError(f"{self.root / f'{kind}.{name}.npy'}: client {i}'s "
+                                          f"rows {a}..{b} hold NaN or infinite values")
             out += [x, y]
         return tuple(out)
 
@@ -361,6 +367,18 @@ def open_federated(path) -> LazyFederatedDataset:
         source, dtype=torch.float32 if dtype == torch.float16 else dtype,
         name=str(index.get("name", root.name)), ground_truth=gt,
         weights=torch.as_tensor(weights, dtype=torch.float64))
+
+
+def ondisk_data(path, *, dtype: torch.dtype = torch.float32) -> LazyFederatedDataset:
+    """A data set written by ``fedsparse data write`` (or :func:`write_federated`): the
+    ``ondisk`` data kind of experiment configs, ``data = {kind = "ondisk", path = "DIR"}``.
+
+    Opened with :func:`open_federated` (its clients read when sampled) and computed in
+    the run's ``dtype``.
+    """
+    if not isinstance(path, (str, os.PathLike)) or not str(path):
+        raise fail("path", path, "must be the folder written by fedsparse data write")
+    return open_federated(path).to(dtype)
 
 
 def read_client(path_or_data, i: int) -> tuple:

@@ -132,7 +132,8 @@ def set_path(config: dict, dotted: str, value) -> None:
     """Set ``a.b.c = value`` in a nested dict (used by ``--set`` and sweeps).
 
     Missing tables on the way are created; a scalar on the way is an error, and a table
-    given as ``value`` is merged into an existing table.
+    given as ``value`` is merged into an existing table, unless it names another
+    ``kind``: then it replaces the table (the other kind's arguments would not apply).
     """
     keys = dotted.split(".")
     if not all(keys):
@@ -144,8 +145,10 @@ def set_path(config: dict, dotted: str, value) -> None:
             where = ".".join(keys[:depth + 1])
             raise ConfigError(f"cannot set {dotted!r}: {where} is {node!r}, not a table")
     last = keys[-1]
-    if isinstance(value, dict) and isinstance(node.get(last), dict):
-        node[last] = deep_merge(node[last], value)
+    old = node.get(last)
+    if isinstance(value, dict) and isinstance(old, dict) \
+            and value.get("kind", old.get("kind")) == old.get("kind"):
+        node[last] = deep_merge(old, value)
     else:
         node[last] = value
 

@@ -19,6 +19,7 @@ import tomli_w
 from .. import __version__
 from .._validation import ConfigError, fail
 from ..channels import checked_channel
+from ..data.lazy import LazyFederatedDataset
 from ..devices import DEFAULT_DEVICE, device_info, devices_info, resolve_device
 from ..history import History
 from ..loggers import resolve_loggers, track_run
@@ -201,6 +202,9 @@ def check_runs_buildable(config: dict, runs: list[dict], data_cache: dict) -> No
         try:
             data = _data(run, data_cache)
             problem = build_problem(run["problem"])
+            # the labels against the loss, as the run will check them at its start
+            problem.check_data(data.probe() if isinstance(data, LazyFederatedDataset)
+                               else data)
             algorithm = build_algorithm(run["algorithm"])
             channel = build_channel(run.get("channel"))
             if channel is not None:
