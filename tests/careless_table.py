@@ -45,12 +45,15 @@ def main():
     lib.write_text("\n".join(f"{i % 2} 1:{i + 1} 3:{0.5 * i}" for i in range(12)) + "\n")
     tiny = fs.data.shifted_gaussian(num_clients=3, samples_per_client=6, dim=5, sparsity=2, seed=0,
                                     dtype=torch.float64)
+    from fedsparse.data.ondisk import write_federated
+
+    ondisk = write_federated(tiny, tmp / "ondisk")
     cases = []  # (row, thunk, name)
     REG = {"algorithm": B.ALGORITHMS, "data": B.GENERATORS, "problem": B.PROBLEMS}
     ROW = {"algorithm": "algorithm builders", "data": "data generators", "problem": "problems"}
     for p in B._registry_cases():
         registry, kind, name, value = p.values
-        kw = {**B._base_kwargs(kind, lib), name: value}
+        kw = {**B._base_kwargs(kind, lib, ondisk), name: value}
         cases.append((ROW[registry], lambda b=REG[registry][kind], kw=kw: b(**kw), name))
 
 

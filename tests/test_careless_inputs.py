@@ -14,6 +14,7 @@ from __future__ import annotations
 import inspect
 import math
 import re
+import warnings
 
 import numpy as np
 import pytest
@@ -48,6 +49,7 @@ REQUIRED = {
     "federated_real": dict(dataset="digits", partition="iid", num_clients=2,
                            max_examples=40),
     "libsvm_file": None,  # needs a file: built by the fixture below
+    "ondisk": None,  # needs a folder: written by the fixture below
     "least_squares": dict(),
     "logistic": dict(),
     "softmax": dict(),
@@ -99,6 +101,15 @@ def libsvm_path(tmp_path_factory):
     return path
 
 
+@pytest.fixture(scope="module")
+def ondisk_path(tmp_path_factory):
+    from fedsparse.data.ondisk import write_federated
+
+    data = fs.data.shifted_gaussian(num_clients=3, samples_per_client=4, dim=5, sparsity=2,
+                                    seed=0)
+    return write_federated(data, tmp_path_factory.mktemp("ondisk") / "set")
+
+
 def _registry_cases():
     for registry, label in ((ALGORITHMS, "algorithm"), (GENERATORS, "data"),
                             (PROBLEMS, "problem")):
@@ -109,9 +120,11 @@ def _registry_cases():
                                        id=f"{label}-{kind}-{name}={value!r}"[:90])
 
 
-def _base_kwargs(kind, libsvm_path):
+def _base_kwargs(kind, libsvm_path, ondisk_path):
     if kind == "libsvm_file":
         return dict(path=str(libsvm_path), partition="iid", num_clients=2)
+    if kind == "ondisk":
+        return dict(path=str(ondisk_path))
     return dict(REQUIRED[kind])
 
 
@@ -129,16 +142,16 @@ def test_every_registered_builder_has_its_required_arguments_here():
 @pytest.mark.parametrize("registry,kind", [("algorithm", k) for k in sorted(ALGORITHMS)]
                          + [("data", k) for k in sorted(GENERATORS)]
                          + [("problem", k) for k in sorted(PROBLEMS)])
-def test_the_base_arguments_are_valid(registry, kind, libsvm_path):
+def test_the_base_arguments_are_valid(registry, kind, libsvm_path, ondisk_path):
     builder = {"algorithm": ALGORITHMS, "data": GENERATORS, "problem": PROBLEMS}[registry]
-    builder[kind](**_base_kwargs(kind, libsvm_path))  # the battery changes one thing
+    builder[kind](**_base_kwargs(kind, libsvm_path, ondisk_path))  # the battery changes one thing
 
 
 @pytest.mark.parametrize("registry,kind,name,value", list(_registry_cases()))
 def test_a_careless_value_is_a_clear_error_naming_the_parameter(registry, kind, name, value,
-                                                                libsvm_path):
+                                                                libsvm_path, ondisk_path):
     builder = {"algorithm": ALGORITHMS, "data": GENERATORS, "problem": PROBLEMS}[registry]
-    kwargs = {**_base_kwargs(kind, libsvm_path), name: value}
+    kwargs = {**_base_kwargs(kind, libsvm_path, ondisk_path), name: value}
     with pytest.raises(ConfigError, match=rf"(^|\W){re.escape(name)}\W"):
         builder[kind](**kwargs)
 
@@ -400,6 +413,15 @@ def test_a_long_but_possible_run_is_not_refused(tiny):
                     fs.problems.least_squares(), tiny, rounds=10**6,
                     callback=_must_not_start, eval_every=10**6)
     assert algo.local.local_steps == 10**6
+
+
+def test_a_run_of_more_than_a_day_of_steps_at_1_us_starts_with_a_warning(tiny):
+    # 10^12 local steps: 11.6 days at 1 µs a step, months at a real step's speed
+    algo = fs.algorithms.fed_avg(step_size=0.01, local_steps=10**12)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)  # raised: the round never starts
+        with pytest.raises(RuntimeWarning, match=r"local_steps=1000000000000.*11\.6 days"):
+            fs.simulate(algo, fs.problems.least_squares(), tiny, rounds=1)
 
 
 def test_simulate_counts_the_local_models_and_the_algorithms_state(monkeypatch):

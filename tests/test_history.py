@@ -89,6 +89,15 @@ def test_best_follows_the_metric_direction():
     assert h.recorded() == ["round", "objective", "support_f1", "bytes_total"]
 
 
+def test_a_misspelt_field_is_refused_and_an_unrecorded_metric_reads_none():
+    h = _history()
+    assert h.column("accuracy") == [None] * len(h.records) and h.best("accuracy") is None
+    for call, parameter in ((h.column, "name"), (h.best, "metric"), (h.final, "metric")):
+        with pytest.raises(ConfigError, match=rf"{parameter}='objectiv'.*did you mean "
+                                              r"'objective'\?.*hold: round, objective"):
+            call("objectiv")
+
+
 def test_non_finite_values_survive_a_save_and_load(tmp_path):
     h = _history()
     h.records[-1]["objective"] = math.inf

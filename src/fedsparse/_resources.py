@@ -15,7 +15,9 @@ Two rules, both lower bounds, so that nothing that could run is refused:
 * **Work.** A run is a chain of sequential steps (every local step of every round, and
   the round itself); none completes in less than :data:`STEP_SECONDS` = 1 µs (the
   dispatch overhead of one torch operation is larger). A run whose chain at that rate
-  would last longer than :data:`MAX_SECONDS` (a year) cannot end and is refused.
+  would last longer than :data:`MAX_SECONDS` (a year) cannot end and is refused; one
+  that would last longer than :data:`WARN_SECONDS` (a day) even at that rate starts with
+  a warning (a misplaced power of ten in ``local_steps`` usually).
 
 Integers beyond int64 are refused earlier, by :func:`fedsparse._validation.check_int`.
 """
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import math
 import os
+import warnings
 
 try:
     import resource
@@ -38,6 +41,9 @@ RECORD_BYTES = 400
 STEP_SECONDS = 1e-6
 #: The longest run (lower bound on its time) that is allowed to start: one year.
 MAX_SECONDS = 365.25 * 24 * 3600
+#: A run whose sequential steps take longer than this at STEP_SECONDS each starts with a
+#: warning: a day at 1 µs a step is months at the speed of a real step.
+WARN_SECONDS = 24 * 3600
 
 _UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB", "ZiB", "YiB")
 
@@ -147,7 +153,12 @@ def check_work(steps: int, subject: str, *, what: str = "sequential steps") -> N
     what : what the steps are.
     """
     seconds = steps * STEP_SECONDS
+    if seconds <= WARN_SECONDS:
+        return
     if seconds <= MAX_SECONDS:
+        warnings.warn(f"{subject} is {steps:.3g} {what}; even at 1 µs each (less than one "
+                      f"torch operation takes) that is {seconds / 86400:.3g} days", RuntimeWarning,
+                      stacklevel=3)
         return
     years = seconds / (365.25 * 24 * 3600)
     raise ConfigError(f"{subject} is {steps:.3g} {what}; at 1 µs each (less than one torch "

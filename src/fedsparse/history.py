@@ -15,7 +15,7 @@ from ._validation import ConfigError, check_bool, fail
 
 # Both names stay importable from here, where they were first defined.
 from .metric_names import HIGHER_IS_BETTER_WORDS as HIGHER_IS_BETTER_WORDS
-from .metric_names import higher_is_better
+from .metric_names import METRICS, higher_is_better
 
 
 @dataclass
@@ -48,9 +48,24 @@ class History:
         return len(self.records)
 
     def column(self, name: str, *, with_initial: bool = False) -> list:
-        """Values of one field, round by round (optionally starting at round 0)."""
+        """Values of one field, round by round (optionally starting at round 0); None
+        in the rounds that did not record it."""
+        self._check_field("name", name)
         rows = ([self.initial] if with_initial and self.initial else []) + self.records
         return [r.get(name) for r in rows]
+
+    def _check_field(self, parameter: str, name) -> None:
+        """Refuse a name that is neither a field of these records nor a metric some run
+        records: a typo would otherwise read as a metric never recorded (all None)."""
+        if isinstance(name, str) and (name in METRICS or name in self.fields()
+                                      or name.removesuffix("_std") in METRICS):
+            return
+        from .experiments.config_checks import did_you_mean  # (experiments import history)
+
+        known = self.fields()
+        raise fail(parameter, name, f"no record holds it, nor can a run record it"
+                   f"{did_you_mean(name, [*known, *METRICS])}; these records hold: "
+                   f"{', '.join(known)}")
 
     def fields(self) -> list[str]:
         """Every field name of the initial and per-round records, in first-seen order."""
@@ -69,6 +84,7 @@ class History:
     def final(self, metric: str) -> float | None:
         """``metric`` at the last round (round 0 if no round ran), None if not recorded
         there or not finite."""
+        self._check_field("metric", metric)
         last = self.records[-1] if self.records else self.initial
         v = last.get(metric)
         return float(v) if _is_number(v) and math.isfinite(v) else None
@@ -76,6 +92,7 @@ class History:
     def best(self, metric: str, *, maximize: bool | None = None) -> float | None:
         """Best finite value of ``metric`` over rounds 0..T: the largest for accuracy-like
         metrics (:func:`higher_is_better`) or when ``maximize``, else the smallest."""
+        self._check_field("metric", metric)
         up = higher_is_better(metric) if maximize is None else maximize
         vals = [float(v) for v in self.column(metric, with_initial=True)
                 if _is_number(v) and math.isfinite(v)]

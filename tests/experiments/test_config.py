@@ -58,6 +58,8 @@ def test_a_packaged_style_config_passes():
     (lambda c: c["runs"][0].update(seed=-1), "seed=-1"),
     (lambda c: c["runs"][0].update(checkpoint_every=0), "checkpoint_every=0"),
     (lambda c: c["runs"][0].update(panel=None), "panel=None"),
+    (lambda c: c["runs"][0].update(label=" "), "runs[0].label=' ' is invalid: must not be "
+                                                "empty"),
     (lambda c: c["runs"][0].update(chanel={}), "did you mean 'channel'"),
     (lambda c: c["runs"][2].update(panel="P1"), "two runs share panel and label"),
     (lambda c: c["defaults"].pop("problem"), "needs a [problem] table"),
@@ -94,6 +96,9 @@ def test_overrides_keep_tables_tables_and_merge_inline_tables():
         apply_overrides(CONFIG, [("round", 1)])
     runs = resolve_runs(apply_overrides(CONFIG, [("data", {"dim": 12})]))
     assert runs[0]["data"]["dim"] == 12 and runs[0]["data"]["kind"] == "shifted_gaussian"
+    # a table of another kind replaces the table: the old kind's arguments would not apply
+    other = {"kind": "fedprox_synthetic", "num_clients": 4}
+    assert resolve_runs(apply_overrides(CONFIG, [("data", other)]))[0]["data"] == other
 
 
 def test_set_path_names_the_scalar_in_the_way():

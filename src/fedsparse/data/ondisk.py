@@ -37,7 +37,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .._validation import ConfigError, check_bool, fail
+from .._validation import ConfigError, check_bool, check_dtype, fail
 from ..manifest_file import sha256 as _sha256
 from .federated import FederatedDataset
 from .lazy import CHUNK_BYTES, ClientSource, LazyFederatedDataset, auto_pooled
@@ -378,6 +378,7 @@ def ondisk_data(path, *, dtype: torch.dtype = torch.float32) -> LazyFederatedDat
     """
     if not isinstance(path, (str, os.PathLike)) or not str(path):
         raise fail("path", path, "must be the folder written by fedsparse data write")
+    dtype = check_dtype("dtype", dtype)
     return open_federated(path).to(dtype)
 
 

@@ -63,6 +63,7 @@ import torch
 
 from .._validation import ConfigError, check_choice, check_float, check_int, fail
 from ..devices import DEFAULT_DEVICE, check_device_spec
+from ..metric_names import METRICS as METRICS  # every field a record can hold
 
 # the builders, importable from here as they always were
 from .builders import CHANNEL_KEYS as CHANNEL_KEYS
@@ -92,18 +93,6 @@ FLOWER_DEFAULTS: dict = {"round_timeout": 120.0, "wait_timeout": 120.0, "min_nod
                          "evaluate_every": 0, "out_dir": "", "poll_interval": 0.2,
                          "max_update_norm": 0.0, "max_update_ratio": 100.0}
 COMPARE_KEYS = ("reference", "at_rounds", "metric")
-#: Every numeric field a round record can hold (:func:`fedsparse.metrics.evaluate`, the
-#: round loop, personalised models' ``personal_*`` metrics, and algorithms' diagnostics:
-#: FedGradMP's ``inner_iterations``, the compensation's ``compensated`` and ``dropped``);
-#: a plot or comparison naming anything else is a typo. A new record field must be added
-#: here to be plotted from a config.
-METRICS = ("round", "objective", "accuracy", "test_objective", "test_accuracy", "rel_error",
-           "support_precision", "support_recall", "support_f1", "nnz", "density",
-           "bytes_up", "bytes_down", "bytes_up_total", "bytes_down_total", "bytes_total",
-           "clients_sampled", "delivered", "rejected", "seconds", "elapsed",
-           "inner_iterations", "compensated", "dropped", "personal_objective",
-           "personal_accuracy", "personal_test_objective", "personal_test_accuracy",
-           "mask_density")
 
 
 def load_config(path: str | Path) -> dict:
@@ -267,6 +256,9 @@ def resolve_runs(config: dict) -> list[dict]:
         for key in ("label", "panel"):
             if not isinstance(run[key], str):
                 raise fail(f"runs[{i}].{key}", run[key], "must be a string")
+        if not run["label"].strip():
+            raise fail(f"runs[{i}].label", run["label"], "must not be empty: it names the "
+                       "run in the legends, the summary and --only")
         check_int(f"runs[{i}].rounds", run.setdefault("rounds", 100), minimum=1)
         check_int(f"runs[{i}].seed", run.setdefault("seed", 0), minimum=0)
         check_int(f"runs[{i}].clients_per_round", run.get("clients_per_round"), minimum=1,
