@@ -7,6 +7,7 @@ is left running, also when the demo is interrupted.
 
 import json
 import signal
+import tomllib
 
 import pytest
 
@@ -92,17 +93,20 @@ def test_flower_app_takes_a_named_experiment_and_prints_insecure_first(tmp_path,
     assert 'kind = "fed_iter_ht"' in config  # run 2 of fedht-default is FedIter-HT
 
 
-def test_flower_app_prints_tls_with_the_given_ca(tmp_path, capsys):
+def test_flower_app_prints_tls_with_the_given_ca(tmp_path, capsys, monkeypatch):
     ca = tmp_path / "ca.crt"
     ca.write_text("-----BEGIN CERTIFICATE-----\n")
     out = tmp_path / "app"
+    monkeypatch.chdir(tmp_path)  # a relative CA path is written absolute
     assert main(["flower", "app", "fedht-default", "--run", "0", "--out", str(out),
-                 "--address", "10.0.0.5:9443", "--root-certificates", str(ca),
+                 "--address", "10.0.0.5:9443", "--root-certificates", "ca.crt",
                  "--flwr-home", str(tmp_path / "home")]) == 0
+    home = tomllib.loads((tmp_path / "home" / "config.toml").read_text())
+    assert home["superlink"]["fedsparse-tls"]["root-certificates"] == str(ca)
     printed = capsys.readouterr().out
     first = next(line for line in printed.splitlines() if "fedsparse-" in line).split()
     assert first[:4] == ["fedsparse-tls", "10.0.0.5:9443", "TLS,", "CA"]
-    assert first[4] == str(ca)
+    assert first[4] == str(ca)  # (absolute, as Flower's configuration holds it)
     assert "fedsparse-tls --stream" in printed
     assert str(tmp_path / "home" / "config.toml") in printed
 
@@ -165,9 +169,18 @@ def test_interrupted_demo_stops_its_processes(tmp_path):
 
 @pytest.mark.parametrize("args, expected", [
     (["--set", "algorithm=3"], "[algorithm] is a table"),
-    (["--root-certificates", "/nonexistent/ca.pem"], "root_certificates='/nonexistent/ca.pem'"),
+    (["--root-certificates", "/nonexistent/ca.pem"],
+     "--root-certificates='/nonexistent/ca.pem' is invalid: no such file"),
+    (["--root-certificates", "EMPTY"], "is not a PEM certificate (no -----BEGIN CERTIFICATE"
+                                       "----- line in an empty file)"),
+    (["--address", ":9093"], "--address=':9093' is invalid: names no host"),
+    (["--address", "[]:9093"], "--address='[]:9093' is invalid: names no host"),
+    (["--sim-address", "127.0.0.1:0"], "--sim-address port=0 is invalid"),
+    (["--sim-address", "localhost"], "--sim-address='localhost' is invalid: must be host:port"),
 ])
 def test_flower_app_refuses_what_it_would_drop_or_defer(tmp_path, capsys, args, expected):
+    (tmp_path / "empty.pem").write_text("")
+    args = [str(tmp_path / "empty.pem") if a == "EMPTY" else a for a in args]
     out = tmp_path / "app"
     assert main(["flower", "app", "fedht-default", "--run", "0", "--out", str(out), *args]) == 2
     err = capsys.readouterr().err

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import tomli_w
 
-from .._validation import ConfigError, check_int
+from .._validation import ConfigError, check_int, fail
 from ..manifest import (
     colliding,
     describe,
@@ -119,6 +119,34 @@ def connections(*, address: str, root_certificates: str | None,
         "fedsparse-tls": tls,
         "fedsparse-sim": {"address": sim_address, "insecure": True},
     }}
+
+
+def _check_address(name: str, address) -> None:
+    """A SuperLink address: ``host:port`` (``[::1]:9093`` for IPv6) with a host and a
+    port in 1..65535."""
+    if not isinstance(address, str) or ":" not in address:
+        raise fail(name, address, "must be host:port, e.g. 127.0.0.1:9093")
+    host, port = address.rsplit(":", 1)
+    if not host.strip("[]").strip():
+        raise fail(name, address, "names no host: give host:port, e.g. 127.0.0.1:9093")
+    if not port.isdigit():
+        raise fail(name, address, f"the port {port!r} must be a number")
+    check_int(f"{name} port", int(port), minimum=1, maximum=65535)
+
+
+def _checked_certificate(name: str, path) -> str:
+    """The absolute path of a CA certificate file in PEM (Flower reads it when a run is
+    submitted, from wherever ``flwr run`` is started)."""
+    pem = Path(path).expanduser()
+    if not pem.is_file():
+        raise fail(name, str(path), "no such file (give the CA certificate in PEM, e.g. "
+                   "deploy/certificates/ca.crt)")
+    with open(pem, "rb") as fh:
+        head = fh.read(1 << 16)
+    if b"-----BEGIN CERTIFICATE-----" not in head:
+        raise fail(name, str(path), "is not a PEM certificate (no -----BEGIN CERTIFICATE----- "
+                   f"line in {'an empty file' if not head else 'its first 64 KiB'})")
+    return str(pem.absolute())
 
 
 def read_flower_config(flwr_home: str | Path, option: str = "flwr_home") -> dict:
@@ -264,15 +292,12 @@ def write_app_project(config: dict | Job, out: str | Path, *, run: str | int | N
     force, home = ("--force", "--flwr-home") if cli else ("overwrite=True", "flwr_home")
     if flwr_home is not None:  # before anything is written
         read_flower_config(flwr_home, home)
-    if ":" not in address:
-        raise ConfigError(f"address={address!r} is invalid: must be host:port")
-    port = address.rsplit(":", 1)[1]
-    if not port.isdigit():
-        raise ConfigError(f"address={address!r} is invalid: the port {port!r} must be a number")
-    check_int("address port", int(port), minimum=1, maximum=65535)
-    if root_certificates is not None and not Path(root_certificates).is_file():
-        raise ConfigError(f"root_certificates={str(root_certificates)!r} is invalid: no such "
-                          "file (give the CA certificate in PEM, e.g. deploy/certificates/ca.crt)")
+    names = ("--address", "--sim-address", "--root-certificates") if cli else \
+        ("address", "sim_address", "root_certificates")
+    _check_address(names[0], address)
+    _check_address(names[1], sim_address)
+    if root_certificates is not None:
+        root_certificates = _checked_certificate(names[2], root_certificates)
     name = _slug(name or f"fedsparse-{job.algorithm['kind']}")
     created = not out.exists()
     kept = prepare_project_dir(out, overwrite, force)

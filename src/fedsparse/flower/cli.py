@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import argparse
 import sys
+import tomllib
 from pathlib import Path
 from types import SimpleNamespace
 
 from .._validation import ConfigError
 from ..cli_common import name_typed_options, parse_value, resolve_experiment
-from .app_project import connections, write_app_project
+from .app_project import write_app_project
 from .job import flatten, job_from_config
 
 
@@ -164,9 +165,10 @@ def _resolve_config(name_or_path: str) -> dict:
 
 
 def _print_connections(out: Path, args: argparse.Namespace) -> None:
-    """Say which SuperLink connections were written, TLS first when certificates were given."""
-    links = connections(address=args.address, root_certificates=args.root_certificates,
-                        sim_address=args.sim_address)["superlink"]
+    """Say which SuperLink connections were written (as ``flower-config.toml`` holds
+    them), TLS first when certificates were given."""
+    with open(out / "flower-config.toml", "rb") as fh:
+        links = tomllib.load(fh)["superlink"]
     where = f"{out / 'flower-config.toml'}"
     if args.flwr_home:
         where += f", merged into {Path(args.flwr_home) / 'config.toml'}"
