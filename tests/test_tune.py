@@ -9,6 +9,7 @@ import csv
 import importlib.util
 import json
 import math
+import re
 import tomllib
 
 import pytest
@@ -190,6 +191,18 @@ def test_tune_writes_the_sweep_layout_and_tuned_toml_reruns_the_winners(tiny, tm
     assert (info["startup_trials"], info["refine_trials"]) == (2, 3)  # one field
     assert main(["report", str(out)]) == 0
     assert "Tuning: tiny" in (out / "report.html").read_text()
+
+
+@needs_optuna
+def test_a_value_the_data_refuses_names_the_param_the_run_and_the_trial(tiny, tmp_path,
+                                                                         capsys):
+    # sparsity beyond the dimension (30) is refused when the trial binds to the data
+    assert main(["tune", str(tiny), "--param", "algorithm.sparsity=int(1, 500)",
+                 "--trials", "4", "--out", str(tmp_path / "t"), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert re.search(r"--param algorithm\.sparsity=int\(1, 500\): run 'Fed-HT', trial \d "
+                     r"at algorithm\.sparsity=(\d+): sparsity=\1 is invalid: must be at most "
+                     "the model dimension 30", err), err
 
 
 @needs_optuna

@@ -163,8 +163,8 @@ def _check_arguments(algorithm, problem, data, channel, dtype, device, eval_ever
         resolve_device(device)  # "cpu", "cuda", "cuda:N", "auto" or a torch.device
     check_int("eval_every", eval_every, minimum=1)
     check_float("max_update_norm", max_update_norm, positive=True, allow_none=True)
-    if check_float("max_update_ratio", max_update_ratio, allow_none=True, positive=True) \
-            is not None and max_update_ratio < 1:
+    if check_float("max_update_ratio", max_update_ratio, allow_none=True) is not None \
+            and max_update_ratio < 1:
         raise fail("max_update_ratio", max_update_ratio, "must be at least 1 (it multiplies "
                    "the round's median update distance)")
     if callback is not None and not callable(callback):

@@ -191,7 +191,9 @@ def run_tune(config: dict, space: dict[str, Space | str], *, trials: int,
                 asked.append((i, trial, point, [with_seed(run, k) if seeds else run
                                                 for k in range(n_seeds)]))
         tasks = [r for *_, replicates in asked for r in replicates]
-        results = _execute(tasks, metric, jobs, cache, trackers)
+        wheres = [_trial_where(space, keys[i], trial.number, point)
+                  for i, trial, point, replicates in asked for _ in replicates]
+        results = _execute(tasks, metric, jobs, cache, trackers, wheres)
         at = 0
         for i, trial, point, replicates in asked:
             res = results[at:at + len(replicates)]
@@ -287,28 +289,45 @@ class DivergenceGuard:
         self.records.append(record)
 
 
-def _evaluate(run: dict, metric: str, cache: dict | None = None, loggers=()) -> dict:
-    """Run one trial's replicate (no files), stopping it if it diverges."""
+def _evaluate(run: dict, metric: str, cache: dict | None = None, loggers=(),
+              where: str = "") -> dict:
+    """Run one trial's replicate (no files), stopping it if it diverges. ``where`` names
+    the trial in a refusal found only once it runs (a value its data set cannot take)."""
     guard = DivergenceGuard()
-    history, error = execute_run(run, None, data_cache=_WORKER_DATA if cache is None else cache,
-                                 progress=False, loggers=loggers, callback=guard)
+    try:
+        history, error = execute_run(run, None, progress=False, loggers=loggers,
+                                     data_cache=_WORKER_DATA if cache is None else cache,
+                                     callback=guard)
+    except ConfigError as exc:
+        raise ConfigError(f"{where}{exc}") from None
     diverged = divergence(history, error, metric)
     return {"value": None if diverged is not None else history.final(metric),
             "diverged_round": diverged, "error": error, "seed": run.get("seed"),
             "recorded": history.recorded()}
 
 
-def _execute(runs: list[dict], metric: str, jobs: int, cache: dict, loggers) -> list[dict]:
+def _execute(runs: list[dict], metric: str, jobs: int, cache: dict, loggers,
+             wheres: list[str]) -> list[dict]:
     if jobs == 1 or len(runs) == 1:
-        return [_evaluate(run, metric, cache, loggers) for run in runs]
+        return [_evaluate(run, metric, cache, loggers, where)
+                for run, where in zip(runs, wheres, strict=True)]
     threads = max(1, (os.cpu_count() or 1) // jobs)
     context = multiprocessing.get_context("spawn")  # as the sweep: no forked torch pools
     from .sweep import _init_worker
 
     with ProcessPoolExecutor(max_workers=min(jobs, len(runs)), mp_context=context,
                              initializer=_init_worker, initargs=(threads,)) as pool:
-        futures = [pool.submit(_evaluate, run, metric, None, loggers) for run in runs]
+        futures = [pool.submit(_evaluate, run, metric, None, loggers, where)
+                   for run, where in zip(runs, wheres, strict=True)]
         return [f.result() for f in futures]
+
+
+def _trial_where(space: dict, key: str, number: int, point: dict) -> str:
+    """How a refusal names a trial: its space (``space NAME=SPACE``, which the command
+    line names ``--param``), its run and its values."""
+    spaces = ", ".join(f"space {n}={s}" for n, s in space.items())
+    values = ", ".join(f"{n}={v!r}" for n, v in point.items())
+    return f"{spaces}: run {key!r}, trial {number} at {values}: "
 
 
 def _tell(study, trial, key: str, point: dict, metric: str, results: list[dict],
