@@ -80,22 +80,6 @@ def _check_against_simulator(out_dir, job, delivered_clients=None):
     return reference
 
 
-def test_loopback_deployment_insecure(cluster, tmp_path):
-    out = tmp_path / "out"
-    job = _job(out)
-    cluster.superlink("--insecure")
-    _start_nodes(cluster, 2, "--insecure")
-    project = write_app_project(job, tmp_path / "app", address=cluster.address,
-                                flwr_home=cluster.home)
-    log = cluster.run_job(project, "fedsparse-local", timeout=RUN_TIMEOUT)
-    assert (out / "model.npy").exists(), log + cluster.dump()
-    history = _history(out)
-    assert [r["delivered"] for r in history] == [2, 2]
-    reference = _check_against_simulator(out, job)
-    assert [r["bytes_up"] for r in history] == reference.column("bytes_up")
-    assert [r["bytes_down"] for r in history] == reference.column("bytes_down")
-
-
 def test_loopback_deployment_tls_and_node_auth(cluster, tmp_path, tls_files):
     tls = tls_files(("node0", "node1", "rogue"))
     out = tmp_path / "out"
@@ -124,8 +108,11 @@ def test_loopback_deployment_tls_and_node_auth(cluster, tmp_path, tls_files):
 
     log = cluster.run_job(project, "fedsparse-tls", timeout=RUN_TIMEOUT)
     assert (out / "model.npy").exists(), log + cluster.dump()
-    assert [r["delivered"] for r in _history(out)] == [2, 2]
-    _check_against_simulator(out, job)
+    history = _history(out)
+    assert [r["delivered"] for r in history] == [2, 2]
+    reference = _check_against_simulator(out, job)
+    assert [r["bytes_up"] for r in history] == reference.column("bytes_up")
+    assert [r["bytes_down"] for r in history] == reference.column("bytes_down")
 
 
 def test_killed_supernode_does_not_stop_the_job(cluster, tmp_path):
