@@ -16,11 +16,8 @@ checkpoint without the entry resumes with new tracker runs). It is saved with
 SHA-256 of the archive before it. The archive stays a plain PyTorch
 file (``torch.load`` reads it and ignores the line).
 
-The records are one string of JSON lines rather than a list of dicts: torch.save pickles
-through a Python callback per object, which made a long run of cheap rounds spend most of
-its time rewriting its records; a string is one object, and each record is encoded once
-(:class:`RecordLines`). Files of format 3 and earlier, whose records are a list of dicts,
-resume as before.
+The records are one string of JSON lines (:mod:`fedsparse.checkpoint_records`, which says
+why); files of format 3 and earlier, whose records are a list of dicts, resume as before.
 
 A file that was truncated, edited, damaged on disk or written by another run must not be
 continued as if it were sound. :func:`resume_checkpoint` reads it (refusing a file whose
@@ -38,18 +35,21 @@ The file layer (the atomic save, the checksum, the verified and restricted read)
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 from numbers import Integral
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from ._validation import ConfigError
 
 # the file layer (fedsparse.checkpoint_file): its names stay importable from here
 from .checkpoint_file import _trailer, read_checkpoint, save_checkpoint  # noqa: F401
+from .checkpoint_records import RecordLines as RecordLines
+from .checkpoint_records import Unlike as _Unlike
+from .checkpoint_records import checked_records
+from .checkpoint_records import kind as _kind
+from .checkpoint_records import shown as _shown
 from .client_store import COPY_BYTES
 from .data.digest import data_digest
 
@@ -212,7 +212,7 @@ def validate_checkpoint(ckpt, *, path: str | Path, rounds: int, state: dict,
                    client_state=_like("client_state", ckpt["client_state"], client_state,
                                       in_place=client_state_in_place))
         budget = [math.inf if file_size is None else int(file_size)]
-        out["records"], out["initial"] = _records(ckpt["records"], ckpt["initial"], done,
+        out["records"], out["initial"] = checked_records(ckpt["records"], ckpt["initial"], done,
                                                   budget)
     except _Unlike as exc:
         if ckpt.get("format") in _OTHER_STATE_LAYOUT:
@@ -225,26 +225,6 @@ def validate_checkpoint(ckpt, *, path: str | Path, rounds: int, state: dict,
     except RecursionError:
         raise ConfigError(f"{where} is damaged: its records are nested too deeply") from None
     return out
-
-
-def _shown(value) -> str:
-    """``repr(value)`` for a short scalar; else its type (the repr of a memo-shared
-    nested list from a hostile file could be gigabytes long)."""
-    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 256:
-        return f"<an int of {value.bit_length()} bits>"
-    if value is None or isinstance(value, (bool, int, float, str, bytes)):
-        text = repr(value[:120] if isinstance(value, (str, bytes)) else value)
-        return text if len(text) <= 120 else text[:117] + "..."
-    return f"<{type(value).__name__}>"
-
-
-class _Unlike(Exception):
-    """An entry unlike the fresh state (the message names it; the caller adds the file)."""
-
-
-def _kind(value) -> str:
-    name = "tensor" if isinstance(value, torch.Tensor) else type(value).__name__
-    return f"{'an' if name[0] in 'aeiou' else 'a'} {name}"
 
 
 def _like(name: str, value, fresh, in_place: bool = False):
@@ -331,90 +311,3 @@ def _tensor_like(name: str, value, fresh: torch.Tensor, in_place: bool = False
         if bool(bad.any()):
             raise _Unlike(f"{name} holds {int(bad.sum())} NaN or infinite entries")
     return value
-
-
-class RecordLines:
-    """A run's round records as the string a checkpoint holds: one JSON line each.
-
-    Each record is encoded once, at the first save after its round (a record is not
-    changed after its round), so saving costs one string join rather than encoding every
-    round again. NumPy and 0-d torch numbers a callback added are saved as Python numbers.
-    """
-
-    def __init__(self) -> None:
-        self._lines: list[str] = []
-
-    def text(self, records: list[dict]) -> str:
-        """The JSON lines of ``records`` (those of the earlier saves and the new ones)."""
-        if len(records) < len(self._lines):  # a shorter history: encode it afresh
-            self._lines.clear()
-        self._lines.extend(_json_line(r) for r in records[len(self._lines):])
-        return "".join(self._lines)
-
-
-def _json_line(record: dict) -> str:
-    try:
-        return json.dumps(record, default=_number) + "\n"
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(f"round record {_shown(record.get('round'))} cannot be saved in a "
-                          f"checkpoint: {exc}; a record holds numbers, strings, None and "
-                          "lists or dicts of them (a callback that adds fields must add "
-                          "such values)") from None
-
-
-def _number(value):
-    """A NumPy scalar or 0-d tensor as a Python number (json.dumps's ``default``)."""
-    if isinstance(value, (np.generic, torch.Tensor)) and getattr(value, "ndim", 1) == 0:
-        return value.item()
-    raise TypeError(f"a {type(value).__name__} is not a number, string or list")
-
-
-def _decoded(text: str) -> list:
-    """The records of a checkpoint's JSON lines."""
-    lines = text.split("\n")
-    if lines[-1] == "":
-        lines.pop()
-    records = []
-    for i, line in enumerate(lines, start=1):
-        try:
-            records.append(json.loads(line))
-        except ValueError as exc:  # (RecursionError: the caller's "nested too deeply")
-            raise _Unlike(f"record line {i} is not JSON ({exc})") from None
-    return records
-
-
-def _records(records, initial, done: int, budget: list) -> tuple[list, dict]:
-    if isinstance(records, str):
-        records = _decoded(records)
-    if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
-        raise _Unlike("records is not a list of per-round dicts")
-    if len(records) != done:
-        raise _Unlike(f"it is at round {done} but holds {len(records)} round records")
-    for i, rec in enumerate(records, start=1):
-        if rec.get("round") != i:
-            raise _Unlike(f"record {i} says round {_shown(rec.get('round'))}, expected {i}")
-    if not isinstance(initial, dict) or initial.get("round") != 0:
-        raise _Unlike("its initial record is not the round-0 record")
-    plain = [_plain(f"records[{i}]", rec, budget) for i, rec in enumerate(records)]
-    return plain, _plain("initial", initial, budget)
-
-
-def _plain(name: str, value, budget: list):
-    """A copy of a record value made of None, bool, int, float, str, lists and dicts with
-    string keys; ``budget[0]`` counts down the entries copied (shared lists count once
-    per reference)."""
-    budget[0] -= 1
-    if budget[0] < 0:
-        raise _Unlike("its records hold more entries than a file of its size can "
-                      "(one list referenced over and over?)")
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    if isinstance(value, (list, tuple)):
-        return [_plain(f"{name}[{i}]", v, budget) for i, v in enumerate(value)]
-    if isinstance(value, dict):
-        for key in value:
-            if not isinstance(key, str):
-                raise _Unlike(f"{name} has a key {key!r} that is not a string")
-        return {k: _plain(f"{name}[{k!r}]", v, budget) for k, v in value.items()}
-    raise _Unlike(f"{name} is {_kind(value)}; a record holds numbers, strings, None and "
-                  "lists or dicts of them")
