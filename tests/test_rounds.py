@@ -157,9 +157,12 @@ def test_the_relative_bound_in_the_simulator(data):
     assert float(bounded.model.abs().max()) < 1
 
 
-@pytest.mark.parametrize("bad", [0.5, 0, -3.0, float("inf"), "100"])
-def test_max_update_ratio_is_checked(data, bad):
-    with pytest.raises(ConfigError, match="max_update_ratio"):
+@pytest.mark.parametrize("bad, why", [(0.5, "must be at least 1"), (0, "must be at least 1"),
+                                      (-3.0, "must be at least 1"),
+                                      (float("inf"), "must be a finite number"),
+                                      ("100", "must be a finite number")])
+def test_max_update_ratio_is_checked(data, bad, why):
+    with pytest.raises(ConfigError, match=f"max_update_ratio=.* is invalid: {why}"):
         _run(Scripted(), data, max_update_ratio=bad)
 
 
