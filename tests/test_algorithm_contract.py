@@ -198,3 +198,19 @@ def test_a_state_that_cannot_be_checkpointed_later_is_named_at_the_save(data, tm
     with pytest.raises(ConfigError, match=r"^Averaging\.aggregate returned a server state "
                        r"whose state\['rng'\] is a Generator; a checkpointed state"):
         _run(algo, data, checkpoint=tmp_path / "run.ckpt", checkpoint_every=1)
+
+
+def test_a_callback_that_leaves_a_nan_in_the_model_is_named(data):
+    def poisons(record, state):
+        if record["round"] == 2:
+            state["model"][0] = float("nan")
+
+    with pytest.raises(ConfigError, match=r"round 2: callback .*poisons left a non-finite "
+                                          r"model \(NaN or inf\) in the state"):
+        fs.simulate(fs.algorithms.fed_avg(step_size=0.01), LS, data, rounds=4,
+                    callback=poisons, progress=False)
+    # one that changes the model to finite values is allowed
+    history = fs.simulate(fs.algorithms.fed_avg(step_size=0.01), LS, data, rounds=2,
+                          callback=lambda record, state: state["model"].mul_(0.5),
+                          progress=False)
+    assert len(history.records) == 2

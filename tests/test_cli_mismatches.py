@@ -163,7 +163,7 @@ def test_resume_of_a_toml_run_as_a_python_experiment_is_refused(tiny, tmp_path, 
     assert cli.run(["run", str(tiny), "--out", str(out), "--quiet"])[0] == 0
     before = sorted(p.name for p in out.iterdir())
     cli.refused(["run", "fig6-libsvm", "--quick", "--out", str(out), "--resume"],
-             "experiment 'a TOML config' there, 'fig6-libsvm' now")
+             "experiment a TOML config there, 'fig6-libsvm' now")
     assert sorted(p.name for p in out.iterdir()) == before
 
 

@@ -72,7 +72,7 @@ def check_bool(name: str, value, *, allow_none: bool = False) -> bool | None:
     if value is None and allow_none:
         return None
     if not _is_bool(value):
-        raise fail(name, value, "must be True or False")
+        raise fail(name, value, "must be True or False (true or false in a TOML file)")
     return bool(value)
 
 

@@ -100,12 +100,6 @@ def _python_options(name: str, python_exp, args) -> dict:
     return kwargs
 
 
-#: What a run folder's marker records as the experiment of a TOML config: not its file
-#: name (a renamed copy, or the run folder's own config.toml, is the same experiment);
-#: the run folders' names tell its runs apart.
-TOML_CONFIG = "a TOML config"
-
-
 def _python_identity(name: str, python_exp, kwargs: dict) -> dict:
     """What a Python experiment's folder records of it (``--resume`` compares): its name,
     seeds and quick form, an option not given read as the experiment's default."""
@@ -279,7 +273,7 @@ def _stamp_version(out: Path, device: str | None = None) -> None:
 
 def cmd_run(args) -> int:
     from .experiments.config import resolve_runs
-    from .experiments.output import output_patterns, prepare_output, wrote_line
+    from .experiments.output import TOML_CONFIG, output_patterns, prepare_output, wrote_line
     from .experiments.run_selection import select_runs
     from .experiments.runner import check_runs_buildable, run_experiment
     from .manifest import read_manifest

@@ -7,7 +7,9 @@ rows than sampled clients, a diagnostic that is not a number, a server state a
 checkpoint cannot hold) gets a :class:`~fedsparse.ConfigError` naming the method and
 what it returned, not a traceback from inside torch or pickle, nor a silently wrong
 run. Only types and shapes are read, never a tensor's values: the round loop checks
-every state and broadcast without a host-device synchronisation.
+every state and broadcast without a host-device synchronisation. A user's callback is
+checked too (:func:`checked_callback`): it must leave the model finite, which reads the
+model once a round, for a run given a callback only.
 """
 
 from __future__ import annotations
@@ -147,6 +149,23 @@ def _check_uploads(algorithm: Algorithm, uploads, rows: int, payload: torch.Tens
 #: back (the exact types: a NumPy float is saved, but refused when it is read).
 _SCALARS = (type(None), bool, int, float, complex, str, bytes, torch.dtype, torch.device)
 _CONTAINERS = (list, tuple, dict, OrderedDict, set, torch.Size)
+
+
+def checked_callback(callback, algorithm: Algorithm):
+    """``callback(record, state)`` followed by a check that it left the global model
+    finite: a NaN it wrote into the state would otherwise surface as the next round's
+    divergence, blamed on the clients' local training. One pass over the (P,) model a
+    round, only for a run given a callback."""
+    name = getattr(callback, "__qualname__", type(callback).__name__)
+
+    def checked(record: dict, state: dict) -> None:
+        callback(record, state)
+        if not bool(torch.isfinite(algorithm.model(state)).all()):
+            raise ConfigError(f"round {record.get('round')}: callback {name} left a "
+                              "non-finite model (NaN or inf) in the state; a callback may "
+                              "change the state only to finite values")
+
+    return checked
 
 
 def check_checkpointable(state: dict, owner: str, checkpoint) -> None:

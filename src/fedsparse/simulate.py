@@ -32,7 +32,7 @@ from .checkpoints import (
 )
 from .client_store import PersonalModels, has_personal_models, open_client_store
 from .comm import payload_bytes
-from .contract import check_checkpointable, check_state, checked_reply
+from .contract import check_checkpointable, check_state, checked_callback, checked_reply
 from .data.dataset import checked as checked_dataset
 from .data.federated import FederatedDataset
 from .data.lazy import LazyFederatedDataset
@@ -407,6 +407,8 @@ def simulate(algorithm: Algorithm, problem: Problem, data: FederatedDataset, *, 
                 content["trackers"] = trackers
             save_checkpoint(ckpt_path, content)
 
+    if callback is not None:
+        callback = checked_callback(callback, bound)
     tracking = _tracking(loggers, algorithm, history, device, callback,
                          None if resumed is None else start, resumed)
     try:

@@ -283,6 +283,18 @@ def more_seeds(old, new) -> bool:
     return isinstance(old, int) and isinstance(new, int) and new > old
 
 
+#: What a run folder's marker records as the experiment of a TOML config: not its file
+#: name (a renamed copy, or the run folder's own config.toml, is the same experiment);
+#: the run folders' names tell its runs apart.
+TOML_CONFIG = "a TOML config"
+
+
+def _said(value) -> str:
+    """An identity value as a message names it: a named experiment quoted, a TOML
+    config (:data:`TOML_CONFIG`) in plain words."""
+    return value if value == TOML_CONFIG else repr(value)
+
+
 def _check_same_identity(out: Path, identity: dict) -> None:
     """Refuse to continue the runs in ``out`` as another experiment, seed count or form;
     more seeds than before is allowed (the marker then records the new count)."""
@@ -295,7 +307,8 @@ def _check_same_identity(out: Path, identity: dict) -> None:
         _write_marker(out, str(recorded.get("status", "new")),
                       **{**kept, "seeds": identity["seeds"]})
     if differ:
-        said = ", ".join(f"{k} {old!r} there, {new!r} now" for k, (old, new) in differ.items())
+        said = ", ".join(f"{k} {_said(old)} there, {_said(new)} now"
+                         for k, (old, new) in differ.items())
         raise fail("--resume", str(out), f"holds the runs of another experiment or setting "
                    f"({said}), which this one would mix with or replace; continue them with "
                    "the command that started them, or use --force to replace them, or "
