@@ -210,11 +210,14 @@ def add_data_parser(subparsers) -> argparse.ArgumentParser:
     _split_options(d)
     d.add_argument("--plot", metavar="PNG", help="save the client x label heat map here")
     d.set_defaults(func=cmd_describe, option_names=OPTION_NAMES)
+    dense = sorted(set(DATASETS) - set(SPARSE))
     w = sub.add_parser("write", help="write a split (or a generated data set) in the on-disk "
                        "format that training reads a client at a time",
-                       description=f"Data sets: {names}, except the sparse "
-                       f"{', '.join(SPARSE)}; generated: {', '.join(GENERATED)}.")
-    dense = sorted(set(DATASETS) - set(SPARSE))
+                       description=f"Data sets: {', '.join(d for d in DATASETS if d in dense)}"
+                       f"; generated: {', '.join(GENERATED)}. Not the LibSVM sets "
+                       f"({', '.join(SPARSE)}): their features are sparse, which the on-disk "
+                       "format does not hold. A config trains on the written folder with "
+                       'data = {kind = "ondisk", path = "OUT"}.')
     w.add_argument("dataset", choices=dense + list(GENERATED), metavar="DATASET",
                    help="a named data set with dense features or a generator: "
                    + ", ".join(dense + list(GENERATED)) + " (the LibSVM sets "
