@@ -107,6 +107,24 @@ def test_dictionary_refuses_nan_and_bad_matrices():
         as_dictionary("gaussian", dim=5)
 
 
+@pytest.mark.parametrize("call, message", [
+    (lambda D, w: D.synthesis(w), r"a='tensor of shape \(3, 5\)' is invalid: must have shape "
+                                  r"\(\.\.\., 8\): m = 8 for Dictionary"),
+    (lambda D, w: D.analysis(w.T), r"w='tensor of shape \(5, 3\)'.*\(\.\.\., 5\): d = 5"),
+    (lambda D, w: D.analysis(w.numpy()), "w='ndarray' is invalid: must be a torch tensor"),
+    (lambda D, w: D.analysis(w.long()), "must be a floating-point tensor"),
+    (lambda D, w: D.project(w, torch.zeros(2, 2, dtype=torch.int64)),
+     r"index=.*leading shape \(3,\)"),
+    (lambda D, w: D.project(w, torch.zeros(3, 2)), r"index=.*must be an int64 tensor"),
+    (lambda D, w: D.approx(w, 0), "k=0 is invalid: must be at least 1"),
+    (lambda D, w: D.approx_coefficients(w, 2), r"a='tensor of shape \(3, 5\)'"),
+])
+def test_dictionary_methods_name_a_wrong_argument(call, message):
+    D = as_dictionary({"kind": "gaussian", "atoms": 8, "seed": 0}, dim=5)
+    with pytest.raises(ConfigError, match=message):
+        call(D, torch.ones(3, 5, dtype=torch.float64))
+
+
 def test_dictionary_file_errors_name_the_file(tmp_path):
     missing = tmp_path / "nope.npy"
     with pytest.raises(ConfigError, match=f"dictionary file '{missing}' does not exist"):

@@ -147,22 +147,42 @@ class Dictionary:
     def to(self, dtype: torch.dtype) -> Dictionary:
         return self if self.matrix.dtype == dtype else Dictionary(self.matrix.to(dtype), self.spec)
 
+    def _rows(self, name: str, x, size: int) -> torch.Tensor:
+        """``x`` when it is a floating (..., ``size``) tensor; else a ConfigError naming
+        ``name`` (type and shape only: these methods run at every local step)."""
+        letter = "d" if size == self.dim else "m"
+        check_tensor(name, x, f"(..., {letter})", floating=True)
+        if x.shape[-1] != size:
+            raise fail(name, f"tensor of shape {tuple(x.shape)}", f"must have shape "
+                       f"(..., {size}): {letter} = {size} for {self!r} ({self.dim} x "
+                       f"{self.atoms})")
+        return x
+
     def synthesis(self, a: torch.Tensor) -> torch.Tensor:
         """``A a``: (..., m) coefficients to (..., d) signals."""
+        a = self._rows("a", a, self.atoms)
         return a @ self.matrix_on(a.device).T
 
     def analysis(self, w: torch.Tensor) -> torch.Tensor:
         """``A^T w``: (..., d) signals to (..., m) correlations."""
+        w = self._rows("w", w, self.dim)
         return w @ self.matrix_on(w.device)
 
     def select(self, correlations: torch.Tensor, k: int) -> torch.Tensor:
         """The ``k`` atoms with largest ``|A^T w|_j / ||a_j||`` from ``A^T w`` (..., m)."""
+        correlations = self._rows("correlations", correlations, self.atoms)
         return top_indices(correlations / self.norms_on(correlations.device),
-                           min(k, self.atoms))
+                           min(check_int("k", k, minimum=1), self.atoms))
 
     def project(self, w: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
         """Coefficients (..., m) of the least-squares projection of ``w`` (..., d) on the
         atoms ``index`` (..., k), zero elsewhere."""
+        w = self._rows("w", w, self.dim)
+        index = check_tensor("index", index, "(..., k)")
+        if index.dtype != torch.int64 or index.shape[:-1] != w.shape[:-1]:
+            raise fail("index", f"tensor of shape {tuple(index.shape)} and dtype {index.dtype}",
+                       f"must be an int64 tensor of shape (..., k) with w's leading shape "
+                       f"{tuple(w.shape[:-1])}")
         lead = w.shape[:-1]
         W = w.reshape(-1, self.dim)
         idx = index.reshape(-1, index.shape[-1])
@@ -187,7 +207,9 @@ class Dictionary:
         fixed point even for coherent dictionaries, where ``|A^T A a|`` can rank a wrong
         atom first.
         """
-        index = top_indices(a * self.norms_on(a.device).to(a.dtype), min(k, self.atoms))
+        a = self._rows("a", a, self.atoms)
+        index = top_indices(a * self.norms_on(a.device).to(a.dtype),
+                            min(check_int("k", k, minimum=1), self.atoms))
         return self.project(self.synthesis(a), index), index
 
     def __repr__(self) -> str:
