@@ -147,10 +147,11 @@ class Dictionary:
     def to(self, dtype: torch.dtype) -> Dictionary:
         return self if self.matrix.dtype == dtype else Dictionary(self.matrix.to(dtype), self.spec)
 
-    def _rows(self, name: str, x, size: int) -> torch.Tensor:
-        """``x`` when it is a floating (..., ``size``) tensor; else a ConfigError naming
-        ``name`` (type and shape only: these methods run at every local step)."""
-        letter = "d" if size == self.dim else "m"
+    def _rows(self, name: str, x, letter: str) -> torch.Tensor:
+        """``x`` when it is a floating (..., d) signal (``letter`` "d") or (..., m)
+        coefficient tensor ("m"); else a ConfigError naming ``name`` (type and shape only:
+        these methods run at every local step)."""
+        size = self.dim if letter == "d" else self.atoms
         check_tensor(name, x, f"(..., {letter})", floating=True)
         if x.shape[-1] != size:
             raise fail(name, f"tensor of shape {tuple(x.shape)}", f"must have shape "
@@ -160,24 +161,24 @@ class Dictionary:
 
     def synthesis(self, a: torch.Tensor) -> torch.Tensor:
         """``A a``: (..., m) coefficients to (..., d) signals."""
-        a = self._rows("a", a, self.atoms)
+        a = self._rows("a", a, "m")
         return a @ self.matrix_on(a.device).T
 
     def analysis(self, w: torch.Tensor) -> torch.Tensor:
         """``A^T w``: (..., d) signals to (..., m) correlations."""
-        w = self._rows("w", w, self.dim)
+        w = self._rows("w", w, "d")
         return w @ self.matrix_on(w.device)
 
     def select(self, correlations: torch.Tensor, k: int) -> torch.Tensor:
         """The ``k`` atoms with largest ``|A^T w|_j / ||a_j||`` from ``A^T w`` (..., m)."""
-        correlations = self._rows("correlations", correlations, self.atoms)
+        correlations = self._rows("correlations", correlations, "m")
         return top_indices(correlations / self.norms_on(correlations.device),
                            min(check_int("k", k, minimum=1), self.atoms))
 
     def project(self, w: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
         """Coefficients (..., m) of the least-squares projection of ``w`` (..., d) on the
         atoms ``index`` (..., k), zero elsewhere."""
-        w = self._rows("w", w, self.dim)
+        w = self._rows("w", w, "d")
         index = check_tensor("index", index, "(..., k)")
         if index.dtype != torch.int64 or index.shape[:-1] != w.shape[:-1]:
             raise fail("index", f"tensor of shape {tuple(index.shape)} and dtype {index.dtype}",
@@ -207,7 +208,7 @@ class Dictionary:
         fixed point even for coherent dictionaries, where ``|A^T A a|`` can rank a wrong
         atom first.
         """
-        a = self._rows("a", a, self.atoms)
+        a = self._rows("a", a, "m")
         index = top_indices(a * self.norms_on(a.device).to(a.dtype),
                             min(check_int("k", k, minimum=1), self.atoms))
         return self.project(self.synthesis(a), index), index
