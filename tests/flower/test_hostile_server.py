@@ -203,6 +203,16 @@ def test_a_malformed_train_reply_is_a_failed_upload_of_that_client(fake_grid, na
     assert f"upload of client {HOSTILE} rejected" in caplog.text
 
 
+def test_a_server_callback_that_leaves_a_nan_in_the_model_is_named(fake_grid):
+    def poisons(record, state):
+        if record["round"] == 2:
+            state["model"][0] = float("nan")
+
+    with pytest.raises(fs.ConfigError, match=r"round 2: callback .*poisons left a "
+                                             r"non-finite model"):
+        _run(fake_grid, _job(), callback=poisons)
+
+
 def test_a_1e30_upload_never_moves_the_model_by_default(fake_grid):
     """Without the default bound relative to the round's median distance, one reply
     scaled by 1e30 moves the model to ~1e27; with it, the upload is refused."""

@@ -62,7 +62,7 @@ from .._validation import ConfigError, fail
 from ..algorithms.base import DataSpec
 from ..channels import checked_channel
 from ..client_store import ClientStore, has_personal_models
-from ..contract import check_state
+from ..contract import check_state, checked_callback
 from ..history import History
 from ..metrics import MODEL_FIELDS
 from ..rounds import RoundLoop
@@ -166,6 +166,9 @@ def run_on_grid(grid: Grid, job: Job, *, callback: Callable | None = None) -> Hi
         # the server holds the model: its support is known every round, evaluated or not
         nnz = int((model != 0).sum())
         return {"nnz": nnz, "density": nnz / model.numel()}
+
+    if callback is not None:  # as in simulate: it must leave the model finite
+        callback = checked_callback(callback, bound)
 
     def logged(record, state):
         log(INFO, "fedsparse: round %d/%d: %d/%d delivered, %d rejected, %d B up, %d B down",
