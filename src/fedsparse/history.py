@@ -51,6 +51,9 @@ class History:
         """Values of one field, round by round (optionally starting at round 0); None
         in the rounds that did not record it."""
         self._check_field("name", name)
+        return self._values(name, with_initial)
+
+    def _values(self, name: str, with_initial: bool) -> list:
         rows = ([self.initial] if with_initial and self.initial else []) + self.records
         return [r.get(name) for r in rows]
 
@@ -94,7 +97,7 @@ class History:
         metrics (:func:`higher_is_better`) or when ``maximize``, else the smallest."""
         self._check_field("metric", metric)
         up = higher_is_better(metric) if maximize is None else maximize
-        vals = [float(v) for v in self.column(metric, with_initial=True)
+        vals = [float(v) for v in self._values(metric, with_initial=True)
                 if _is_number(v) and math.isfinite(v)]
         if not vals:
             return None
@@ -181,7 +184,7 @@ class History:
         if logy is None:
             from .report.axes import auto_log
 
-            logy = auto_log(metric, self.column(metric, with_initial=True))
+            logy = auto_log(metric, self._values(metric, with_initial=True))
         draw_history(ax, self, y=metric, x=x, label=label or metric, band=band, logy=logy,
                      **kwargs)
         return ax
