@@ -114,7 +114,7 @@ def _plain(name: str, value, budget: list):
     budget[0] -= 1
     if budget[0] < 0:
         raise Unlike("its records hold more entries than a file of its size can "
-                      "(one list referenced over and over?)")
+                     "(one list referenced over and over?)")
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
     if isinstance(value, (list, tuple)):
@@ -125,4 +125,4 @@ def _plain(name: str, value, budget: list):
                 raise Unlike(f"{name} has a key {key!r} that is not a string")
         return {k: _plain(f"{name}[{k!r}]", v, budget) for k, v in value.items()}
     raise Unlike(f"{name} is {kind(value)}; a record holds numbers, strings, None and "
-                  "lists or dicts of them")
+                 "lists or dicts of them")

@@ -212,8 +212,8 @@ def validate_checkpoint(ckpt, *, path: str | Path, rounds: int, state: dict,
                    client_state=_like("client_state", ckpt["client_state"], client_state,
                                       in_place=client_state_in_place))
         budget = [math.inf if file_size is None else int(file_size)]
-        out["records"], out["initial"] = checked_records(ckpt["records"], ckpt["initial"], done,
-                                                  budget)
+        out["records"], out["initial"] = checked_records(ckpt["records"], ckpt["initial"],
+                                                         done, budget)
     except _Unlike as exc:
         if ckpt.get("format") in _OTHER_STATE_LAYOUT:
             raise ConfigError(

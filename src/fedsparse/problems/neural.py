@@ -482,6 +482,7 @@ class NeuralProblem(Problem):
             return torch.cat(pieces)[torch.argsort(perm)]
         return out
 
+
 def _reads_a_value(exc: RuntimeError) -> bool:
     """Whether ``torch.func.vmap`` refused a forward that reads a tensor's value."""
     return str(exc).startswith("vmap: It looks like you're")
