@@ -12,9 +12,9 @@ one run, on the shapes the automatic rule (``NeuralProblem._method`` and
 and a few neighbours of those shapes (fewer clients, other batch sizes, ResNet-20, VGG) so
 the rule's boundary is visible; ``--threads 1`` repeats them on one torch thread. Each
 timing is the best of several repeats of one ``grad`` call with distinct per-client
-parameters, in float32, on this machine's CPU.
+parameters, in float32, on this machine's CPU or (``--device cuda``) its GPU.
 
-Run: python benchmarks/bench_models_grad.py [--quick] [--threads N]
+Run: python benchmarks/bench_models_grad.py [--quick] [--threads N] [--device cuda]
 
 Other processes on the same cores inflate multi-threaded timings of both paths (torch's
 worker threads wait for cores); the paths are therefore timed alternately.
@@ -31,15 +31,26 @@ import fedsparse as fs
 import fedsparse.models as models
 
 
+DEVICE = torch.device("cpu")
+
+
+def finished():
+    """Wait for the device's queued kernels (a GPU call returns before they run)."""
+    if DEVICE.type == "cuda":
+        torch.cuda.synchronize()
+
+
 def best_times(fns: dict, repeats: int) -> dict:
     """Best time of each function, run alternately so that all see the same machine load."""
     for fn in fns.values():  # warm up (also builds the cached module copies)
         fn()
+    finished()
     best = dict.fromkeys(fns, float("inf"))
     for _ in range(repeats):
         for name, fn in fns.items():
             tic = time.perf_counter()
             fn()
+            finished()
             best[name] = min(best[name], time.perf_counter() - tic)
     return best
 
@@ -47,14 +58,14 @@ def best_times(fns: dict, repeats: int) -> dict:
 def case(label: str, module, feature_shape: tuple[int, ...], S: int, b: int,
          repeats: int) -> None:
     g = torch.Generator().manual_seed(0)
-    X = torch.randn(S, b, *feature_shape, generator=g)
-    y = torch.randint(0, 10, (S, b), generator=g).float()
-    w = torch.full((S, b), 1.0 / b)
+    X = torch.randn(S, b, *feature_shape, generator=g).to(DEVICE)
+    y = torch.randint(0, 10, (S, b), generator=g).float().to(DEVICE)
+    w = torch.full((S, b), 1.0 / b, device=DEVICE)
     auto = fs.problems.neural(module)
     paths = ["vmap", "loop"] + (["stacked"] if auto._stacked is not None else [])
     problems = {p: fs.problems.neural(module, path=p) for p in paths}
     base = problems["vmap"].init_params(seed=0, dtype=torch.float32)
-    params = base + 0.01 * torch.randn(S, base.numel(), generator=g)
+    params = (base + 0.01 * torch.randn(S, base.numel(), generator=g)).to(DEVICE)
     t = best_times({p: (lambda pr=pr: pr.grad(params, X, y, w))
                     for p, pr in problems.items()}, repeats)
     rule = auto._method(X)
@@ -64,11 +75,15 @@ def case(label: str, module, feature_shape: tuple[int, ...], S: int, b: int,
 
 
 def main() -> None:
+    global DEVICE
     quick = "--quick" in sys.argv
     if "--threads" in sys.argv:
         torch.set_num_threads(int(sys.argv[sys.argv.index("--threads") + 1]))
+    if "--device" in sys.argv:
+        DEVICE = torch.device(sys.argv[sys.argv.index("--device") + 1])
     repeats = 3 if quick else 5
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
+    where = torch.cuda.get_device_name(DEVICE) if DEVICE.type == "cuda" else "cpu"
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, device {where}")
     mlp = models.mlp(784, (100,), 10)
     small_cnn = models.cnn()
     # The two shapes of the brief.
@@ -90,6 +105,11 @@ def main() -> None:
          4, 16, 3)
     case("ResNet-20 BN, 1 x 28 x 28", models.resnet20(10, 1), (1, 28, 28), 4, 16, 3)
     case("ResNet-20 BN, 1 x 28 x 28", models.resnet20(10, 1), (1, 28, 28), 8, 4, 3)
+    # ResNet-20 on small images, where vmap beat stacked on the CPU with few rows
+    for side in (8, 16):
+        for S, b in ((20, 4), (50, 2), (20, 8)):
+            case(f"ResNet-20 BN, 1 x {side} x {side}", models.resnet20(10, 1),
+                 (1, side, side), S, b, 3)
     # SAFARI's model (one-channel stem, 32 x 32) on 20 clients, across the rows per client
     # where the automatic rule was measured (it takes stacked on 32 x 32 images)
     for norm in ("batch", "group"):

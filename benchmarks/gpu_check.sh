@@ -13,14 +13,16 @@
 # installed with pip install --no-index --target DIR and DIR added to PYTHONPATH.
 #
 # Steps, most important first; each has its own time limit and the whole script stops
-# starting new steps after BUDGET seconds (default 540):
+# starting new steps after BUDGET seconds (default 540). STEPS, an extended regular
+# expression, runs only the steps whose names it matches (STEPS='battery|bench-models').
 #   1. the CPU/GPU battery: python -m pytest -m gpu tests/gpu -q
 #   2. safari-fmnist --quick and fedmac-table1-fmnist --quick, on the GPU and on the CPU,
 #      and their printed tables compared (numbers to a relative 1e-3 or one unit of
 #      their last printed digit: these runs are float32, where the two devices round
 #      differently)
 #   3. benchmarks/bench_models.py --device cuda and benchmarks/bench_fedmac.py --device cuda,
-#      both with --profile (host- or device-bound: benchmarks/profile_round.py)
+#      both with --profile (host- or device-bound: benchmarks/profile_round.py), and
+#      benchmarks/bench_models_grad.py --device cuda (the neural paths side by side)
 #   4. benchmarks/bench_scale.py --device cuda: the scale cases at 10^4, 10^5 and 10^6 clients,
 #      then FedMac's personal models in memory and on disk (--client-state)
 
@@ -28,6 +30,7 @@ set -u
 ROOT=$(pwd)
 OUT=${OUT:-$ROOT/gpu-check-out}
 BUDGET=${BUDGET:-540}
+STEPS=${STEPS:-.}
 PYTHON=${PYTHON:-$(command -v python || command -v python3)}
 mkdir -p "$OUT"
 SUMMARY="$OUT/SUMMARY.txt"
@@ -41,6 +44,7 @@ note() { echo "$*" | tee -a "$SUMMARY"; }
 step() {
     local name=$1 limit=$2
     shift 2
+    echo "$name" | grep -Eq -- "$STEPS" || return 0
     local left=$((BUDGET - ($(date +%s) - START)))
     if [ "$left" -lt 20 ]; then
         note "SKIPPED  $name (the ${BUDGET}s budget is spent)"
@@ -141,6 +145,7 @@ done
 # 3. the speed benchmarks on the GPU (they print their targets as met / MISSED)
 step bench-models 150 "$PYTHON" benchmarks/bench_models.py --device cuda --profile
 step bench-fedmac 90 "$PYTHON" benchmarks/bench_fedmac.py --device cuda --profile
+step bench-paths 120 "$PYTHON" benchmarks/bench_models_grad.py --device cuda
 step bench-scale 200 "$PYTHON" benchmarks/bench_scale.py --device cuda --sizes 10000 100000 1000000
 step bench-scale-state 90 "$PYTHON" benchmarks/bench_scale.py --device cuda --client-state
 
