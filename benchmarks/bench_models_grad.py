@@ -30,7 +30,6 @@ import torch
 import fedsparse as fs
 import fedsparse.models as models
 
-
 DEVICE = torch.device("cpu")
 
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The checks that need a CUDA GPU, in one run (about 6 minutes on an H100).
+# The checks that need a CUDA GPU, in one run (about 7.5 minutes on an H100).
 #
 #   PYTHONPATH=src bash benchmarks/gpu_check.sh
 #

@@ -130,7 +130,7 @@ PATHS = {"stacked": stacked, "vmap": vmapped, "loop": looped}
 # both paths slow down by up to 10x with 2 threads and the loop more (its many small
 # kernels wait for cores): the small CNN at 20 x 20 then measured 1.35-1.75 in favour of
 # vmap; the rule follows the quiet figures. On a GPU the loop is never taken (bound by
-# kernel launches: 1.2 to 400 times slower than vmap, measured below).
+# kernel launches: 1.16 to 405 times slower than vmap, measured below).
 #
 # Sequential convolutional networks (fs.models.cnn, fs.models.vgg_small, user nets of the
 # same layers) take neither on CPU: the "stacked" path runs the clients as one network

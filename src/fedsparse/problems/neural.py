@@ -84,8 +84,9 @@ class NeuralProblem(Problem):
         sequential convolutional network runs ``"stacked"`` (the clients as one network
         with grouped layers, :mod:`fedsparse.problems._stacked`), and so does ResNet-20
         on a GPU, and on the CPU on images of 32 x 32 or more; other networks follow
-        the measured rule of ``_neural_paths.auto_path``. Or one of ``"mlp"``, ``"stacked"``, ``"vmap"``
-        (:func:`torch.func.vmap`) and ``"loop"`` (one client at a time).
+        the measured rule of ``_neural_paths.auto_path``. Or one of ``"mlp"``,
+        ``"stacked"``, ``"vmap"`` (:func:`torch.func.vmap`) and ``"loop"`` (one client
+        at a time).
     chunk_clients : clients per vectorised call; None sizes chunks from the memory of the
         device (:func:`fedsparse._memory.memory_budget`) and each client's estimated need
         (:meth:`client_bytes`), once per device, dtype and batch shape.
