@@ -544,6 +544,18 @@ def test_closed_form_mlp_gradient_matches_autograd(hidden, shared):
                                rtol=1e-10, atol=1e-12)
 
 
+def test_an_mlp_with_a_parameter_outside_its_layers_takes_the_general_path():
+    # The closed form writes the gradient of its layers' parameters only: a Sequential
+    # holding one more (registered beside the layers) must not take it
+    module = models.mlp(12, (7,), 4)
+    module.register_parameter("temperature", nn.Parameter(torch.ones(1)))
+    auto = fs.problems.neural(module)
+    assert auto._mlp is None
+    with pytest.raises(ConfigError, match="path='mlp'"):
+        fs.problems.neural(module, path="mlp")
+    assert fs.problems.neural(models.mlp(12, (7,), 4))._mlp is not None
+
+
 def test_the_mlp_path_needs_an_mlp():
     with pytest.raises(ConfigError, match="path='mlp'"):
         fs.problems.neural(models.cnn(1, 10, 28), path="mlp")

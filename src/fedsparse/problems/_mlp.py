@@ -29,11 +29,17 @@ def mlp_layers(module: nn.Module, layout: ParamLayout):
     if not kinds or len(kinds) % 2 == 0 or any(
             k is not (nn.Linear if i % 2 == 0 else nn.ReLU) for i, k in enumerate(kinds)):
         return None
-    layers = []
+    layers, end = [], 0
     for name, m in parts[::2]:
         bias = layout.slice(f"{name}.bias") if m.bias is not None else None
-        layers.append((layout.slice(f"{name}.weight"), bias, (m.out_features, m.in_features)))
-    return layers
+        weight = layout.slice(f"{name}.weight")
+        for piece in (weight, bias):
+            if piece is not None:
+                if piece.start != end:  # mlp_grad writes the blocks in this order
+                    return None
+                end = piece.stop
+        layers.append((weight, bias, (m.out_features, m.in_features)))
+    return layers if end == layout.size else None
 
 
 def mlp_grad(layers, p: torch.Tensor, X: torch.Tensor, y: torch.Tensor, w: torch.Tensor
@@ -48,7 +54,9 @@ def mlp_grad(layers, p: torch.Tensor, X: torch.Tensor, y: torch.Tensor, w: torch
     Every layer's weights are read in place as (s, out, in) views of the (s, P) rows (batch
     stride P; the batched products take strided operands without copying them); biases
     enter the products (``baddbmm``) and ReLU's backward is one fused kernel, so the only
-    pass over s x P memory besides the products is the write of the gradient.
+    pass over s x P memory besides the products is the write of the gradient: one
+    ``cat`` of the layers' blocks, which ``layers`` (from :func:`mlp_layers`) lists in
+    the order of the flat vector.
     """
     s, b = X.shape[:2]
     shared = p.ndim == 1
@@ -57,12 +65,13 @@ def mlp_grad(layers, p: torch.Tensor, X: torch.Tensor, y: torch.Tensor, w: torch
         return p[sl].view(shape).expand(s, *shape) if shared else p[:, sl].view(s, *shape)
 
     h = X.reshape(s, b, -1)
-    inputs, z = [], None
+    inputs, weights, z = [], [], None
     for i, (wsl, bsl, shape) in enumerate(layers):
         if i:
             h = z.relu_()  # z itself is not needed again
         inputs.append(h)
-        W = weight(wsl, shape).transpose(-1, -2)
+        weights.append(weight(wsl, shape))  # (s, out, in), again in the backward
+        W = weights[-1].transpose(-1, -2)
         if bsl is None:
             z = torch.bmm(h, W)
         else:
@@ -71,16 +80,17 @@ def mlp_grad(layers, p: torch.Tensor, X: torch.Tensor, y: torch.Tensor, w: torch
     delta = torch.softmax(z, dim=-1)
     delta.scatter_add_(-1, y.unsqueeze(-1), -torch.ones_like(delta[..., :1]))
     delta.mul_(w.unsqueeze(-1))
-    out = torch.empty(s, p.shape[-1], dtype=p.dtype, device=p.device)
+    blocks = []  # the gradient's blocks, last layer first
     for i in range(len(layers) - 1, -1, -1):
-        wsl, bsl, shape = layers[i]
         # A product written straight into the strided block (out=) is several times
-        # slower than a contiguous one plus a copy on 2 threads (measured): copy instead.
-        out[:, wsl] = torch.bmm(delta.transpose(1, 2), inputs[i]).reshape(s, -1)
-        if bsl is not None:
-            torch.sum(delta, 1, out=out[:, bsl])
+        # slower than a contiguous one plus a copy on 2 threads (measured); one cat of
+        # every block is that copy, in one dispatched call instead of a slice and a copy
+        # per block (a round of small steps on a GPU is bound by such calls).
+        if layers[i][1] is not None:  # the bias
+            blocks.append(delta.sum(1))
+        blocks.append(torch.bmm(delta.transpose(1, 2), inputs[i]).reshape(s, -1))
         if i:
             # ReLU's backward: the incoming gradient where the layer's output was positive.
-            delta = torch.ops.aten.threshold_backward(torch.bmm(delta, weight(wsl, shape)),
+            delta = torch.ops.aten.threshold_backward(torch.bmm(delta, weights[i]),
                                                       inputs[i], 0)
-    return out
+    return torch.cat(blocks[::-1], dim=1)

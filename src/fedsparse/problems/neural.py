@@ -417,9 +417,8 @@ class NeuralProblem(Problem):
                               f"{tuple(X.shape)}, y {tuple(y.shape)}, w {tuple(w.shape)}; "
                               "expected (S, P) or (P,), (S, b, ...), (S, b), (S, b)")
         device, dtype = params.device, params.dtype
-        X = X.to(device=device, dtype=dtype)
-        y = y.to(device).long()
-        w = w.to(device=device, dtype=dtype)
+        X, w = _on(X, device, dtype), _on(w, device, dtype)
+        y = _on(y, device, torch.long)
         module = self._module(device, dtype)
         shape = (S, self._layout.size) if kind == "grad" else (S,)
         differentiable = kind == "loss" and params.requires_grad
@@ -438,25 +437,22 @@ class NeuralProblem(Problem):
         solo = (w <= 0).any(-1) if self._batch_stats else None
         pieces = [] if differentiable else None
         out = None if differentiable else torch.empty(shape, device=device, dtype=dtype)
-        regular = torch.arange(S, device=device) if solo is None else \
-            torch.nonzero(~solo).reshape(-1)
         method = self._method(X)
         run = PATHS[method]
         net = self._stacked if method == "stacked" else module
-        step = self._chunk(X)
         order = []
         ctx = nullcontext() if differentiable else torch.no_grad()
         with ctx:
-            for start in range(0, regular.numel(), step):
-                rows = regular[start:start + step]
-                if rows.numel() == regular.numel() == S:
-                    rows = slice(None)  # no copy when every client is regular
-                p = params if params.ndim == 1 else params[rows]
+            for rows in _chunks(S, solo, self._chunk(X)):
+                # a round of small steps is bound by the host on a GPU: every client at
+                # once takes no slice of the arguments at all
+                p = params if params.ndim == 1 or rows is EVERY else params[rows]
+                Xr, yr, wr = (X, y, w) if rows is EVERY else (X[rows], y[rows], w[rows])
                 if kind == "grad" and self._mlp is not None:
-                    res = mlp_grad(self._mlp, p, X[rows], y[rows], w[rows])
+                    res = mlp_grad(self._mlp, p, Xr, yr, wr)
                 else:
                     try:
-                        res = run(net, self._layout, kind, p, X[rows], y[rows], w[rows])
+                        res = run(net, self._layout, kind, p, Xr, yr, wr)
                     except RuntimeError as exc:
                         if method == "vmap" and _reads_a_value(exc):
                             raise _vmap_refused(exc, self._template) from None
@@ -464,7 +460,7 @@ class NeuralProblem(Problem):
                 if differentiable:
                     pieces.append(res)
                     order.append(torch.arange(S, device=device)[rows])
-                elif isinstance(rows, slice):  # one chunk of every client: no (S, P) copy
+                elif rows is EVERY:  # one chunk of every client: no (S, P) copy
                     out = res
                 else:
                     out[rows] = res
@@ -482,6 +478,28 @@ class NeuralProblem(Problem):
             perm = torch.cat(order)
             return torch.cat(pieces)[torch.argsort(perm)]
         return out
+
+
+#: The chunk of every client.
+EVERY = slice(None)
+
+
+def _chunks(S: int, solo: torch.Tensor | None, step: int):
+    """The chunks of at most ``step`` of the S clients that run vectorised: ``EVERY``
+    when that is all of them at once, else slices, or (with batch statistics, ``solo``
+    (S,) marking the clients that run alone) index tensors of the others."""
+    if solo is None:
+        return [EVERY] if step >= S else [slice(a, a + step) for a in range(0, S, step)]
+    regular = torch.nonzero(~solo).reshape(-1)
+    if regular.numel() == S and step >= S:
+        return [EVERY]
+    return [regular[a:a + step] for a in range(0, regular.numel(), step)]
+
+
+def _on(t: torch.Tensor, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    """``t`` on ``device`` in ``dtype``; ``t`` itself, without a dispatched call, when it
+    is already."""
+    return t if t.dtype == dtype and t.device == device else t.to(device=device, dtype=dtype)
 
 
 def _reads_a_value(exc: RuntimeError) -> bool:
