@@ -766,3 +766,24 @@ def test_the_recorder_refuses_every_way_of_touching_a_protected_file(tmp_path):
     assert manifest.files["new.txt"] == hashlib.sha256(b"fedsparse's").hexdigest()
     # outside a recording block nothing is refused or recorded
     (folder / "notes.txt").write_text("edited by the user")
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="a POSIX pipe")
+def test_output_piped_to_a_reader_that_stops_early_ends_quietly(monkeypatch, capsys):
+    # `fedsparse list | head -1`: the reader closes the pipe before fedsparse writes
+    read, write = os.pipe()
+    os.close(read)
+    done = subprocess.run([sys.executable, "-m", "fedsparse", "list"], stdout=write,
+                          stderr=subprocess.PIPE, text=True, timeout=120)
+    os.close(write)
+    assert done.stderr == ""
+    assert done.returncode == 141  # 128 + SIGPIPE, as the standard tools end
+    # a broken pipe that is not the output's is still an error
+    from fedsparse import cli
+
+    def broken(func, args):
+        raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr(cli, "as_interrupted", broken)
+    assert cli.main(["list"]) == 1
+    assert "fedsparse: error: [Errno 32] Broken pipe" in capsys.readouterr().err

@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 import difflib
 import importlib.util
+import os
+import select
 import sys
 import warnings
 from pathlib import Path
@@ -350,12 +352,34 @@ def main(argv: list[str] | None = None) -> int:
               "than this machine has; make it smaller (fewer data.num_clients or "
               "samples, a smaller data.dim or model, fewer --seeds)", file=sys.stderr)
         return 1
+    except BrokenPipeError as exc:
+        if not _stdout_closed():
+            print(f"fedsparse: error: {exc}", file=sys.stderr)
+            return 1
+        # The reader of the output went away (`fedsparse list | head`): stop quietly, as
+        # the standard tools do, with their status (128 + SIGPIPE); the output still
+        # buffered goes nowhere instead of failing again at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     except OSError as exc:  # a file that vanished, a full disk: say so, no traceback
         print(f"fedsparse: error: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("fedsparse: interrupted", file=sys.stderr)
         return 130
+
+
+def _stdout_closed() -> bool:
+    """Whether the standard output is a pipe whose reader has gone (poll reports an
+    error on it; where poll is missing, Windows, a broken pipe is taken to be it)."""
+    if not hasattr(select, "poll"):
+        return True
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & select.POLLERR for _, events in poller.poll(0))
+    except (OSError, ValueError):  # no file descriptor (a test's captured output)
+        return False
 
 
 if __name__ == "__main__":

@@ -120,24 +120,26 @@ def test_flower_app_refuses_a_python_experiment(tmp_path, capsys):
 
 
 @pytest.mark.flower
-def test_demo_runs_two_rounds_and_stops_every_process(tmp_path, capsys):
+def test_demo_runs_and_stops_every_process(tmp_path, capsys):
+    # one round (each takes about 20 s of Flower's polling and process starts here); the
+    # deployment tests run several
     out = tmp_path / "demo"
-    code = main(["flower", "demo", "--rounds", "2", "--out", str(out), "--timeout", "400"])
+    code = main(["flower", "demo", "--rounds", "1", "--out", str(out), "--timeout", "400"])
     printed = capsys.readouterr()
     assert code == 0, printed.out + printed.err
     history = out / "history.jsonl"
     assert str(history) in printed.out
     rows = [json.loads(line) for line in history.read_text().splitlines()]
-    assert [r["round"] for r in rows] == [0, 1, 2]
-    assert [r["delivered"] for r in rows[1:]] == [2, 2]
+    assert [r["round"] for r in rows] == [0, 1]
+    assert [r["delivered"] for r in rows[1:]] == [2]
     assert rows[-1]["objective"] > 0  # evaluated on the nodes at the end
     assert (out / "model.npy").exists()
-    assert "round 2/2: 2/2 delivered" in printed.out
+    assert "round 1/1: 2/2 delivered" in printed.out
     # the results come back with load_run, and a later --force knows the demo's files
     import fedsparse as fs
     from fedsparse.manifest import read_manifest
 
-    assert [r["round"] for r in fs.load_run(out)["demo"].records] == [1, 2]
+    assert [r["round"] for r in fs.load_run(out)["demo"].records] == [1]
     assert {"history.jsonl", "model.npy"} <= set(read_manifest(out).files)
     assert f"fedsparse.load_run({str(out)!r})" in printed.out
     # Nothing carrying the demo's FLWR_HOME is left, and the SuperLink's port is closed.

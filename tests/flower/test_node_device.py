@@ -79,3 +79,17 @@ def test_a_node_that_cannot_use_its_device_is_refused_with_the_reason(fake_grid,
     assert list(refused) == [1001]
     assert f"device='{device}'" in refused[1001] and why in refused[1001]
     assert history.column("delivered_clients") == [[0, 2]] * 3
+
+
+def test_the_client_app_imports_neither_the_runner_nor_matplotlib():
+    # A SuperNode starts a ClientApp process for every message: the experiment runner and
+    # its plots would add about a second to each
+    import subprocess
+    import sys
+
+    code = ("import sys, fedsparse.flower.client_app; "
+            "print(sorted(m for m in ('matplotlib', 'fedsparse.experiments.runner', "
+            "'fedsparse.report') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout
+    assert out.strip() == "[]"
