@@ -27,6 +27,7 @@ from .cli_common import (
 )
 from .cli_run import _apply_overrides as _apply_overrides  # (tests import it from here)
 from .cli_run import cmd_run
+from .data.loaders._common import DataFormatError
 
 __all__ = ["DEFAULT_EXPERIMENT", "build_parser", "main", "resolve_experiment"]
 
@@ -346,6 +347,9 @@ def main(argv: list[str] | None = None) -> int:
         except Exception:  # never a traceback in place of the error itself
             message = str(exc)
         print(f"fedsparse: error: {message}", file=sys.stderr)
+        return 2
+    except DataFormatError as exc:  # a damaged or foreign data file, named in the message
+        print(f"fedsparse: error: {exc}", file=sys.stderr)
         return 2
     except MemoryError:
         print("fedsparse: error: out of memory (MemoryError): the run needs more memory "

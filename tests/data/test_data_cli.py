@@ -109,3 +109,46 @@ def test_a_path_is_refused_for_data_sets_not_read_from_disk(tmp_path, capsys):
         with pytest.raises(ConfigError, match=r"data\.path='.*' is invalid: data set 'digits'"):
             build_data({"kind": "federated_real", "dataset": "digits", "path": path},
                        torch.float32)
+
+
+def test_describe_ondisk_reads_a_written_folder(tmp_path, capsys):
+    out = tmp_path / "digits"
+    assert main(["data", "write", "digits", "--partition", "label_skew", "--clients", "6",
+                 "--seed", "3", "--out", str(out)]) == 0
+    capsys.readouterr()
+    assert main(["data", "describe", "ondisk", "--path", str(out), "--plot",
+                 str(tmp_path / "split.png")]) == 0
+    printed = capsys.readouterr().out
+    # the same counts as the split it was written from (its training part)
+    eager = fs.data.federated_real("digits", partition="label_skew", num_clients=6, seed=3,
+                                   test_fraction=0.2)
+    y, counts = eager.train.y.long(), eager.train.counts
+    hist = np.array([np.bincount(y[i, :counts[i]].numpy(), minlength=10) for i in range(6)])
+    assert f"6 clients, {int(counts.sum())} examples, 10 labels" in printed
+    for i in range(6):
+        row = f"{i:6d} {int(counts[i]):6d} " + "".join(f"{v:>5d}" for v in hist[i])
+        assert row in printed.splitlines(), row
+    lpc = (hist > 0).sum(1)
+    assert f"labels per client: min {lpc.min()}, max {lpc.max()}" in printed
+    assert (tmp_path / "split.png").stat().st_size > 0
+
+
+def test_describe_ondisk_lists_the_first_clients_of_many_and_refuses_split_options(
+        tmp_path, capsys):
+    out = tmp_path / "synthetic"
+    assert main(["data", "write", "fedprox_synthetic", "--clients", "150", "--out",
+                 str(out)]) == 0
+    capsys.readouterr()
+    assert main(["data", "describe", "ondisk", "--path", str(out)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[-1] == "... and 100 more clients"
+    assert lines[-2].split()[0] == "49"
+    for option in (["--clients", "5"], ["--seed", "1"], ["--partition", "iid"],
+                   ["--max-examples", "10"]):
+        assert main(["data", "describe", "ondisk", "--path", str(out), *option]) == 2
+        assert f"{option[0]}: a folder written by fedsparse data write is split" in \
+            capsys.readouterr().err
+    assert main(["data", "describe", "ondisk"]) == 2
+    assert "ondisk needs --path DIR" in capsys.readouterr().err
+    assert main(["data", "describe", "ondisk", "--path", str(tmp_path / "none")]) == 2
+    assert "not a directory holding a federated data set" in capsys.readouterr().err

@@ -9,7 +9,8 @@ the client x label heat map (:func:`~fedsparse.report.partition_plots.plot_parti
 split in the on-disk format (:mod:`fedsparse.data.ondisk`) that training reads a client
 at a time (a config's ``data = {kind = "ondisk", path = "DIR"}``); ``fedsparse data
 write fedprox_synthetic --clients 1000000 --out DIR`` writes a generated data set (drawn
-lazily, a chunk of clients at a time).
+lazily, a chunk of clients at a time), and ``fedsparse data describe ondisk --path DIR``
+describes a written folder.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from .real import DATASETS, PARTITIONS, READS_PATH
 
 __all__ = ["add_data_parser", "cmd_describe", "cmd_write"]
 
+#: ``data describe``'s name for a folder written by ``data write``.
+ONDISK = "ondisk"
 #: Generated data sets ``data write`` can write (drawn per client, lazily).
 GENERATED = ("fedht_simulation", "fedprox_synthetic", "shifted_gaussian")
 #: Named data sets read as sparse (CSR) features, which the on-disk format (dense
@@ -67,6 +70,21 @@ def _check_given(args, generated: bool = False, offered=DATASETS) -> None:
     """Refuse options that do not apply (to the data set, to the chosen partition, or to
     a generator), then fill in the defaults of those not given. ``offered``: the named
     data sets the command takes (named when ``--path`` is refused)."""
+    if args.dataset == ONDISK:
+        given = [n for n in ("clients", "seed", "partition", "max_examples",
+                             *_PARTITION_OPTIONS) if _given(getattr(args, n))]
+        if given:
+            raise ConfigError(f"{', '.join(map(_flag, given))}: a folder written by "
+                              "fedsparse data write is split among its clients already, so "
+                              "there is nothing to draw, subsample or partition")
+        if args.path is None:
+            raise ConfigError("ondisk needs --path DIR, the folder fedsparse data write "
+                              "wrote")
+        return
+    if args.clients is None:
+        args.clients = 20
+    if args.seed is None:
+        args.seed = 0
     if generated:
         given = [n for n in ("path", "partition", "max_examples", *_PARTITION_OPTIONS)
                  if _given(getattr(args, n))]
@@ -114,10 +132,12 @@ def cmd_describe(args) -> int:
     from .real import REGRESSION, _scale, load_named, make_partition
 
     _check_given(args)
-    check_seed("--seed", args.seed)  # NumPy's own refusal would name no parameter
     if args.plot and Path(args.plot).is_dir():
         raise ConfigError(f"--plot={args.plot!r} is invalid: it is a folder; give the PNG "
                           "file to write, e.g. --plot split.png")
+    if args.dataset == ONDISK:
+        return _describe_ondisk(args)
+    check_seed("--seed", args.seed)  # NumPy's own refusal would name no parameter
     X, y = load_named(args.dataset, path=args.path, seed=args.seed,
                       max_examples=args.max_examples)
     if args.partition == "clusters" and not args.by_labels:
@@ -125,8 +145,7 @@ def cmd_describe(args) -> int:
     parts = make_partition(args.partition, X, y, num_clients=args.clients, seed=args.seed,
                            dataset=args.dataset,
                            **_partition_kwargs(args))
-    regression = args.dataset in REGRESSION or (
-        y.dtype.kind == "f" and len(set(y[: 1000].tolist())) > 50)
+    regression = args.dataset in REGRESSION or _continuous(y)
     desc = describe_partition(parts, None if regression else y)
     sizes = desc["sizes"]
     kind = "sparse" if hasattr(X, "nnz") else "dense"
@@ -145,6 +164,46 @@ def cmd_describe(args) -> int:
         else:
             out = plot_partition(parts, y, args.plot, title=f"{args.dataset}, {args.partition}, "
                                  f"{args.clients} clients")
+            print(f"wrote {out}")
+    return 0
+
+
+def _continuous(y: np.ndarray) -> bool:
+    """Whether float targets ``y`` are a regression's (over 50 values among the first
+    1,000), not labels."""
+    return y.dtype.kind == "f" and len(set(y[:1000].tolist())) > 50
+
+
+def _describe_ondisk(args) -> int:
+    """``data describe ondisk --path DIR``: the written folder's clients, read from its
+    index and labels (the features stay on disk)."""
+    from ..report.partition_plots import plot_histogram
+    from .ondisk import open_federated
+    from .partition import describe_clients
+
+    data = open_federated(args.path)  # checks the folder, naming any damaged file
+    labels = dict(data.source.read.labels())
+    y = labels["train"]  # stored in the features' dtype
+    regression = _continuous(y)
+    if not regression and np.array_equal(y, np.round(y)):
+        y = y.astype(np.int64)  # class labels, printed as 3 rather than 3.0
+    desc = describe_clients(data.train.counts.numpy(), None if regression else y)
+    sizes = desc["sizes"]
+    test = f", {sum(len(v) for k, v in labels.items() if k != 'train'):,} test examples" \
+        if len(labels) > 1 else ""
+    print(f"{args.path}: {data.name}, {desc['num_clients']:,} clients, {desc['total']:,} "
+          f"training examples{test}; features {tuple(data.feature_shape)}")
+    print(f"client sizes: min {sizes.min()}, median {np.median(sizes):g}, max {sizes.max()}")
+    if not regression:
+        lpc = desc["labels_per_client"]
+        print(f"labels per client: min {lpc.min()}, max {lpc.max()}")
+    print(desc["table"])
+    if args.plot:
+        if regression:
+            print("no plot: the targets are continuous (no labels to histogram)")
+        else:
+            out = plot_histogram(desc["histogram"], desc["classes"], args.plot,
+                                 title=f"{data.name}, {desc['num_clients']} clients")
             print(f"wrote {out}")
     return 0
 
@@ -179,8 +238,8 @@ def _split_options(d) -> None:
     """The data set and partition options ``describe`` and ``write`` share."""
     d.add_argument("--path", help="file or directory for data sets read from disk")
     d.add_argument("--partition", choices=PARTITIONS, default=None, help="default iid")
-    d.add_argument("--clients", type=int, default=20, help="number of clients (default 20)")
-    d.add_argument("--seed", type=int, default=0)
+    d.add_argument("--clients", type=int, default=None, help="number of clients (default 20)")
+    d.add_argument("--seed", type=int, default=None, help="default 0")
     d.add_argument("--labels-per-client", type=int, default=None,
                    help="label_skew: labels per client; groups: labels per group (default 2)")
     d.add_argument("--sizes", choices=("balanced", "power_law"), default=None,
@@ -204,9 +263,11 @@ def add_data_parser(subparsers) -> argparse.ArgumentParser:
     sub = data.add_subparsers(dest="data_command", required=True)
     names = ", ".join(f"{k}{' (needs --path)' if v[0] else ''}" for k, v in DATASETS.items())
     d = sub.add_parser("describe", help="per-client sizes and label histograms of a split",
-                       description=f"Data sets: {names}.")
-    d.add_argument("dataset", choices=sorted(DATASETS), metavar="DATASET",
-                   help="a named data set: " + ", ".join(sorted(DATASETS)))
+                       description=f"Data sets: {names}; or {ONDISK} --path DIR, a folder "
+                       "written by fedsparse data write.")
+    d.add_argument("dataset", choices=[*sorted(DATASETS), ONDISK], metavar="DATASET",
+                   help="a named data set: " + ", ".join(sorted(DATASETS))
+                   + f"; or {ONDISK} (with --path)")
     _split_options(d)
     d.add_argument("--plot", metavar="PNG", help="save the client x label heat map here")
     d.set_defaults(func=cmd_describe, option_names=OPTION_NAMES)

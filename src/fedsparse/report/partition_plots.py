@@ -15,7 +15,7 @@ from matplotlib.figure import Figure
 
 from ..data.partition import describe_partition
 
-__all__ = ["plot_partition"]
+__all__ = ["plot_histogram", "plot_partition"]
 
 
 def plot_partition(parts, y, path, *, title=None):
@@ -34,7 +34,12 @@ def plot_partition(parts, y, path, *, title=None):
     pathlib.Path of the written file.
     """
     d = describe_partition(parts, y)
-    hist = d["histogram"]
+    return plot_histogram(d["histogram"], d["classes"], path, title=title)
+
+
+def plot_histogram(hist, classes, path, *, title=None):
+    """Save the heat map of an (N, C) client x label count ``hist`` (C ``classes``) as a
+    PNG; see :func:`plot_partition`."""
     n_clients, n_labels = hist.shape
     fig = Figure(figsize=(max(4.0, 0.35 * n_labels + 2.5), max(3.0, min(12.0, 0.12 * n_clients
                                                                          + 2.0))))
@@ -46,7 +51,7 @@ def plot_partition(parts, y, path, *, title=None):
     ax.set_ylabel("client")
     if n_labels <= 30:
         ax.set_xticks(np.arange(n_labels))
-        ax.set_xticklabels([str(c) for c in d["classes"]])
+        ax.set_xticklabels([str(c) for c in classes])
     ax.set_title(title or f"{n_clients} clients x {n_labels} labels")
     fig.tight_layout()
     out = Path(os.fspath(path))

@@ -23,7 +23,7 @@ A bad argument, or a split that cannot be made, raises
 
 from .build import from_partitions
 from .clusters import partition_clusters
-from .describe import describe_partition
+from .describe import describe_clients, describe_partition
 from .splits import (
     contiguous_groups,
     partition_dirichlet,
@@ -34,6 +34,7 @@ from .splits import (
 
 __all__ = [
     "contiguous_groups",
+    "describe_clients",
     "describe_partition",
     "from_partitions",
     "partition_clusters",
