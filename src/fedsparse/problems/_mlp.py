@@ -10,6 +10,8 @@ with autograd.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 from torch import nn
 
@@ -42,6 +44,17 @@ def mlp_layers(module: nn.Module, layout: ParamLayout):
     return layers if end == layout.size else None
 
 
+@functools.cache
+def _minus_one_on(dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    return torch.full((1, 1, 1), -1.0, dtype=dtype, device=device)
+
+
+def _minus_one(like: torch.Tensor) -> torch.Tensor:
+    """A (1, 1, 1) -1 in ``like``'s dtype and device, made once: the softmax's gradient
+    subtracts it at each label (one dispatched call fewer a step than a fresh one)."""
+    return _minus_one_on(like.dtype, like.device)
+
+
 def mlp_grad(layers, p: torch.Tensor, X: torch.Tensor, y: torch.Tensor, w: torch.Tensor
              ) -> torch.Tensor:
     """(s, P) gradients of ``sum_j w_j CE_j`` for s clients of a plain ReLU MLP, by the
@@ -64,7 +77,7 @@ def mlp_grad(layers, p: torch.Tensor, X: torch.Tensor, y: torch.Tensor, w: torch
     def weight(sl, shape):
         return p[sl].view(shape).expand(s, *shape) if shared else p[:, sl].view(s, *shape)
 
-    h = X.reshape(s, b, -1)
+    h = X if X.ndim == 3 else X.reshape(s, b, -1)
     inputs, weights, z = [], [], None
     for i, (wsl, bsl, shape) in enumerate(layers):
         if i:
@@ -78,7 +91,7 @@ def mlp_grad(layers, p: torch.Tensor, X: torch.Tensor, y: torch.Tensor, w: torch
             bias = (p[bsl].expand(s, -1) if shared else p[:, bsl]).unsqueeze(1)
             z = torch.baddbmm(bias, h, W)
     delta = torch.softmax(z, dim=-1)
-    delta.scatter_add_(-1, y.unsqueeze(-1), -torch.ones_like(delta[..., :1]))
+    delta.scatter_add_(-1, y.unsqueeze(-1), _minus_one(delta).expand(s, b, 1))
     delta.mul_(w.unsqueeze(-1))
     blocks = []  # the gradient's blocks, last layer first
     for i in range(len(layers) - 1, -1, -1):
