@@ -21,6 +21,15 @@ class ConfigError(ValueError):
     """A parameter has a value that is not allowed. The message names both."""
 
 
+class DataFormatError(ValueError):
+    """A data file exists but does not hold what its format requires.
+
+    The message names the path and what was expected. (Defined here, beside
+    :class:`ConfigError`, so that the command line catches it without importing the data
+    readers; :mod:`fedsparse.data` exports it.)
+    """
+
+
 def _is_bool(value) -> bool:
     """True for Python's and NumPy's booleans (NumPy is not imported here: a NumPy bool
     exists only if NumPy is loaded, and ``fedsparse --help`` must not load it)."""

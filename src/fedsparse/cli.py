@@ -17,7 +17,7 @@ import warnings
 from pathlib import Path
 
 from ._signals import as_interrupted
-from ._validation import ConfigError
+from ._validation import ConfigError, DataFormatError
 from .cli_commands import cmd_list, cmd_report, cmd_show, cmd_sweep, cmd_tune
 from .cli_common import (
     DEFAULT_EXPERIMENT,
@@ -27,7 +27,6 @@ from .cli_common import (
 )
 from .cli_run import _apply_overrides as _apply_overrides  # (tests import it from here)
 from .cli_run import cmd_run
-from .data.loaders._common import DataFormatError
 
 __all__ = ["DEFAULT_EXPERIMENT", "build_parser", "main", "resolve_experiment"]
 

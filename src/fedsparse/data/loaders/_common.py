@@ -17,15 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..._validation import fail
-
-
-class DataFormatError(ValueError):
-    """A data file exists but does not hold what its format requires.
-
-    The message names the path and what was expected.
-    """
-
+from ..._validation import DataFormatError, fail
 
 _GZIP_MAGIC = b"\x1f\x8b"
 _BZ2_MAGIC = b"BZh"
