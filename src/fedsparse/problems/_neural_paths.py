@@ -182,3 +182,25 @@ def auto_path(X: torch.Tensor, has_conv: bool, stack: str | None = None) -> str:
                                  and X.shape[-2] * X.shape[-1] >= STACKED_MIN_PIXELS):
         return "stacked"
     return "loop" if has_conv and X.shape[1] >= LOOP_MIN_ROWS else "vmap"
+
+
+#: The chunk of every client.
+EVERY = slice(None)
+
+
+def chunks(S: int, solo: torch.Tensor | None, step: int):
+    """The chunks of at most ``step`` of the S clients that run vectorised: ``EVERY``
+    when that is all of them at once, else slices, or (with batch statistics, ``solo``
+    (S,) marking the clients that run alone) index tensors of the others."""
+    if solo is None:
+        return [EVERY] if step >= S else [slice(a, a + step) for a in range(0, S, step)]
+    regular = torch.nonzero(~solo).reshape(-1)
+    if regular.numel() == S and step >= S:
+        return [EVERY]
+    return [regular[a:a + step] for a in range(0, regular.numel(), step)]
+
+
+def placed(t: torch.Tensor, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    """``t`` on ``device`` in ``dtype``; ``t`` itself, without a dispatched call, when it
+    is already."""
+    return t if t.dtype == dtype and t.device == device else t.to(device=device, dtype=dtype)

@@ -52,7 +52,16 @@ from .._memory import client_chunk, eval_chunk
 from .._validation import ConfigError, check_choice, check_dtype, check_int, fail
 from ..models.layout import ParamLayout
 from ._mlp import mlp_grad, mlp_layers
-from ._neural_paths import PATHS, auto_path, cross_entropy, reduction, single_client
+from ._neural_paths import (
+    EVERY,
+    PATHS,
+    auto_path,
+    chunks,
+    cross_entropy,
+    placed,
+    reduction,
+    single_client,
+)
 from ._stacked import sequential_stack
 from ._stacked_resnet import resnet_stack
 from .base import Problem, check_dense_features, check_labels
@@ -417,8 +426,8 @@ class NeuralProblem(Problem):
                               f"{tuple(X.shape)}, y {tuple(y.shape)}, w {tuple(w.shape)}; "
                               "expected (S, P) or (P,), (S, b, ...), (S, b), (S, b)")
         device, dtype = params.device, params.dtype
-        X, w = _on(X, device, dtype), _on(w, device, dtype)
-        y = _on(y, device, torch.long)
+        X, w = placed(X, device, dtype), placed(w, device, dtype)
+        y = placed(y, device, torch.long)
         module = self._module(device, dtype)
         shape = (S, self._layout.size) if kind == "grad" else (S,)
         differentiable = kind == "loss" and params.requires_grad
@@ -443,7 +452,7 @@ class NeuralProblem(Problem):
         order = []
         ctx = nullcontext() if differentiable else torch.no_grad()
         with ctx:
-            for rows in _chunks(S, solo, self._chunk(X)):
+            for rows in chunks(S, solo, self._chunk(X)):
                 # a round of small steps is bound by the host on a GPU: every client at
                 # once takes no slice of the arguments at all
                 p = params if params.ndim == 1 or rows is EVERY else params[rows]
@@ -478,28 +487,6 @@ class NeuralProblem(Problem):
             perm = torch.cat(order)
             return torch.cat(pieces)[torch.argsort(perm)]
         return out
-
-
-#: The chunk of every client.
-EVERY = slice(None)
-
-
-def _chunks(S: int, solo: torch.Tensor | None, step: int):
-    """The chunks of at most ``step`` of the S clients that run vectorised: ``EVERY``
-    when that is all of them at once, else slices, or (with batch statistics, ``solo``
-    (S,) marking the clients that run alone) index tensors of the others."""
-    if solo is None:
-        return [EVERY] if step >= S else [slice(a, a + step) for a in range(0, S, step)]
-    regular = torch.nonzero(~solo).reshape(-1)
-    if regular.numel() == S and step >= S:
-        return [EVERY]
-    return [regular[a:a + step] for a in range(0, regular.numel(), step)]
-
-
-def _on(t: torch.Tensor, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
-    """``t`` on ``device`` in ``dtype``; ``t`` itself, without a dispatched call, when it
-    is already."""
-    return t if t.dtype == dtype and t.device == device else t.to(device=device, dtype=dtype)
 
 
 def _reads_a_value(exc: RuntimeError) -> bool:
