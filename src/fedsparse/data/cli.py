@@ -3,7 +3,7 @@
 ``fedsparse data describe digits --partition label_skew --clients 20
 --labels-per-client 2 --seed 0 --plot out.png`` prints every client's size and label
 histogram (:func:`~fedsparse.data.partition.describe_partition`) and optionally saves
-the client x label heat map (:func:`~fedsparse.report.partition_plots.plot_partition`).
+the client x label heat map (:func:`~fedsparse.report.partition_plots.plot_histogram`).
 
 ``fedsparse data write digits --partition dirichlet --clients 50 --out DIR`` writes the
 split in the on-disk format (:mod:`fedsparse.data.ondisk`) that training reads a client
@@ -127,7 +127,6 @@ def _partition_kwargs(args) -> dict:
 
 def cmd_describe(args) -> int:
     """Load, partition, print the description; returns the exit status."""
-    from ..report.partition_plots import plot_partition
     from .partition import describe_partition
     from .real import REGRESSION, _scale, load_named, make_partition
 
@@ -157,13 +156,21 @@ def cmd_describe(args) -> int:
         lpc = desc["labels_per_client"]
         print(f"labels per client: min {lpc.min()}, max {lpc.max()}; "
               f"unassigned examples: {desc['unassigned']}")
+    return _table_and_plot(desc, args.plot, f"{args.dataset}, {args.partition}, "
+                           f"{args.clients} clients")
+
+
+def _table_and_plot(desc: dict, plot: str | None, title: str) -> int:
+    """Print a description's table and, with ``--plot``, save its client x label heat
+    map (from the histogram it holds; none for continuous targets); the exit status."""
+    from ..report.partition_plots import plot_histogram
+
     print(desc["table"])
-    if args.plot:
-        if regression:
+    if plot:
+        if "histogram" not in desc:
             print("no plot: the targets are continuous (no labels to histogram)")
         else:
-            out = plot_partition(parts, y, args.plot, title=f"{args.dataset}, {args.partition}, "
-                                 f"{args.clients} clients")
+            out = plot_histogram(desc["histogram"], desc["classes"], plot, title=title)
             print(f"wrote {out}")
     return 0
 
@@ -177,7 +184,6 @@ def _continuous(y: np.ndarray) -> bool:
 def _describe_ondisk(args) -> int:
     """``data describe ondisk --path DIR``: the written folder's clients, read from its
     index and labels (the features stay on disk)."""
-    from ..report.partition_plots import plot_histogram
     from .ondisk import open_federated
     from .partition import describe_clients
 
@@ -197,15 +203,7 @@ def _describe_ondisk(args) -> int:
     if not regression:
         lpc = desc["labels_per_client"]
         print(f"labels per client: min {lpc.min()}, max {lpc.max()}")
-    print(desc["table"])
-    if args.plot:
-        if regression:
-            print("no plot: the targets are continuous (no labels to histogram)")
-        else:
-            out = plot_histogram(desc["histogram"], desc["classes"], args.plot,
-                                 title=f"{data.name}, {desc['num_clients']} clients")
-            print(f"wrote {out}")
-    return 0
+    return _table_and_plot(desc, args.plot, f"{data.name}, {desc['num_clients']} clients")
 
 
 def cmd_write(args) -> int:

@@ -41,8 +41,7 @@ def describe_partition(parts, y=None) -> dict:
            "duplicates": int((mult > 1).sum())}
     header = f"{len(parts)} clients, {int(sizes.sum())} examples"
     if y is None:
-        lines = [header] + [f"client {i:4d}: {s:7d}" for i, s in enumerate(sizes)]
-        out["table"] = "\n".join(lines)
+        out["table"] = _sizes_table(header, sizes, len(parts))
         return out
     classes, codes = _labels(y)
     if allidx.size and (allidx.min() < 0 or allidx.max() >= codes.size):
@@ -77,8 +76,7 @@ def describe_clients(sizes, y=None) -> dict:
     out = {"num_clients": N, "sizes": sizes, "total": int(sizes.sum()), "duplicates": 0}
     header = f"{N} clients, {out['total']} examples"
     if y is None:
-        rows = [f"client {i:4d}: {s:7d}" for i, s in enumerate(sizes[:shown])]
-        out["table"] = "\n".join([header, *rows, *_more(N - shown)])
+        out["table"] = _sizes_table(header, sizes, shown)
         return out
     classes, codes = _labels(y)
     if codes.size != out["total"]:
@@ -90,6 +88,12 @@ def describe_clients(sizes, y=None) -> dict:
                unassigned=0)
     out["table"] = _table(header + f", {classes.size} labels", sizes, hist, classes, shown)
     return out
+
+
+def _sizes_table(header: str, sizes: np.ndarray, shown: int) -> str:
+    """The printable sizes of the first ``shown`` clients (no labels)."""
+    rows = [f"client {i:4d}: {s:7d}" for i, s in enumerate(sizes[:shown])]
+    return "\n".join([header, *rows, *_more(len(sizes) - shown)])
 
 
 def _table(header: str, sizes: np.ndarray, hist: np.ndarray, classes: np.ndarray,
