@@ -45,14 +45,10 @@ def mlp_layers(module: nn.Module, layout: ParamLayout):
 
 
 @functools.cache
-def _minus_one_on(dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    return torch.full((1, 1, 1), -1.0, dtype=dtype, device=device)
-
-
-def _minus_one(like: torch.Tensor) -> torch.Tensor:
-    """A (1, 1, 1) -1 in ``like``'s dtype and device, made once: the softmax's gradient
+def _minus_one(dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """A (1, 1, 1) -1 in ``dtype`` on ``device``, made once: the softmax's gradient
     subtracts it at each label (one dispatched call fewer a step than a fresh one)."""
-    return _minus_one_on(like.dtype, like.device)
+    return torch.full((1, 1, 1), -1.0, dtype=dtype, device=device)
 
 
 def mlp_grad(layers, p: torch.Tensor, X: torch.Tensor, y: torch.Tensor, w: torch.Tensor
@@ -91,7 +87,7 @@ def mlp_grad(layers, p: torch.Tensor, X: torch.Tensor, y: torch.Tensor, w: torch
             bias = (p[bsl].expand(s, -1) if shared else p[:, bsl]).unsqueeze(1)
             z = torch.baddbmm(bias, h, W)
     delta = torch.softmax(z, dim=-1)
-    delta.scatter_add_(-1, y.unsqueeze(-1), _minus_one(delta).expand(s, b, 1))
+    delta.scatter_add_(-1, y.unsqueeze(-1), _minus_one(delta.dtype, delta.device).expand(s, b, 1))
     delta.mul_(w.unsqueeze(-1))
     blocks = []  # the gradient's blocks, last layer first
     for i in range(len(layers) - 1, -1, -1):
