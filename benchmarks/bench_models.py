@@ -9,8 +9,11 @@ Each case times one FedAvg round (5 local steps) three ways, alternating them:
 * merged: ONE model trained for 5 steps on the merged batch of all clients, the same
   forward/backward FLOPs with no per-client structure: the compute bound of the round.
   On CUDA the bound is tuned (``cudnn.benchmark``, TF32, channels-last for convolutional
-  models, and bf16 autocast with ``--bf16``), so the targets compare with what the GPU
-  can do, not with an untuned model.
+  models), so the targets compare with what the GPU can do, not with an untuned model.
+
+``--bf16`` runs all three ways' forward passes under bfloat16 autocast (fedsparse's opt-in
+``neural(..., autocast="bf16")``; the loop and the bound under :func:`torch.autocast`), so
+the targets are then measured in lower precision, like against like.
 
 All three run with freed memory kept for reuse, as during ``fs.simulate``
 (:func:`fedsparse._memory.keep_freed_memory`), so the ratios compare code, not the C
@@ -27,7 +30,8 @@ allocator's settings. Targets (printed with "met" or "MISSED"):
 Run: ``python benchmarks/bench_models.py --device cpu`` (a few minutes on 2 busy cores;
 ``--quick`` times fewer repeats). On CUDA it also times the stacked path against vmap for
 the small CNN, ResNet-20 and SAFARI's round, and SAFARI's round with TF32 and cudnn's
-autotuner on (no targets), and ``--profile`` prints the kernels of that round.
+autotuner on and with ``autocast="bf16"`` (no targets), and ``--profile`` prints the
+kernels of that round.
 """
 
 from __future__ import annotations
@@ -76,8 +80,14 @@ def make_data(clients, per_client, feature_shape, device, classes=10, seed=0):
     return data if device.type == "cpu" else data.to_device(device)
 
 
-def fedsparse_round(module_fn, data, batch, optimizer="sgd", client_batch=None, path="auto"):
-    problem = fs.problems.neural(module_fn(), path=path)
+def low_precision(bf16: bool, device):
+    """bfloat16 autocast on ``device`` where ``bf16``, else nothing."""
+    return torch.autocast(device.type, dtype=torch.bfloat16) if bf16 else nullcontext()
+
+
+def fedsparse_round(module_fn, data, batch, optimizer="sgd", client_batch=None, path="auto",
+                    autocast=None):
+    problem = fs.problems.neural(module_fn(), path=path, autocast=autocast)
     algo = fs.algorithms.fed_avg(step_size=LR if optimizer == "sgd" else 1e-3,
                                  local_steps=STEPS, batch_size=batch, optimizer=optimizer)
     algo = algo.bind(problem, data)
@@ -107,7 +117,7 @@ def _batches(data, batch):
     return [ctx.batch_index(k, batch)[0] for k in range(STEPS)]
 
 
-def loop_round(module_fn, data, batch, device, optimizer="sgd"):
+def loop_round(module_fn, data, batch, device, optimizer="sgd", bf16=False):
     """The same work, one nn.Module and one optimiser per client."""
     N = data.num_clients
     template = module_fn().to(device)
@@ -125,7 +135,9 @@ def loop_round(module_fn, data, batch, device, optimizer="sgd"):
             for k in range(STEPS):
                 idx = batches[k][i]
                 opt.zero_grad()
-                loss = torch.nn.functional.cross_entropy(model(Xs[i, idx]), ys[i, idx])
+                with low_precision(bf16, device):
+                    logits = model(Xs[i, idx])
+                loss = torch.nn.functional.cross_entropy(logits.float(), ys[i, idx])
                 loss.backward()
                 opt.step()
             flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
@@ -154,7 +166,8 @@ def tuned(cuda: bool):
 
 def merged_round(module_fn, data, batch, device, optimizer="sgd", bf16=False):
     """One model, 5 steps on the merged batch of every client: the FLOP-equal bound,
-    tuned on CUDA (channels-last for convolutional models, optional bf16 autocast)."""
+    tuned on CUDA (channels-last for convolutional models), its forward in bfloat16 where
+    ``bf16``."""
     N = data.num_clients
     model = module_fn().to(device)
     X = data.train.dense_X()
@@ -174,9 +187,9 @@ def merged_round(module_fn, data, batch, device, optimizer="sgd", bf16=False):
         with tuned(cuda):
             for k in range(STEPS):
                 opt.zero_grad()
-                with torch.autocast("cuda", dtype=torch.bfloat16) if bf16 and cuda \
-                        else nullcontext():
-                    loss = torch.nn.functional.cross_entropy(model(batches[k]), labels)
+                with low_precision(bf16, device):
+                    logits = model(batches[k])
+                loss = torch.nn.functional.cross_entropy(logits.float(), labels)
                 loss.backward()
                 opt.step()
 
@@ -186,9 +199,10 @@ def merged_round(module_fn, data, batch, device, optimizer="sgd", bf16=False):
 def compare(name, module_fn, clients, feature_shape, batch, device, repeats, *,
             optimizer="sgd", loop=True, bf16=False):
     data = make_data(clients, max(50, 2 * batch), feature_shape, device)
-    fns = {"fedsparse": fedsparse_round(module_fn, data, batch, optimizer)}
+    fns = {"fedsparse": fedsparse_round(module_fn, data, batch, optimizer,
+                                        autocast="bf16" if bf16 else None)}
     if loop:
-        fns["loop"] = loop_round(module_fn, data, batch, device, optimizer)
+        fns["loop"] = loop_round(module_fn, data, batch, device, optimizer, bf16)
     fns["merged"] = merged_round(module_fn, data, batch, device, optimizer, bf16)
     t = time_side_by_side(fns, device, repeats)
     P = sum(p.numel() for p in module_fn().parameters())
@@ -198,8 +212,9 @@ def compare(name, module_fn, clients, feature_shape, batch, device, repeats, *,
                 f"({t['loop'] / t['fedsparse']:5.2f}x faster)"
     text += f" | merged-batch bound {t['merged'] * 1e3:8.1f} ms " \
             f"({t['fedsparse'] / t['merged']:5.2f}x the bound)"
+    low = ", forward in bf16" if bf16 else ""
     print(f"{name} ({P:,} parameters), {clients} clients, {STEPS} {optimizer} steps x "
-          f"batch {batch}:\n{text}", flush=True)
+          f"batch {batch}{low}:\n{text}", flush=True)
     return {"ours": t["fedsparse"], "speedup": t["loop"] / t["fedsparse"] if loop else None,
             "bound": t["fedsparse"] / t["merged"]}
 
@@ -218,14 +233,14 @@ def cnn():
     return fs.models.cnn(1, 10, 28)
 
 
-def run_cpu(device, repeats, quick):
+def run_cpu(device, repeats, quick, bf16=False):
     out = []
-    m = compare("MLP 784-100-10", mlp, 100, (784,), 20, device, repeats)
+    m = compare("MLP 784-100-10", mlp, 100, (784,), 20, device, repeats, bf16=bf16)
     target(out, "MLP, 100 clients: >= 3x the per-client loop", f"{m['speedup']:.2f}x",
            m["speedup"] >= 3)
     target(out, "MLP, 100 clients: within 3x of the merged bound", f"{m['bound']:.2f}x",
            m["bound"] <= 3)
-    c = compare("small CNN", cnn, 20, (1, 28, 28), 20, device, repeats)
+    c = compare("small CNN", cnn, 20, (1, 28, 28), 20, device, repeats, bf16=bf16)
     target(out, "small CNN, 20 clients: >= 1.2x the per-client loop",
            f"{c['speedup']:.2f}x", c["speedup"] >= 1.2)
     if not quick:
@@ -279,16 +294,19 @@ def run_cuda(device, repeats, quick, bf16, profile=False):
            s["ours"] <= 0.150)
     # Not a target: how much of the gap to the bound is the bound's TF32 matrix products
     # and cudnn's autotuner, which fedsparse's rounds leave at PyTorch's defaults (off),
-    # and how much the path: the stacked one ("auto" takes it) against vmap
+    # how much the path: the stacked one ("auto" takes it) against vmap, and what the
+    # opt-in bfloat16 forward gives
     data = make_data(50, 128, (1, 32, 32), device)
-    vmap, stacked = (fedsparse_round(lambda: fs.models.resnet20(10, 1), data, 64, "adam",
-                                     path=p) for p in ("vmap", "stacked"))
+    vmap, stacked, low = (fedsparse_round(lambda: fs.models.resnet20(10, 1), data, 64, "adam",
+                                          path=p, autocast=a)
+                          for p, a in (("vmap", None), ("stacked", None), ("stacked", "bf16")))
     t = time_side_by_side({"vmap": vmap, "vmap, TF32": _tuned(vmap),
-                           "stacked": stacked, "stacked, TF32": _tuned(stacked)},
-                          device, repeats)
+                           "stacked": stacked, "stacked, TF32": _tuned(stacked),
+                           "stacked, bf16": low}, device, repeats)
     print("  SAFARI's round, fedsparse's paths (TF32: with TF32 products and cudnn's "
-          "autotuner): " + ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in t.items()) +
-          " (no target)", flush=True)
+          "autotuner; bf16: autocast=\"bf16\"): "
+          + ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in t.items()) + " (no target)",
+          flush=True)
     if profile:
         profile_call(stacked, device)
     if not quick:
@@ -313,7 +331,8 @@ def main(argv=None):
     parser.add_argument("--quick", action="store_true", help="fewer repeats, fewer cases")
     parser.add_argument("--repeats", type=int, default=None)
     parser.add_argument("--bf16", action="store_true",
-                        help="CUDA only: bf16 autocast in the merged bound")
+                        help="every way's forward passes in bfloat16 (fedsparse's "
+                             "autocast=\"bf16\"), the targets measured in lower precision")
     parser.add_argument("--profile", action="store_true",
                         help="CUDA only: print the kernels of SAFARI's round, by GPU time")
     args = parser.parse_args(argv)
@@ -332,7 +351,7 @@ def main(argv=None):
     with keep_freed_memory():
         results = (run_cuda(device, repeats, args.quick, args.bf16, args.profile)
                    if device.type == "cuda"
-                   else run_cpu(device, repeats, args.quick))
+                   else run_cpu(device, repeats, args.quick, args.bf16))
     print("targets:")
     for text, value, mark in results:
         print(f"  {mark:6s} {text} ({value})")

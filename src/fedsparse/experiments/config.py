@@ -16,7 +16,9 @@ Schema::
     client_state_memory = 0  # optional: bytes of per-client state kept in memory; beyond,
                              # memory-mapped files (default: half the free memory)
     [defaults.data]          # kind = a generator in fedsparse.data.GENERATORS + kwargs
-    [defaults.problem]       # kind = least_squares | logistic | softmax + kwargs
+    [defaults.problem]       # kind = least_squares | logistic | softmax | neural + kwargs
+                             # (neural: model = {kind = "mlp", ...}, path, chunk_clients,
+                             # autocast = "bf16" for a bfloat16 forward on a GPU)
     [defaults.algorithm]     # kind = a key of fedsparse.algorithms.REGISTRY + kwargs
     # a relative file path (data.path, a file dictionary's path) is read against the
     # working directory; the saved config.toml names it absolute

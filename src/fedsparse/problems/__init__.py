@@ -21,12 +21,14 @@ from .neural_spec import neural_from_spec
 from .protocol import Problem
 
 
-def neural_model(*, model: dict, path: str = "auto", chunk_clients: int | None = None
-                 ) -> NeuralProblem:
+def neural_model(*, model: dict, path: str = "auto", chunk_clients: int | None = None,
+                 autocast: str | None = None) -> NeuralProblem:
     """The ``neural`` problem of an experiment config: ``model`` is a table naming a model
     of :data:`fedsparse.models.REGISTRY` and its arguments, e.g.
-    ``{kind = "mlp", in_features = 784, hidden = [100], num_classes = 10}``."""
-    return neural_from_spec(model, path=path, chunk_clients=chunk_clients)
+    ``{kind = "mlp", in_features = 784, hidden = [100], num_classes = 10}``; ``path``,
+    ``chunk_clients`` and ``autocast`` as :class:`NeuralProblem` takes them."""
+    return neural_from_spec(model, path=path, chunk_clients=chunk_clients,
+                            autocast=autocast)
 
 
 #: Builders by name, as used in experiment configs (``problem.kind``).

@@ -3,7 +3,10 @@
 Every function takes one chunk of clients, ``p`` (P,) shared or (s, P) per client, ``X``
 (s, b, *feature_shape), ``y`` (s, b) long labels and ``w`` (s, b) weights, and returns (s,)
 for ``kind`` ``"loss"`` / ``"correct"`` or (s, P) for ``"grad"``. The paths give the same
-numbers up to rounding; :func:`auto_path` picks between the two general ones.
+numbers up to rounding; :func:`auto_path` picks between the two general ones. ``low``, a
+gradient's opt-in lower precision, runs each forward pass under :func:`torch.autocast` to
+that dtype and takes the logits back to float32 before the loss; the backward pass runs
+outside autocast, as PyTorch advises (:func:`forward`).
 :class:`fedsparse.problems.neural.NeuralProblem` owns the choice, the chunking and the clients
 that must run alone (batch statistics with padded rows).
 """
@@ -36,14 +39,26 @@ def weighted_correct(logits: torch.Tensor, y: torch.Tensor, w: torch.Tensor) -> 
     return torch.where(hit & (w > 0), w, torch.zeros_like(w)).sum(-1)
 
 
+def forward(call, X: torch.Tensor, low: torch.dtype | None) -> torch.Tensor:
+    """``call(X)``, the logits; with ``low`` (``torch.bfloat16``) the forward runs under
+    autocast to it and its float32 logits are returned, so that the loss and the backward
+    pass run in float32 (a backward under autocast would accumulate in the low dtype)."""
+    if low is None:
+        return call(X)
+    with torch.autocast(X.device.type, dtype=low):
+        logits = call(X)
+    return logits.float()
+
+
 def reduction(kind: str):
     """The per-client reduction of logits for a forward-only ``kind``."""
     return weighted_ce if kind == "loss" else weighted_correct
 
 
-def single_client(module: nn.Module, layout: ParamLayout, kind: str, p, X, y, w
-                  ) -> torch.Tensor:
-    """One client, ``X`` (b, ...): a scalar (loss, correct) or its (P,) gradient, by autograd."""
+def single_client(module: nn.Module, layout: ParamLayout, kind: str, p, X, y, w,
+                  low: torch.dtype | None = None) -> torch.Tensor:
+    """One client, ``X`` (b, ...): a scalar (loss, correct) or its (P,) gradient, by autograd
+    (``low``: the gradient's forward precision, see :func:`forward`)."""
     if X.shape[0] == 0:  # a client with no real rows: nothing to fit
         n = layout.size if kind == "grad" else None
         return torch.zeros(() if n is None else (n,), device=p.device, dtype=p.dtype)
@@ -51,38 +66,45 @@ def single_client(module: nn.Module, layout: ParamLayout, kind: str, p, X, y, w
         logits = functional_call(module, layout.unflatten(p), (X,))
         return reduction(kind)(logits, y, w)
     leaves = [t.detach().requires_grad_(True) for t in layout.unflatten(p).values()]
+    tensors = dict(zip(layout.names, leaves, strict=True))
     with torch.enable_grad():
-        logits = functional_call(module, dict(zip(layout.names, leaves, strict=True)), (X,))
+        logits = forward(lambda x: functional_call(module, tensors, (x,)), X, low)
         value = weighted_ce(logits, y, w)
     grads = torch.autograd.grad(value, leaves, allow_unused=True)
     return torch.cat([(torch.zeros_like(t) if g is None else g).reshape(-1)
                       for g, t in zip(grads, leaves, strict=True)])
 
 
-def looped(module: nn.Module, layout: ParamLayout, kind: str, p, X, y, w) -> torch.Tensor:
+def looped(module: nn.Module, layout: ParamLayout, kind: str, p, X, y, w,
+           low: torch.dtype | None = None) -> torch.Tensor:
     """Clients one after another: (s,) or (s, P)."""
-    res = [single_client(module, layout, kind, p if p.ndim == 1 else p[i], X[i], y[i], w[i])
-           for i in range(X.shape[0])]
+    res = [single_client(module, layout, kind, p if p.ndim == 1 else p[i], X[i], y[i], w[i],
+                         low) for i in range(X.shape[0])]
     return torch.stack(res)
 
 
-def stacked(net, layout: ParamLayout, kind: str, p, X, y, w) -> torch.Tensor:
+def stacked(net, layout: ParamLayout, kind: str, p, X, y, w,
+            low: torch.dtype | None = None) -> torch.Tensor:
     """Clients as one network with grouped layers (:mod:`._stacked`; ``net`` the stacked
     network, a :data:`._stacked.StackedNet`): (s,) or (s, P)."""
     if kind == "grad":
-        return stacked_grad(net, layout, weighted_ce, p, X, y, w)
+        run = net if low is None else \
+            (lambda tensors, x: forward(lambda xs: net(tensors, xs), x, low))
+        return stacked_grad(run, layout, weighted_ce, p, X, y, w)
     if p.ndim == 1:
         p = p.expand(X.shape[0], -1)
     return reduction(kind)(net(layout.unflatten(p), X), y, w)
 
 
-def vmapped(module: nn.Module, layout: ParamLayout, kind: str, p, X, y, w) -> torch.Tensor:
+def vmapped(module: nn.Module, layout: ParamLayout, kind: str, p, X, y, w,
+            low: torch.dtype | None = None) -> torch.Tensor:
     """Clients vectorised with :func:`torch.func.vmap`: (s,) or (s, P)."""
     pdim = None if p.ndim == 1 else 0
     pieces = layout.unflatten(p)
     if kind == "grad":
         def client_loss(tensors, Xi, yi, wi):
-            return weighted_ce(functional_call(module, tensors, (Xi,)), yi, wi)
+            logits = forward(lambda x: functional_call(module, tensors, (x,)), Xi, low)
+            return weighted_ce(logits, yi, wi)
 
         g = vmap(grad(client_loss), in_dims=(pdim, 0, 0, 0))(pieces, X, y, w)
         return torch.cat([g[n].reshape(X.shape[0], -1) for n in layout.names], dim=-1)

@@ -99,6 +99,16 @@ class NeuralProblem(Problem):
     chunk_clients : clients per vectorised call; None sizes chunks from the memory of the
         device (:func:`fedsparse._memory.memory_budget`) and each client's estimated need
         (:meth:`client_bytes`), once per device, dtype and batch shape.
+    autocast : None (the default: every computation in the parameters' dtype) or
+        ``"bf16"``, an opt-in lower precision for training on a GPU: each gradient's
+        forward pass runs under :func:`torch.autocast` to bfloat16 (convolutions and
+        matrix products in bfloat16, the rest as autocast chooses), its logits return to
+        float32 for the loss, and the backward pass, the gradient, the models and the
+        aggregation stay float32. Losses and accuracies (evaluation) are computed in
+        float32. Results change (bfloat16 keeps 8 bits of mantissa): a run with it is not
+        the float32 run and does not reproduce pinned float32 numbers. Needs float32
+        parameters, and an autograd path (a plain MLP then runs ``"vmap"``, not its
+        float32 closed form).
 
     Attributes
     ----------
@@ -115,13 +125,19 @@ class NeuralProblem(Problem):
     blocks = 1
 
     def __init__(self, module: nn.Module, *, dtype: torch.dtype | None = None,
-                 path: str = "auto", chunk_clients: int | None = None):
+                 path: str = "auto", chunk_clients: int | None = None,
+                 autocast: str | None = None):
         if not isinstance(module, nn.Module):
             raise fail("module", type(module).__name__, "must be a torch.nn.Module")
         check_dtype("dtype", dtype, allow_none=True)
         self.path = check_choice("path", path, ("auto", "vmap", "loop", "mlp", "stacked"))
         self.chunk_clients = check_int("chunk_clients", chunk_clients, minimum=1,
                                        allow_none=True)
+        self.autocast = check_choice("autocast", autocast, (None, "bf16"))
+        if autocast is not None and path == "mlp":
+            raise fail("path", path, "computes the MLP's gradient in closed form in the "
+                       "parameters' dtype, without autocast; with autocast=\"bf16\" leave "
+                       "path \"auto\" (or give \"vmap\")")
         template = copy.deepcopy(module)
         self._layout = ParamLayout.from_module(template)
         if len(self._layout) == 0:
@@ -137,7 +153,8 @@ class NeuralProblem(Problem):
         self._batch_stats = any(isinstance(m, nn.modules.batchnorm._BatchNorm)
                                 for m in template.modules())
         self._has_conv = any(isinstance(m, nn.modules.conv._ConvNd) for m in template.modules())
-        self._mlp = mlp_layers(template, self._layout) if path in ("auto", "mlp") else None
+        self._mlp = mlp_layers(template, self._layout) \
+            if path in ("auto", "mlp") and autocast is None else None
         self._stacked = None
         if path in ("auto", "stacked"):
             self._stacked = sequential_stack(template) or resnet_stack(template)
@@ -164,7 +181,8 @@ class NeuralProblem(Problem):
         return self._template
 
     def __repr__(self) -> str:
-        return f"NeuralProblem({self.module_name}, P={self._layout.size})"
+        low = "" if self.autocast is None else f", autocast={self.autocast!r}"
+        return f"NeuralProblem({self.module_name}, P={self._layout.size}{low})"
 
     # ------------------------------------------------------------------ the Problem contract
     def param_dim(self, feature_dim: int | None = None) -> int:
@@ -252,10 +270,13 @@ class NeuralProblem(Problem):
         ------
         ConfigError
             naming the feature shape and the model if the model rejects inputs of that
-            shape or does not return ``(batch, C)`` logits with C >= 2, and naming the labels
-            if any is not an integer in [0, C).
+            shape or does not return ``(batch, C)`` logits with C >= 2, naming the labels
+            if any is not an integer in [0, C), and naming ``autocast`` if the data (and
+            so the run's models) are not float32.
         """
         check_dense_features(data, repr(self))
+        # a run's models take its data's dtype: refused now, not at the first gradient
+        self._check_model_dtype(data.dtype)
         shape = getattr(data, "feature_shape", None)
         if shape is None:
             shape = tuple(data.train.X.shape[2:])
@@ -415,7 +436,25 @@ class NeuralProblem(Problem):
             return "loop"  # the closed form covers gradients only
         if self.path != "auto":
             return self.path
-        return auto_path(X, self._has_conv, self._stack)
+        method = auto_path(X, self._has_conv, self._stack)
+        if method == "vmap" and self.autocast is not None and self._batch_stats:
+            return "loop" if self._stack is None else "stacked"  # (see _run)
+        return method
+
+    def _check_model_dtype(self, dtype: torch.dtype) -> None:
+        """Refuse models of ``dtype`` if the problem cannot train them: ``autocast`` needs
+        float32."""
+        if self.autocast is not None and dtype != torch.float32:
+            raise fail("autocast", self.autocast,
+                       f"runs float32 models' forward passes in bfloat16; this model is "
+                       f"{dtype}: give dtype float32, or leave autocast out")
+
+    def _low(self, dtype: torch.dtype) -> torch.dtype | None:
+        """The dtype a gradient's forward pass runs in under autocast (None: no autocast)."""
+        if self.autocast is None:
+            return None
+        self._check_model_dtype(dtype)
+        return torch.bfloat16
 
     def _run(self, kind: str, params, X, y, w) -> torch.Tensor:
         params = self._check_params(params)
@@ -426,6 +465,7 @@ class NeuralProblem(Problem):
                               f"{tuple(X.shape)}, y {tuple(y.shape)}, w {tuple(w.shape)}; "
                               "expected (S, P) or (P,), (S, b, ...), (S, b), (S, b)")
         device, dtype = params.device, params.dtype
+        low = self._low(dtype) if kind == "grad" else None
         X, w = placed(X, device, dtype), placed(w, device, dtype)
         y = placed(y, device, torch.long)
         module = self._module(device, dtype)
@@ -447,6 +487,13 @@ class NeuralProblem(Problem):
         pieces = [] if differentiable else None
         out = None if differentiable else torch.empty(shape, device=device, dtype=dtype)
         method = self._method(X)
+        if low is not None and method == "vmap" and self._batch_stats:
+            # torch's batch-norm backward under vmap refuses bfloat16 inputs with float32
+            # weights (torch 2.13); the stacked and loop paths take them
+            raise fail("autocast", self.autocast,
+                       f"cannot run {self.module_name}'s batch norms on the vmap path; give "
+                       "path=\"loop\" (or \"stacked\" for networks that stack), or leave "
+                       "autocast out")
         run = PATHS[method]
         net = self._stacked if method == "stacked" else module
         order = []
@@ -461,7 +508,7 @@ class NeuralProblem(Problem):
                     res = mlp_grad(self._mlp, p, Xr, yr, wr)
                 else:
                     try:
-                        res = run(net, self._layout, kind, p, Xr, yr, wr)
+                        res = run(net, self._layout, kind, p, Xr, yr, wr, low)
                     except RuntimeError as exc:
                         if method == "vmap" and _reads_a_value(exc):
                             raise _vmap_refused(exc, self._template) from None
@@ -477,7 +524,7 @@ class NeuralProblem(Problem):
                 real = w[i] > 0
                 p = params if params.ndim == 1 else params[i]
                 res = single_client(module, self._layout, kind, p, X[i][real], y[i][real],
-                                    w[i][real])
+                                    w[i][real], low)
                 if differentiable:
                     pieces.append(res.reshape(1))
                     order.append(torch.tensor([i], device=device))
@@ -503,7 +550,7 @@ def _vmap_refused(exc: RuntimeError, module: nn.Module) -> ConfigError:
 
 
 def neural(module: nn.Module, *, dtype: torch.dtype | None = None, path: str = "auto",
-           chunk_clients: int | None = None) -> NeuralProblem:
+           chunk_clients: int | None = None, autocast: str | None = None) -> NeuralProblem:
     """Cross-entropy classification with the torch ``module`` (see :class:`NeuralProblem`).
 
     >>> import fedsparse as fs
@@ -511,4 +558,5 @@ def neural(module: nn.Module, *, dtype: torch.dtype | None = None, path: str = "
     >>> problem.param_dim()
     79510
     """
-    return NeuralProblem(module, dtype=dtype, path=path, chunk_clients=chunk_clients)
+    return NeuralProblem(module, dtype=dtype, path=path, chunk_clients=chunk_clients,
+                         autocast=autocast)

@@ -22,7 +22,7 @@ def neural_from_spec(spec: Mapping, *, feature_shape: tuple[int, ...] | None = N
         ``image_size`` (conv models) and ``num_classes`` default to the data's.
     feature_shape : the data's feature shape, e.g. ``(784,)`` or ``(1, 28, 28)``.
     num_classes : the data's number of classes.
-    **options : passed to :func:`neural` (``dtype``, ``path``, ``chunk_clients``).
+    **options : passed to :func:`neural` (``dtype``, ``path``, ``chunk_clients``, ``autocast``).
     """
     from ..models import REGISTRY
 
