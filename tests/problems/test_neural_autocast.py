@@ -108,7 +108,7 @@ def test_batch_norm_avoids_vmap_under_autocast():
     p = auto.init_params(0)
     assert torch.isfinite(auto.grad(p, X, y, w)).all()
     with pytest.raises(ConfigError, match="autocast='bf16' is invalid: cannot run .*vmap"):
-        fs.problems.neural(net, path="vmap", autocast="bf16").grad(p, X, y, w)
+        fs.problems.neural(net, path="vmap", autocast="bf16")
 
 
 def test_the_refusals_name_the_option():
@@ -184,3 +184,18 @@ def test_a_float64_run_with_it_is_refused_before_any_run_starts(tmp_path):
     assert code == 2
     assert "run 'bf16': autocast='bf16' is invalid" in err.getvalue()
     assert not (tmp_path / "out" / "float32").exists()  # the first run never started
+
+
+def test_a_checkpoint_resumes_only_with_the_precision_it_was_written_with(tmp_path):
+    data = fs.data.fedprox_synthetic(num_clients=3, seed=0)
+    algorithm = fs.algorithms.fed_avg(step_size=0.05, local_steps=2, batch_size=10)
+    net = fs.models.mlp(60, (8,), 10)
+    ckpt = tmp_path / "run.pt"
+    fs.simulate(algorithm, fs.problems.neural(net, autocast="bf16"), data, rounds=2,
+                checkpoint=ckpt, checkpoint_every=1)
+    with pytest.raises(ConfigError, match="problem"):
+        fs.simulate(algorithm, fs.problems.neural(net), data, rounds=3, checkpoint=ckpt,
+                    resume=True)
+    resumed = fs.simulate(algorithm, fs.problems.neural(net, autocast="bf16"), data,
+                          rounds=3, checkpoint=ckpt, resume=True)
+    assert len(resumed.records) == 3

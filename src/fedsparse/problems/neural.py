@@ -152,6 +152,13 @@ class NeuralProblem(Problem):
         self.module_name = type(module).__name__
         self._batch_stats = any(isinstance(m, nn.modules.batchnorm._BatchNorm)
                                 for m in template.modules())
+        if autocast is not None and path == "vmap" and self._batch_stats:
+            # torch's batch-norm backward under vmap refuses bfloat16 inputs with float32
+            # weights (torch 2.13); the stacked and loop paths take them
+            raise fail("autocast", autocast,
+                       f"cannot run {self.module_name}'s batch norms on the vmap path; give "
+                       "path=\"loop\" (or \"stacked\" for networks that stack), or leave "
+                       "autocast out")
         self._has_conv = any(isinstance(m, nn.modules.conv._ConvNd) for m in template.modules())
         self._mlp = mlp_layers(template, self._layout) \
             if path in ("auto", "mlp") and autocast is None else None
@@ -438,7 +445,7 @@ class NeuralProblem(Problem):
             return self.path
         method = auto_path(X, self._has_conv, self._stack)
         if method == "vmap" and self.autocast is not None and self._batch_stats:
-            return "loop" if self._stack is None else "stacked"  # (see _run)
+            return "loop" if self._stack is None else "stacked"  # (see __init__)
         return method
 
     def _check_model_dtype(self, dtype: torch.dtype) -> None:
@@ -487,13 +494,6 @@ class NeuralProblem(Problem):
         pieces = [] if differentiable else None
         out = None if differentiable else torch.empty(shape, device=device, dtype=dtype)
         method = self._method(X)
-        if low is not None and method == "vmap" and self._batch_stats:
-            # torch's batch-norm backward under vmap refuses bfloat16 inputs with float32
-            # weights (torch 2.13); the stacked and loop paths take them
-            raise fail("autocast", self.autocast,
-                       f"cannot run {self.module_name}'s batch norms on the vmap path; give "
-                       "path=\"loop\" (or \"stacked\" for networks that stack), or leave "
-                       "autocast out")
         run = PATHS[method]
         net = self._stacked if method == "stacked" else module
         order = []
