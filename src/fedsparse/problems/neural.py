@@ -491,15 +491,18 @@ class NeuralProblem(Problem):
         # Without batch statistics every client is regular: no data-dependent index (whose
         # size would need a device-to-host synchronisation on a GPU).
         solo = (w <= 0).any(-1) if self._batch_stats else None
+        parts = chunks(S, solo, self._chunk(X))
+        whole = len(parts) == 1 and parts[0] is EVERY  # the result is the one call's
         pieces = [] if differentiable else None
-        out = None if differentiable else torch.empty(shape, device=device, dtype=dtype)
+        out = None if differentiable or whole else \
+            torch.empty(shape, device=device, dtype=dtype)
         method = self._method(X)
         run = PATHS[method]
         net = self._stacked if method == "stacked" else module
         order = []
         ctx = nullcontext() if differentiable else torch.no_grad()
         with ctx:
-            for rows in chunks(S, solo, self._chunk(X)):
+            for rows in parts:
                 # a round of small steps is bound by the host on a GPU: every client at
                 # once takes no slice of the arguments at all
                 p = params if params.ndim == 1 or rows is EVERY else params[rows]
