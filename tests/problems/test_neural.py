@@ -544,6 +544,30 @@ def test_closed_form_mlp_gradient_matches_autograd(hidden, shared):
                                rtol=1e-10, atol=1e-12)
 
 
+@pytest.mark.parametrize("layout", ["rows at an offset", "one row expanded", "every second "
+                                    "column", "column-major", "chunks of two"])
+def test_closed_form_mlp_reads_parameters_in_any_memory_layout(layout):
+    # The closed form reads each layer's weights and bias as strided views of the
+    # parameters' memory (offset, row and column strides): the same gradient as vmap
+    # for every layout a caller or a chunk of clients can hand it
+    gen = torch.Generator().manual_seed(4)
+    fast = fs.problems.neural(models.mlp(12, (6, 5), 4), path="mlp",
+                              chunk_clients=2 if layout == "chunks of two" else None)
+    slow = fs.problems.neural(models.mlp(12, (6, 5), 4), path="vmap")
+    P, S = fast.param_dim(), 3
+    store = torch.randn(2 * S, 2 * P, generator=gen, dtype=F64)
+    params = {"rows at an offset": store[2:2 + S, :P], "one row expanded":
+              store[1, :P].expand(S, -1), "every second column": store[:S, ::2],
+              "column-major": store[:S, :P].t().contiguous().t(),
+              "chunks of two": store[:S, P:]}[layout]
+    X = torch.randn(S, 5, 12, generator=gen, dtype=F64)
+    y = torch.randint(0, 4, (S, 5), generator=gen).to(F64)
+    w = torch.rand(S, 5, generator=gen, dtype=F64)
+    torch.testing.assert_close(fast.grad(params, X, y, w),
+                               slow.grad(params.contiguous(), X, y, w), rtol=1e-10,
+                               atol=1e-12)
+
+
 def test_an_mlp_with_a_parameter_outside_its_layers_takes_the_general_path():
     # The closed form writes the gradient of its layers' parameters only: a Sequential
     # holding one more (registered beside the layers) must not take it

@@ -68,24 +68,28 @@ def mlp_grad(layers, p: torch.Tensor, X: torch.Tensor, y: torch.Tensor, w: torch
     the order of the flat vector.
     """
     s, b = X.shape[:2]
-    shared = p.ndim == 1
+    # Every operand is a view of p's memory made by one as_strided call (a slice, a view
+    # and a transpose each otherwise: a round of small steps on a GPU is bound by such
+    # calls), with the strides those calls would give: client k's block at row stride rs
+    # (0 for one shared model), element j at column stride cs.
+    rs, cs = (0, p.stride(0)) if p.ndim == 1 else p.stride()
+    base = p.storage_offset()
 
-    def weight(sl, shape):
-        return p[sl].view(shape).expand(s, *shape) if shared else p[:, sl].view(s, *shape)
+    def view(sl, size, stride):
+        return p.as_strided((s, *size), (rs, *stride), base + sl.start * cs)
 
     h = X if X.ndim == 3 else X.reshape(s, b, -1)
     inputs, weights, z = [], [], None
-    for i, (wsl, bsl, shape) in enumerate(layers):
+    for i, (wsl, bsl, (out, inp)) in enumerate(layers):
         if i:
             h = z.relu_()  # z itself is not needed again
         inputs.append(h)
-        weights.append(weight(wsl, shape))  # (s, out, in), again in the backward
-        W = weights[-1].transpose(-1, -2)
+        weights.append(view(wsl, (out, inp), (inp * cs, cs)))  # (s, out, in), backward
+        W = view(wsl, (inp, out), (cs, inp * cs))  # (s, in, out): its transpose
         if bsl is None:
             z = torch.bmm(h, W)
         else:
-            bias = (p[bsl].expand(s, -1) if shared else p[:, bsl]).unsqueeze(1)
-            z = torch.baddbmm(bias, h, W)
+            z = torch.baddbmm(view(bsl, (1, out), (out * cs, cs)), h, W)
     delta = torch.softmax(z, dim=-1)
     delta.scatter_add_(-1, y.unsqueeze(-1), _minus_one(delta.dtype, delta.device).expand(s, b, 1))
     delta.mul_(w.unsqueeze(-1))
