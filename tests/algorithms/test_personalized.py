@@ -425,11 +425,23 @@ def test_runs_on_a_neural_problem_and_records_both_models(name):
     per_round = None if name in ("fedmac", "pfedme") else 2
     h = fs.simulate(algo, problem, data, rounds=2, seed=0, clients_per_round=per_round)
     P = problem.param_dim()
-    assert h.personal_models.shape == (3, P) and torch.isfinite(h.personal_models).all()
+    personal = h.personal_models
+    assert personal.shape == (3, P) and torch.isfinite(personal).all()
     for r in h.records:
         for key in ("accuracy", "test_accuracy", "personal_accuracy",
                     "personal_test_accuracy"):
             assert 0.0 <= r[key] <= 1.0
+    # the network trained: the objective fell and every client's personal model fits its
+    # own two classes better than the shared start (a third right, at chance, before)
+    assert h.records[-1]["objective"] < h.initial["objective"]
+    assert h.records[-1]["personal_accuracy"] >= h.initial["personal_accuracy"] + 0.15
+    # and the personal models of the clients that trained are personal: apart from the
+    # global model and from each other
+    trained = sorted({c for r in h.records for c in r["delivered_clients"]})
+    assert len(trained) >= 2
+    assert (personal[trained] - h.model).abs().amax(1).min() > 1e-3
+    assert min((personal[i] - personal[j]).abs().max() for i in trained for j in trained
+               if j < i) > 1e-3
     assert repr(algo).startswith(name + "(")
 
 

@@ -95,8 +95,10 @@ def test_zero_small_rows_are_independent_and_never_unzeroed():
     # floor 0: everything below the threshold goes; floor 1: nothing does
     assert int((zero_small(x, 0.1, floor=0.0) != 0).sum()) == 3
     assert torch.equal(zero_small(x, 0.1, floor=1.0), x)
-    # leading axes are kept
-    assert zero_small(torch.full((2, 3, 4), 0.01), 0.1).shape == (2, 3, 4)
+    # leading axes are kept, and each of the 2 x 3 rows of 4 keeps its own 2 entries
+    # (not 12 of the 24 as one row)
+    assert torch.equal(zero_small(torch.full((2, 3, 4), 0.01), 0.1),
+                       torch.tensor([0.0, 0.0, 0.01, 0.01]).expand(2, 3, 4))
 
 
 def test_zero_small_bad_input():
