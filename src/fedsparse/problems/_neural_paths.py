@@ -17,6 +17,7 @@ import torch
 from torch import nn
 from torch.func import functional_call, grad, vmap
 
+from .._validation import check_choice, fail
 from ..models.layout import ParamLayout
 from ._stacked import stacked_grad
 
@@ -48,6 +49,36 @@ def forward(call, X: torch.Tensor, low: torch.dtype | None) -> torch.Tensor:
     with torch.autocast(X.device.type, dtype=low):
         logits = call(X)
     return logits.float()
+
+
+def check_autocast(autocast, path: str, batch_stats: bool, name: str) -> str | None:
+    """A neural problem's ``autocast`` (None or ``"bf16"``), refused with the paths that
+    cannot take it: the MLP's closed form (float32 arithmetic written out) and, for
+    networks with batch norms, vmap (torch's batch-norm backward under vmap refuses
+    bfloat16 inputs with float32 weights, torch 2.13; the stacked and loop paths take
+    them, and ``"auto"`` picks one of those)."""
+    check_choice("autocast", autocast, (None, "bf16"))
+    if autocast is not None and path == "mlp":
+        raise fail("path", path, "computes the MLP's gradient in closed form in the "
+                   "parameters' dtype, without autocast; with autocast=\"bf16\" leave "
+                   "path \"auto\" (or give \"vmap\")")
+    if autocast is not None and path == "vmap" and batch_stats:
+        raise fail("autocast", autocast, f"cannot run {name}'s batch norms on the vmap "
+                   "path; give path=\"loop\" (or \"stacked\" for networks that stack), or "
+                   "leave autocast out")
+    return autocast
+
+
+def autocast_dtype(autocast: str | None, dtype: torch.dtype) -> torch.dtype | None:
+    """The dtype a gradient's forward pass runs in for models of ``dtype`` (None: no
+    autocast); ConfigError naming ``autocast`` unless the models are float32."""
+    if autocast is None:
+        return None
+    if dtype != torch.float32:
+        raise fail("autocast", autocast, f"runs float32 models' forward passes in "
+                   f"bfloat16; this model is {dtype}: give dtype float32, or leave "
+                   "autocast out")
+    return torch.bfloat16
 
 
 def reduction(kind: str):

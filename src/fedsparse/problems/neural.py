@@ -56,6 +56,8 @@ from ._neural_paths import (
     EVERY,
     PATHS,
     auto_path,
+    autocast_dtype,
+    check_autocast,
     chunks,
     cross_entropy,
     placed,
@@ -133,11 +135,6 @@ class NeuralProblem(Problem):
         self.path = check_choice("path", path, ("auto", "vmap", "loop", "mlp", "stacked"))
         self.chunk_clients = check_int("chunk_clients", chunk_clients, minimum=1,
                                        allow_none=True)
-        self.autocast = check_choice("autocast", autocast, (None, "bf16"))
-        if autocast is not None and path == "mlp":
-            raise fail("path", path, "computes the MLP's gradient in closed form in the "
-                       "parameters' dtype, without autocast; with autocast=\"bf16\" leave "
-                       "path \"auto\" (or give \"vmap\")")
         template = copy.deepcopy(module)
         self._layout = ParamLayout.from_module(template)
         if len(self._layout) == 0:
@@ -152,13 +149,7 @@ class NeuralProblem(Problem):
         self.module_name = type(module).__name__
         self._batch_stats = any(isinstance(m, nn.modules.batchnorm._BatchNorm)
                                 for m in template.modules())
-        if autocast is not None and path == "vmap" and self._batch_stats:
-            # torch's batch-norm backward under vmap refuses bfloat16 inputs with float32
-            # weights (torch 2.13); the stacked and loop paths take them
-            raise fail("autocast", autocast,
-                       f"cannot run {self.module_name}'s batch norms on the vmap path; give "
-                       "path=\"loop\" (or \"stacked\" for networks that stack), or leave "
-                       "autocast out")
+        self.autocast = check_autocast(autocast, path, self._batch_stats, self.module_name)
         self._has_conv = any(isinstance(m, nn.modules.conv._ConvNd) for m in template.modules())
         self._mlp = mlp_layers(template, self._layout) \
             if path in ("auto", "mlp") and autocast is None else None
@@ -283,7 +274,7 @@ class NeuralProblem(Problem):
         """
         check_dense_features(data, repr(self))
         # a run's models take its data's dtype: refused now, not at the first gradient
-        self._check_model_dtype(data.dtype)
+        autocast_dtype(self.autocast, data.dtype)
         shape = getattr(data, "feature_shape", None)
         if shape is None:
             shape = tuple(data.train.X.shape[2:])
@@ -448,21 +439,6 @@ class NeuralProblem(Problem):
             return "loop" if self._stack is None else "stacked"  # (see __init__)
         return method
 
-    def _check_model_dtype(self, dtype: torch.dtype) -> None:
-        """Refuse models of ``dtype`` if the problem cannot train them: ``autocast`` needs
-        float32."""
-        if self.autocast is not None and dtype != torch.float32:
-            raise fail("autocast", self.autocast,
-                       f"runs float32 models' forward passes in bfloat16; this model is "
-                       f"{dtype}: give dtype float32, or leave autocast out")
-
-    def _low(self, dtype: torch.dtype) -> torch.dtype | None:
-        """The dtype a gradient's forward pass runs in under autocast (None: no autocast)."""
-        if self.autocast is None:
-            return None
-        self._check_model_dtype(dtype)
-        return torch.bfloat16
-
     def _run(self, kind: str, params, X, y, w) -> torch.Tensor:
         params = self._check_params(params)
         S = X.shape[0]
@@ -472,7 +448,7 @@ class NeuralProblem(Problem):
                               f"{tuple(X.shape)}, y {tuple(y.shape)}, w {tuple(w.shape)}; "
                               "expected (S, P) or (P,), (S, b, ...), (S, b), (S, b)")
         device, dtype = params.device, params.dtype
-        low = self._low(dtype) if kind == "grad" else None
+        low = autocast_dtype(self.autocast, dtype) if kind == "grad" else None
         X, w = placed(X, device, dtype), placed(w, device, dtype)
         y = placed(y, device, torch.long)
         module = self._module(device, dtype)
