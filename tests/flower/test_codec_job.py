@@ -197,6 +197,9 @@ def test_import_without_flwr_names_the_extra():
     ({"flower": {"round_timeout": 0.3, "poll_interval": 4}},
      r"flower\.poll_interval=4 .*at most 0\.3"),
     ({"flower": {"out_dir": 3}}, r"flower\.out_dir=3 .*string"),
+    ({"dtype": "float64", "problem": {"kind": "neural", "autocast": "bf16", "model": {
+        "kind": "mlp", "in_features": 30, "hidden": [4], "num_classes": 2}}},
+     r"autocast='bf16' is invalid: .*torch\.float64"),
 ])
 def test_a_job_is_checked_at_the_server_before_any_node_starts(change, match):
     with pytest.raises(ConfigError, match=match):

@@ -71,6 +71,7 @@ from ..experiments.config import (
 )
 from ..experiments.run_selection import pick_run
 from ..problems import REGISTRY as PROBLEMS
+from ..problems import NeuralProblem
 
 #: ``data.kind`` meaning "each node brings its own file" (node config ``data-path``).
 NODE_DATA = "node"
@@ -243,7 +244,9 @@ def job_from_config(config: dict, run: str | int | None = None) -> Job:
     if cpr is not None and cpr > job.num_clients:
         raise fail("clients_per_round", cpr, f"must be at most the number of clients "
                    f"{job.num_clients}")
-    job.build_problem()
+    problem = job.build_problem()
+    if isinstance(problem, NeuralProblem):  # its autocast needs float32 models
+        problem.check_model_dtype(job.torch_dtype)
     job.build_algorithm()  # fail here, with the builder's message, not on a node
     return job
 

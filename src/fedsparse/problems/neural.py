@@ -274,7 +274,7 @@ class NeuralProblem(Problem):
         """
         check_dense_features(data, repr(self))
         # a run's models take its data's dtype: refused now, not at the first gradient
-        autocast_dtype(self.autocast, data.dtype)
+        self.check_model_dtype(data.dtype)
         shape = getattr(data, "feature_shape", None)
         if shape is None:
             shape = tuple(data.train.X.shape[2:])
@@ -289,6 +289,11 @@ class NeuralProblem(Problem):
         self.feature_shape = shape
         check_labels(data, {float(c) for c in range(self.num_classes)}, repr(self),
                      f"integers in [0, {self.num_classes})")
+
+    def check_model_dtype(self, dtype: torch.dtype) -> None:
+        """Refuse models of ``dtype`` that the problem cannot train: with ``autocast`` a
+        ConfigError naming it unless ``dtype`` is float32."""
+        autocast_dtype(self.autocast, dtype)
 
     def loss(self, params, X, y, w) -> torch.Tensor:
         """(S,) ``sum_j w_j CE_j`` per client (differentiable if ``params`` requires grad)."""
