@@ -17,6 +17,34 @@ def one_torch_thread():
     torch.set_num_threads(threads)
 
 
+def _update_with_its_draws(algorithm, dim: int, seed: int):
+    """One client update of ``algorithm`` on two clients of 9 random least-squares rows
+    of ``dim`` features (float64), round 0 of run seed 7: ``(uploads, problem, draws)``,
+    ``draws`` a fresh ClientContext whose ``batch(k, b)`` is the k-th mini-batch the
+    update drew (to compute it again by hand)."""
+    import fedsparse as fs
+    from fedsparse.algorithms import ClientContext
+
+    gen = torch.Generator().manual_seed(seed)
+    X = torch.randn(2, 9, dim, generator=gen, dtype=torch.float64)
+    y = torch.randn(2, 9, generator=gen, dtype=torch.float64)
+    data = fs.data.from_arrays(list(X), list(y), dtype=torch.float64)
+    problem = fs.problems.least_squares()
+    algorithm = algorithm.bind(problem, data)
+    state = algorithm.init(problem)
+    clients = torch.arange(2)
+    ctx = ClientContext(problem, data.train, clients, 0, 7,
+                        config=algorithm.client_config(state))
+    uploads, _, _ = algorithm.client_update(algorithm.broadcast(state, clients), ctx)
+    return uploads, problem, ClientContext(problem, data.train, clients, 0, 7)
+
+
+@pytest.fixture
+def update_with_its_draws():
+    """:func:`_update_with_its_draws`: ``update_with_its_draws(algorithm, dim, seed)``."""
+    return _update_with_its_draws
+
+
 class CommandLine:
     """``fedsparse`` in-process: ``run(argv) -> (exit code, stdout, stderr)``, and
     ``refused(argv, *texts)``: exit code 2, no traceback, every text in stderr."""

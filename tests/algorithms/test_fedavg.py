@@ -36,24 +36,15 @@ def test_fed_avg_by_hand():
 
 
 @pytest.mark.parametrize("momentum", [0.0, 0.9])
-def test_each_local_step_takes_its_own_mini_batch(momentum):
+def test_each_local_step_takes_its_own_mini_batch(momentum, update_with_its_draws):
     # McMahan et al. 2017: step k of a client update is a step on a fresh mini-batch; the
-    # reference takes ctx.batch(k) at step k, one client at a time.
-    gen = torch.Generator().manual_seed(1)
-    X, y = torch.randn(2, 9, 4, generator=gen, dtype=torch.float64), \
-        torch.randn(2, 9, generator=gen, dtype=torch.float64)
-    data = fs.data.from_arrays(list(X), list(y), dtype=torch.float64)
-    problem = fs.problems.least_squares()
-    algo = fs.algorithms.fed_avg(step_size=0.1, local_steps=3, batch_size=2,
-                                 momentum=momentum).bind(problem, data)
-    state = algo.init(problem)
-    clients = torch.arange(2)
-    ctx = ClientContext(problem, data.train, clients, 0, 7, config=algo.client_config(state))
-    uploads, _, _ = algo.client_update(algo.broadcast(state, clients), ctx)
-    fresh = ClientContext(problem, data.train, clients, 0, 7)
+    # reference takes batch(k) at step k, one client at a time.
+    uploads, problem, draws = update_with_its_draws(
+        fs.algorithms.fed_avg(step_size=0.1, local_steps=3, batch_size=2, momentum=momentum),
+        dim=4, seed=1)
     x, velocity = torch.zeros(2, 4, dtype=torch.float64), torch.zeros(2, 4, dtype=torch.float64)
     for k in range(3):
-        g = problem.grad(x, *fresh.batch(k, 2))
+        g = problem.grad(x, *draws.batch(k, 2))
         velocity = momentum * velocity + g  # (PyTorch's heavy ball: the first is g)
         x = x - 0.1 * velocity
     assert torch.allclose(uploads, x, atol=1e-14)

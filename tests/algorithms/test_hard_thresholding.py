@@ -51,24 +51,15 @@ def test_fed_iter_ht_by_hand():
 
 
 @pytest.mark.parametrize("builder", [fs.algorithms.fed_ht, fs.algorithms.fed_iter_ht])
-def test_each_local_step_takes_its_own_mini_batch(builder):
+def test_each_local_step_takes_its_own_mini_batch(builder, update_with_its_draws):
     # Tong et al. 2022, Algorithms 1 and 2: step k is a stochastic gradient step on the
-    # k-th mini-batch (FedIter-HT thresholding after each); the reference takes
-    # ctx.batch(k) at step k
-    gen = torch.Generator().manual_seed(2)
-    X, y = torch.randn(2, 9, 5, generator=gen, dtype=torch.float64), \
-        torch.randn(2, 9, generator=gen, dtype=torch.float64)
-    data = fs.data.from_arrays(list(X), list(y), dtype=torch.float64)
-    problem = fs.problems.least_squares()
-    algo = builder(sparsity=2, step_size=0.1, local_steps=3, batch_size=2).bind(problem, data)
-    state = algo.init(problem)
-    clients = torch.arange(2)
-    ctx = ClientContext(problem, data.train, clients, 0, 7, config=algo.client_config(state))
-    uploads, _, _ = algo.client_update(algo.broadcast(state, clients), ctx)
-    fresh = ClientContext(problem, data.train, clients, 0, 7)
+    # k-th mini-batch (FedIter-HT thresholding after each); the reference takes batch(k)
+    # at step k
+    uploads, problem, draws = update_with_its_draws(
+        builder(sparsity=2, step_size=0.1, local_steps=3, batch_size=2), dim=5, seed=2)
     x = torch.zeros(2, 5, dtype=torch.float64)
     for k in range(3):
-        x = x - 0.1 * problem.grad(x, *fresh.batch(k, 2))
+        x = x - 0.1 * problem.grad(x, *draws.batch(k, 2))
         if builder is fs.algorithms.fed_iter_ht:
             x = fs.sparsity.hard_threshold(x, 2)
     assert torch.allclose(uploads, x, atol=1e-14)
