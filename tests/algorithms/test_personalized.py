@@ -431,8 +431,8 @@ def test_runs_on_a_neural_problem_and_records_both_models(name):
         for key in ("accuracy", "test_accuracy", "personal_accuracy",
                     "personal_test_accuracy"):
             assert 0.0 <= r[key] <= 1.0
-    # the network trained: the objective fell and every client's personal model fits its
-    # own two classes better than the shared start (a third right, at chance, before)
+    # the network trained: the objective fell, and the personal models fit their clients'
+    # data better than the shared start did (a third right, chance, before)
     assert h.records[-1]["objective"] < h.initial["objective"]
     assert h.records[-1]["personal_accuracy"] >= h.initial["personal_accuracy"] + 0.15
     # and the personal models of the clients that trained are personal: apart from the

@@ -57,7 +57,11 @@ def test_one_linear_layer_gives_the_gradient_computed_by_hand(seed):
     expected = _by_hand(p, X, y, w)
     loop = fs.problems.neural(linear, path="loop", autocast="bf16").grad(p, X, y, w)
     assert loop.dtype == torch.float32
-    assert torch.equal(loop, expected)
+    # Bit for bit here (every entry of 20 seeds); another CPU's bfloat16 products may
+    # round an entry lying near a tie the other way, so a few may move by a rounding
+    # step. A backward run under autocast matches 38% of the entries, float32 none.
+    assert (loop == expected).float().mean() >= 0.95
+    assert (loop - expected).abs().max() <= 2 ** -6 * expected.abs().max()
     # vmap's batched products round the logits in another order: bfloat16's precision
     vmapped = fs.problems.neural(linear, path="vmap", autocast="bf16").grad(p, X, y, w)
     assert (vmapped - expected).abs().max() <= 2 ** -6 * expected.abs().max()
