@@ -4,8 +4,6 @@ float32, the refusals, and a run configured with it."""
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 
 import pytest
@@ -14,7 +12,6 @@ from torch import nn
 
 import fedsparse as fs
 from fedsparse import ConfigError
-from fedsparse.cli import main
 
 D, C = 6, 3
 
@@ -161,13 +158,11 @@ model = { kind = "mlp", in_features = 60, hidden = [20], num_classes = 10 }
 """
 
 
-def test_a_config_turns_it_on_per_run_and_the_summary_says_so(tmp_path):
+def test_a_config_turns_it_on_per_run_and_the_summary_says_so(tmp_path, cli):
     config = tmp_path / "bf16.toml"
     config.write_text(_CONFIG)
-    err = io.StringIO()
-    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
-        code = main(["run", str(config), "--out", str(tmp_path / "out"), "--quiet"])
-    assert code == 0, err.getvalue()
+    code, _, err = cli.run(["run", str(config), "--out", str(tmp_path / "out"), "--quiet"])
+    assert code == 0, err
     runs = {r["label"]: r for r in
             json.loads((tmp_path / "out" / "summary.json").read_text())["runs"]}
     assert runs["bf16"]["params"]["problem"]["autocast"] == "bf16"
@@ -179,14 +174,11 @@ def test_a_config_turns_it_on_per_run_and_the_summary_says_so(tmp_path):
     assert losses[1][-1] == pytest.approx(losses[0][-1], rel=0.02)
 
 
-def test_a_float64_run_with_it_is_refused_before_any_run_starts(tmp_path):
+def test_a_float64_run_with_it_is_refused_before_any_run_starts(tmp_path, cli):
     config = tmp_path / "bf16.toml"
     config.write_text(_CONFIG.replace("[defaults]\n", '[defaults]\ndtype = "float64"\n'))
-    err = io.StringIO()
-    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
-        code = main(["run", str(config), "--out", str(tmp_path / "out"), "--quiet"])
-    assert code == 2
-    assert "run 'bf16': autocast='bf16' is invalid" in err.getvalue()
+    cli.refused(["run", str(config), "--out", str(tmp_path / "out"), "--quiet"],
+                "run 'bf16': autocast='bf16' is invalid")
     assert not (tmp_path / "out" / "float32").exists()  # the first run never started
 
 
