@@ -26,6 +26,7 @@ import sys
 import time
 
 import torch
+from profile_round import sync
 
 import fedsparse as fs
 import fedsparse.models as models
@@ -33,23 +34,17 @@ import fedsparse.models as models
 DEVICE = torch.device("cpu")
 
 
-def finished():
-    """Wait for the device's queued kernels (a GPU call returns before they run)."""
-    if DEVICE.type == "cuda":
-        torch.cuda.synchronize()
-
-
 def best_times(fns: dict, repeats: int) -> dict:
     """Best time of each function, run alternately so that all see the same machine load."""
     for fn in fns.values():  # warm up (also builds the cached module copies)
         fn()
-    finished()
+    sync(DEVICE)  # a GPU call returns before its kernels run
     best = dict.fromkeys(fns, float("inf"))
     for _ in range(repeats):
         for name, fn in fns.items():
             tic = time.perf_counter()
             fn()
-            finished()
+            sync(DEVICE)
             best[name] = min(best[name], time.perf_counter() - tic)
     return best
 
