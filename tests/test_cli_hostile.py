@@ -689,6 +689,59 @@ def test_python_experiments_get_rounds_seeds_quick_and_resume(tmp_path, python_e
     assert len(python_experiment.calls) == 2
 
 
+@pytest.fixture
+def seeded_experiment():
+    """A Python experiment that runs 3 seeds unless told (1 when quick)."""
+    from fedsparse.experiments import registry
+
+    exp = _Experiment()
+    registry.register_experiment(exp.name, description="a test experiment",
+                                 default_seeds=lambda quick: 1 if quick else 3)(exp)
+    yield exp
+    registry._PYTHON.pop(exp.name, None)
+
+
+def test_resume_equates_no_seeds_with_the_experiments_own_number(tmp_path, seeded_experiment,
+                                                                 cli):
+    from fedsparse.experiments.output import marker_info
+
+    exp, out = seeded_experiment, tmp_path / "out"
+    run = ["run", exp.name, "--out", str(out)]
+    assert cli.run(run)[0] == 0
+    assert marker_info(out)["seeds"] == 3
+    for more in (["--seeds", "3"], [], ["--seeds", "4"]):  # the same seeds, then one more
+        code, _, err = cli.run([*run, "--resume", *more])
+        assert code == 0, err
+        assert exp.calls[-1]["seeds"] == (int(more[1]) if more else None)
+    assert marker_info(out)["seeds"] == 4
+    # now without --seeds would drop the fourth replicate
+    err = cli.refused([*run, "--resume"], "leave replicate 3 out", "--seeds 4 --resume")
+    assert len(exp.calls) == 4 and "Traceback" not in err
+    # quick runs one seed unless told
+    quick = tmp_path / "quick"
+    assert cli.run(["run", exp.name, "--out", str(quick), "--quick"])[0] == 0
+    assert cli.run(["run", exp.name, "--out", str(quick), "--quick", "--resume", "--seeds",
+                    "1"])[0] == 0
+    assert marker_info(quick)["seeds"] == 1 and len(exp.calls) == 6
+
+
+def test_a_marker_from_before_default_seeds_reads_as_the_default(tmp_path, seeded_experiment,
+                                                                 cli):
+    from fedsparse.experiments.output import MARKER, marker_info
+
+    exp, out = seeded_experiment, tmp_path / "out"
+    assert cli.run(["run", exp.name, "--out", str(out)])[0] == 0
+    marker = marker_info(out)
+    (out / MARKER).write_text(json.dumps({**marker, "seeds": None}))  # as written before
+    code, _, err = cli.run(["run", exp.name, "--out", str(out), "--resume", "--seeds", "3"])
+    assert code == 0, err
+    assert marker_info(out)["seeds"] == 3 and marker_info(out)["attempts"] == 2
+    # a quick run's marker is not read as the full run's
+    (out / MARKER).write_text(json.dumps({**marker, "seeds": None, "quick": True}))
+    cli.refused(["run", exp.name, "--out", str(out), "--resume"], "quick True there")
+    assert marker_info(out)["seeds"] is None
+
+
 @pytest.mark.parametrize("opt", [["--set", "rounds=3"], ["--only", "x"],
                                  ["--seeds", "2", "--band", "ci95"]])
 def test_python_experiments_refuse_what_they_cannot_take(tmp_path, python_experiment, opt, cli):

@@ -102,7 +102,8 @@ def _python_options(name: str, python_exp, args) -> dict:
 
 def _python_identity(name: str, python_exp, kwargs: dict) -> dict:
     """What a Python experiment's folder records of it (``--resume`` compares): its name,
-    seeds and quick form, an option not given read as the experiment's default."""
+    seeds and quick form, an option not given read as the experiment's default (the
+    number of seeds it runs unless told, where it declares one)."""
     params = inspect.signature(python_exp.fn).parameters
     identity = {"experiment": name}
     for key in ("seeds", "quick"):
@@ -111,6 +112,8 @@ def _python_identity(name: str, python_exp, kwargs: dict) -> dict:
             default = params[key].default
             value = None if default is inspect.Parameter.empty else default
         identity[key] = bool(value) if key == "quick" else value
+    if identity["seeds"] is None and python_exp.default_seeds is not None:
+        identity["seeds"] = python_exp.default_seeds(identity["quick"])
     return identity
 
 
@@ -273,7 +276,13 @@ def _stamp_version(out: Path, device: str | None = None) -> None:
 
 def cmd_run(args) -> int:
     from .experiments.config import resolve_runs
-    from .experiments.output import TOML_CONFIG, output_patterns, prepare_output, wrote_line
+    from .experiments.output import (
+        TOML_CONFIG,
+        output_patterns,
+        prepare_output,
+        record_default_seeds,
+        wrote_line,
+    )
     from .experiments.run_selection import select_runs
     from .experiments.runner import check_runs_buildable, run_experiment
     from .manifest import read_manifest
@@ -293,6 +302,8 @@ def cmd_run(args) -> int:
         # or one changed since) is refused now, not after the computing
         earlier = read_manifest(out) if out.is_dir() else None
         identity = _python_identity(name, python_exp, kwargs)
+        if args.resume and python_exp.default_seeds is not None:
+            record_default_seeds(out, identity, python_exp.default_seeds(identity["quick"]))
         _check_resume_seeds(args, out, identity)
         created = prepare_output(out, resume=args.resume, force=args.force,
                                  writes=sorted(earlier.files) if earlier else None,

@@ -77,6 +77,11 @@ FIGURES = {
 FIGURE_SEEDS = 2
 
 
+def figure_seeds(quick: bool) -> int:
+    """The seeds a figure runs unless told: :data:`FIGURE_SEEDS`, one when ``quick``."""
+    return 1 if quick else FIGURE_SEEDS
+
+
 def _run_figure(name: str, out: str | Path, *, quick: bool, rounds: int | None,
                 eval_every: int | None, log, log_every: int, seeds: int | None = None,
                 resume: bool = False, device=None
@@ -94,7 +99,7 @@ def _run_figure(name: str, out: str | Path, *, quick: bool, rounds: int | None,
     eval_every = eval_every or full_every
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    seeds = seeds or (1 if quick else FIGURE_SEEDS)
+    seeds = seeds or figure_seeds(quick)
     run_config(config, out, seeds=seeds, eval_every=eval_every, log=log,
                log_every=log_every, resume=resume, device=device)
     return config, load_results(config, out), resolve_runs(config)[0]["rounds"], eval_every
@@ -409,7 +414,7 @@ def figure6(out: str | Path, *, quick: bool = False, rounds: int | None = None,
                         plots=["fig6.png"])
 
 
-@register_experiment("fedmac-fig2", paper="fedmac",
+@register_experiment("fedmac-fig2", paper="fedmac", default_seeds=figure_seeds,
                      description="Liu et al. 2023 Figure 2 on MNIST-5k: FedMac with R in "
                                  "{5, 10, 20, 30} and beta in {1, 1.5, 2}")
 def fig2(out: Path, *, quick: bool = False, rounds: int | None = None,
@@ -420,7 +425,7 @@ def fig2(out: Path, *, quick: bool = False, rounds: int | None = None,
                    device=device)
 
 
-@register_experiment("fedmac-fig3", paper="fedmac",
+@register_experiment("fedmac-fig3", paper="fedmac", default_seeds=figure_seeds,
                      description="Liu et al. 2023 Figure 3 on MNIST-5k: convergence of the "
                                  "six methods with Table 3's hyper-parameters, and the FedMac "
                                  "PM's lead over each")
@@ -432,7 +437,7 @@ def fig3(out: Path, *, quick: bool = False, rounds: int | None = None,
                    device=device)
 
 
-@register_experiment("fedmac-fig4", paper="fedmac",
+@register_experiment("fedmac-fig4", paper="fedmac", default_seeds=figure_seeds,
                      description="Liu et al. 2023 Figures 4-5 on Fashion-MNIST: FedMac against "
                                  "the modified pFedMe under sparsity: accuracy, non-zero "
                                  "fraction, communication cost")
@@ -445,7 +450,7 @@ def fig4(out: Path, *, quick: bool = False, rounds: int | None = None,
                    device=device)
 
 
-@register_experiment("fedmac-fig6", paper="fedmac",
+@register_experiment("fedmac-fig6", paper="fedmac", default_seeds=figure_seeds,
                      description="Liu et al. 2023 Figure 6 on MNIST-5k: FedMac with gamma_w in "
                                  "{0, 1e-6, 1e-5, 1e-4}: sparsity against rounds")
 def fig6(out: Path, *, quick: bool = False, rounds: int | None = None,

@@ -303,9 +303,7 @@ def _check_same_identity(out: Path, identity: dict) -> None:
               if k in recorded and recorded[k] != v
               and not (k == "seeds" and more_seeds(recorded[k], v))}
     if not differ and more_seeds(recorded.get("seeds"), identity.get("seeds")):
-        kept = {k: v for k, v in recorded.items() if k not in ("status", "time")}
-        _write_marker(out, str(recorded.get("status", "new")),
-                      **{**kept, "seeds": identity["seeds"]})
+        _record_seeds(out, recorded, identity["seeds"])
     if differ:
         said = ", ".join(f"{k} {_said(old)} there, {_said(new)} now"
                          for k, (old, new) in differ.items())
@@ -313,6 +311,22 @@ def _check_same_identity(out: Path, identity: dict) -> None:
                    f"({said}), which this one would mix with or replace; continue them with "
                    "the command that started them, or use --force to replace them, or "
                    "choose another --out")
+
+
+def _record_seeds(out: Path, recorded: dict, seeds: int) -> None:
+    """Rewrite the marker ``recorded`` with ``seeds``, keeping the rest of it."""
+    kept = {k: v for k, v in recorded.items() if k not in ("status", "time")}
+    _write_marker(out, str(recorded.get("status", "new")), **{**kept, "seeds": seeds})
+
+
+def record_default_seeds(out: Path, identity: dict, default: int) -> None:
+    """Where the marker in ``out`` records the runs of ``identity``'s experiment and form
+    without a number of seeds (written before the experiment declared that it runs
+    ``default`` seeds unless told, which its runs then did), record ``default``."""
+    recorded = marker_info(out)
+    if (recorded.get("seeds", 0) is None
+            and all(recorded.get(k) == identity.get(k) for k in ("experiment", "quick"))):
+        _record_seeds(out, recorded, default)
 
 
 def _write_marker(out: Path, status: str, **extra) -> None:

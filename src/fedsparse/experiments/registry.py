@@ -36,17 +36,23 @@ class PythonExperiment:
     fn: Callable
     description: str
     paper: str
+    #: ``quick -> n``: the number of seeds it runs when given none, where that is the
+    #: same as being given n (so ``--resume --seeds n`` continues a run started without
+    #: ``--seeds``); None where running without seeds is another form of its files.
+    default_seeds: Callable[[bool], int] | None = None
 
 
 _PYTHON: dict[str, PythonExperiment] = {}
 
 
-def register_experiment(name: str, *, description: str, paper: str = ""):
+def register_experiment(name: str, *, description: str, paper: str = "",
+                        default_seeds: Callable[[bool], int] | None = None):
     """Decorator registering ``fn(out, *, quick=False, rounds=None, seeds=None,
-    resume=False, device=None) -> dict`` as a named experiment."""
+    resume=False, device=None) -> dict`` as a named experiment; ``default_seeds`` as
+    :attr:`PythonExperiment.default_seeds`."""
 
     def decorate(fn):
-        _PYTHON[name] = PythonExperiment(name, fn, description, paper)
+        _PYTHON[name] = PythonExperiment(name, fn, description, paper, default_seeds)
         return fn
 
     return decorate

@@ -215,7 +215,13 @@ def _budget(quick: bool, full: Budget = FULL, rounds: int | None = None,
     return replace(budget, rounds=rounds or budget.rounds, seeds=seeds or budget.seeds)
 
 
+def budget_seeds(full: Budget, quick_budget: Budget = QUICK):
+    """``quick -> seeds`` of an experiment with these budgets, unless told."""
+    return lambda quick: (quick_budget if quick else full).seeds
+
+
 @register_experiment("safari-fmnist", paper="safari",
+                     default_seeds=budget_seeds(FULL),
                      description="Mao et al. 2022 Figs. 2 and 5 on Fashion-MNIST: MAG + "
                                  "FedAvg, no drop vs compensation vs no compensation at "
                                  "P = 0.6 and asymmetric P; the final distance record")
@@ -232,6 +238,7 @@ def safari_fmnist(out, *, quick: bool = False, rounds: int | None = None,
 
 
 @register_experiment("safari-fmnist-cnn", paper="safari",
+                     default_seeds=budget_seeds(CNN, CNN_QUICK),
                      description="Mao et al. 2022 Figs. 2 and 5 on Fashion-MNIST with the "
                                  "small CNN: MAG + FedAvg at the asymmetric P, one seed")
 def safari_fmnist_cnn(out, *, quick: bool = False, rounds: int | None = None,
@@ -245,6 +252,7 @@ def safari_fmnist_cnn(out, *, quick: bool = False, rounds: int | None = None,
 
 
 @register_experiment("safari-pruners", paper="safari",
+                     default_seeds=budget_seeds(SWEEP),
                      description="Mao et al. 2022 Figs. 3-4 on Fashion-MNIST: SynFlow and "
                                  "FedSpa + FedAvg, no drop vs compensation vs none")
 def safari_pruners(out, *, quick: bool = False, rounds: int | None = None,
@@ -256,6 +264,7 @@ def safari_pruners(out, *, quick: bool = False, rounds: int | None = None,
 
 
 @register_experiment("safari-fedprox", paper="safari",
+                     default_seeds=budget_seeds(FEDPROX),
                      description="Mao et al. 2022 Figs. 9-11 on Fashion-MNIST: MAG, SynFlow "
                                  "and FedSpa + FedProx (mu = 0.001), no drop vs compensation "
                                  "vs none")
@@ -270,6 +279,7 @@ def safari_fedprox(out, *, quick: bool = False, rounds: int | None = None,
 
 
 @register_experiment("safari-probability", paper="safari",
+                     default_seeds=budget_seeds(SWEEP),
                      description="Mao et al. 2022 Figs. 6-7 on Fashion-MNIST: success "
                                  "probability P in {0.2, ..., 1.0}, without and with "
                                  "compensation")
@@ -286,6 +296,7 @@ def safari_probability(out, *, quick: bool = False, rounds: int | None = None,
 
 
 @register_experiment("safari-sparsity", paper="safari",
+                     default_seeds=budget_seeds(SWEEP),
                      description="Mao et al. 2022 Fig. 8 on Fashion-MNIST: pruned fraction "
                                  "0-0.8, MAG + FedAvg with compensation")
 def safari_sparsity(out, *, quick: bool = False, rounds: int | None = None,

@@ -36,6 +36,7 @@ from .safari import (
     PRUNER_NAMES,
     Budget,
     _budget,
+    budget_seeds,
     fig2_config,
     pruners_config,
     run_safari,
@@ -61,6 +62,7 @@ def _run(config_of, full: Budget, out, quick, rounds, seeds, resume, device, **k
 
 
 @register_experiment("safari-paper-fig2", paper="safari",
+                     default_seeds=budget_seeds(PAPER, PAPER_QUICK),
                      description="Mao et al. 2022 Figs. 2 and 5 at the paper's scale: ResNet-20 "
                                  "on Fashion-MNIST 32 x 32, MAG + FedAvg, P = 0.6 and "
                                  "asymmetric P, 3 seeds (a GPU run)")
@@ -73,6 +75,7 @@ def safari_paper_fig2(out, *, quick: bool = False, rounds: int | None = None,
 
 
 @register_experiment("safari-paper-fig3", paper="safari",
+                     default_seeds=budget_seeds(PAPER_2, PAPER_QUICK),
                      description="Mao et al. 2022 Fig. 3 at the paper's scale: ResNet-20, "
                                  "SynFlow + FedAvg, P = 0.6 and asymmetric P (a GPU run)")
 def safari_paper_fig3(out, *, quick: bool = False, rounds: int | None = None,
@@ -84,6 +87,7 @@ def safari_paper_fig3(out, *, quick: bool = False, rounds: int | None = None,
 
 
 @register_experiment("safari-paper-fig4", paper="safari",
+                     default_seeds=budget_seeds(PAPER_2, PAPER_QUICK),
                      description="Mao et al. 2022 Fig. 4 at the paper's scale: ResNet-20, "
                                  "FedSpa + FedAvg, P = 0.6 and asymmetric P (a GPU run)")
 def safari_paper_fig4(out, *, quick: bool = False, rounds: int | None = None,
@@ -95,6 +99,7 @@ def safari_paper_fig4(out, *, quick: bool = False, rounds: int | None = None,
 
 
 @register_experiment("safari-paper-fig8", paper="safari",
+                     default_seeds=budget_seeds(PAPER_2, PAPER_QUICK),
                      description="Mao et al. 2022 Fig. 8 at the paper's scale: ResNet-20, "
                                  "pruned fraction 0-0.8, MAG + FedAvg with compensation "
                                  "(a GPU run)")
@@ -106,6 +111,7 @@ def safari_paper_fig8(out, *, quick: bool = False, rounds: int | None = None,
 
 
 @register_experiment("safari-paper-fedprox", paper="safari",
+                     default_seeds=budget_seeds(PAPER_2, PAPER_QUICK),
                      description="Mao et al. 2022 Figs. 9-11 at the paper's scale: ResNet-20, "
                                  "MAG, SynFlow and FedSpa + FedProx at P = 0.6 (a GPU run)")
 def safari_paper_fedprox(out, *, quick: bool = False, rounds: int | None = None,

@@ -32,7 +32,7 @@ EVAL_CLIENTS = 1000
 CLIENT_BATCH = 256
 
 
-@register_experiment("scale-million",
+@register_experiment("scale-million", default_seeds=lambda quick: 1,
                      description="Cross-device scale: FedAvg on FedProx's Synthetic(0.5, 0.5) "
                                  "for 10^6 lazily generated clients, 1 % sampled a round, "
                                  "FedMac's 1,430-parameter DNN; evaluation on a seeded sample "
