@@ -16,7 +16,9 @@
 # Steps, most important first; each has its own time limit and the whole script stops
 # starting new steps after BUDGET seconds (default 540). STEPS, an extended regular
 # expression, runs only the steps whose names it matches (STEPS='battery|bench-models').
-#   1. the CPU/GPU battery: python -m pytest -m gpu tests/gpu -q
+#   1. the CPU/GPU battery: python -m pytest -m gpu tests/gpu -q; then (step "syncs") its
+#      tests that a round's host-device synchronisations grow neither with the clients
+#      nor with their local steps, each case's count and sites printed
 #   2. safari-fmnist --quick and fedmac-table1-fmnist --quick, on the GPU and on the CPU,
 #      and their printed tables compared (numbers to a relative 1e-3 or one unit of
 #      their last printed digit: these runs are float32, where the two devices round
@@ -82,9 +84,11 @@ if ! "$PYTHON" -c "import fedsparse" >> "$OUT/environment.txt" 2>&1; then
     exit 1
 fi
 
-# 1. the battery
+# 1. the battery, then its census of a round's synchronisations (printed: -s)
 step battery 300 "$PYTHON" -m pytest -m gpu tests/gpu -q -p no:cacheprovider -rs \
-    --durations=10
+    --durations=10 -k "not synchronisation"
+step syncs 150 "$PYTHON" -m pytest -m gpu tests/gpu/test_cuda_battery.py -q -s \
+    -p no:cacheprovider -k synchronisation
 
 # 2. the two quick experiments on both devices, then their tables compared
 for exp in safari-fmnist fedmac-table1-fmnist; do

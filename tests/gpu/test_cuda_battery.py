@@ -26,13 +26,18 @@ same code in the default suite, so the harness itself is tested on every machine
 
 from __future__ import annotations
 
+import collections
+import contextlib
 import functools
 import inspect
 import math
 import re
+import traceback
+import warnings
 
 import pytest
 import torch
+from torch.overrides import TorchFunctionMode
 
 import fedsparse as fs
 from fedsparse._validation import ConfigError
@@ -131,14 +136,16 @@ def make_problem(kind: str, perturbation: float = 0.0):
         examples((1, RESNET_SIZE, RESNET_SIZE), per_client=RESNET_EXAMPLES)
 
 
-def make_algorithm(kind: str, problem_kind: str, compensated: bool):
+def make_algorithm(kind: str, problem_kind: str, compensated: bool, **settings):
+    """The case's algorithm; ``settings`` (e.g. ``local_steps``) replace its own."""
     kind, _, pruner = kind.partition(":")  # "safari:fedspa": SAFARI with another pruner
     if kind in PERSONAL:
-        algo = REGISTRY[kind](**PERSONAL[kind])
+        algo = REGISTRY[kind](**{**PERSONAL[kind], **settings})
     else:
         accepted = inspect.signature(REGISTRY[kind]).parameters
         wanted = {"sparsity": 3, "local_steps": 2, "batch_size": 4, "mu": 0.01,
-                  "step_size": 0.01, "density": 0.5, "client_lr": 0.01, "inner_max_iter": 20}
+                  "step_size": 0.01, "density": 0.5, "client_lr": 0.01, "inner_max_iter": 20,
+                  **settings}
         if problem_kind == "dictionary":
             if "dictionary" not in accepted:
                 pytest.skip(f"{kind} takes no dictionary")
@@ -415,3 +422,146 @@ def test_client_state_on_disk_gives_the_same_run_on_the_device(devices, case):
     on_disk = run_case(case, device, client_state_memory=0)
     assert_same_run(in_memory, on_disk)
     assert on_disk.model.device.type == torch.device(device).type
+
+
+# ------------------------------------------------------------ host-device synchronisations
+#
+# On a GPU every read of a device value by the host (.item(), int(t), bool(t), .tolist(),
+# .cpu(), nonzero, a boolean-mask index) waits until the device has run everything queued
+# before it. A round's record needs a few such reads; one per client or per local step
+# would hold the host in step with the device and leave the GPU idle between small steps.
+# torch.cuda.set_sync_debug_mode("warn") turns each synchronisation into a warning, which
+# the counter below attributes to the innermost fedsparse function that caused it.
+
+#: Synchronisations once per local step that are kept, by (module, function), and why.
+PER_STEP = {
+    ("sparsity/smooth.py", "zero_small"): "rule Z reads whether any row has more small "
+    "entries than it may zero; a form without the read would sort every row every step",
+    ("problems/_neural_paths.py", "chunks"): "with batch norm, which clients have fewer "
+    "rows than the batch (they run alone, on their real rows)",
+    ("problems/neural.py", "_run"): "the same clients, run one by one",
+    ("algorithms/sparse_models.py", "top_mask"): "FedGradMP's support: whether a row's k-th "
+    "magnitude is tied (rare), so that only such rows are sorted",
+    ("problems/restricted.py", "_lstsq_exact"): "FedGradMP's restricted solve: which "
+    "clients' Gram matrices are too ill-conditioned for Cholesky (they take the SVD)",
+}
+#: One case per algorithm (a network where it takes one), the other networks with FedAvg,
+#: and compensation: (algorithm, problem, channel, compensated).
+SYNC_CASES = [(a, "least_squares" if a in ("distributed_iht", "fed_grad_mp") else "mlp",
+               "perfect", False) for a in sorted(REGISTRY)] + \
+    [("fed_grad_mp", "dictionary", "perfect", False), ("fed_avg", "cnn", "perfect", False),
+     ("fed_avg", "resnet20_batch", "perfect", False),
+     ("fed_avg", "resnet20_group", "perfect", False),
+     ("safari:synflow", "mlp", "perfect", False), ("safari:fedspa", "mlp", "perfect", False),
+     ("fed_avg", "mlp", "bernoulli", True), ("fedmac", "mlp", "safari", True)]
+
+
+def _site() -> tuple[str, str, int]:
+    """(module under fedsparse/, function, line) of the innermost fedsparse frame."""
+    for frame in reversed(traceback.extract_stack()):
+        _, sep, module = frame.filename.replace("\\", "/").rpartition("/fedsparse/")
+        if sep and "/tests/" not in frame.filename:
+            return module, frame.name, frame.lineno
+    return "(outside fedsparse)", "", 0
+
+
+def count_syncs(case, device: str, rounds: int, **settings) -> collections.Counter:
+    """The synchronisations of a ``rounds``-round run of ``case`` on ``device``, by site;
+    ``settings`` as for :func:`make_algorithm` (e.g. ``local_steps``), plus
+    ``clients_per_round``."""
+    kind, problem_kind, channel, compensated = case
+    cpr = settings.pop("clients_per_round", 4)
+    problem, data = make_problem(problem_kind)
+    algorithm = make_algorithm(kind, problem_kind, compensated, **settings)
+    sites = collections.Counter()
+
+    def seen(message, category, *args, **kwargs):
+        if "synchronizing CUDA operation" in str(message):
+            sites[_site()] += 1
+
+    with warnings.catch_warnings(), _sync_warnings(device):
+        warnings.simplefilter("always")
+        warnings.showwarning = seen
+        fs.simulate(algorithm, problem, data, rounds=rounds, seed=1, clients_per_round=cpr,
+                    channel=make_channel(channel), device=device, progress=False)
+    return sites
+
+
+class _HostReads(TorchFunctionMode):
+    """The CPU's stand-in for CUDA's synchronisation warnings, to test the counter on any
+    machine: a warning at every read of a tensor's value by the host. It also warns where
+    a CUDA run would not (a tensor kept on the host, a branch taken on the CPU only)."""
+
+    READS = {"item", "tolist", "__bool__", "__int__", "__float__", "nonzero"}
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if getattr(func, "__name__", "") in self.READS:
+            warnings.warn("called a synchronizing CUDA operation (a host read)", stacklevel=2)
+        return func(*args, **(kwargs or {}))
+
+
+@contextlib.contextmanager
+def _sync_warnings(device: str):
+    """A warning at each synchronisation on ``device`` (CUDA's own; the CPU's stand-in)."""
+    if device == "cpu":
+        with _HostReads():
+            yield
+        return
+    torch.cuda.set_sync_debug_mode("warn")
+    try:
+        yield
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+
+
+def syncs_per_round(case, device: str = "cuda", **settings) -> collections.Counter:
+    """A round's synchronisations by site: those of 4 rounds less those of 2, halved (the
+    run's set-up cancels)."""
+    two, four = (count_syncs(case, device, r, **settings) for r in (2, 4))
+    return collections.Counter({k: (four[k] - two[k]) / 2 for k in four | two
+                                if four[k] != two[k]})
+
+
+def _shown(counts) -> str:
+    return "; ".join(f"{n:g} at {m}:{line} ({f})" for (m, f, line), n in
+                     sorted(counts.items(), key=lambda kv: -kv[1])) or "none"
+
+
+gpu_only = [pytest.mark.gpu, pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")]
+
+
+@pytest.mark.parametrize("case", SYNC_CASES, ids=_id)
+@pytest.mark.parametrize("devices", [pytest.param(("cuda",), id="cuda", marks=gpu_only)])
+def test_a_rounds_synchronisations_grow_neither_with_clients_nor_local_steps(devices, case):
+    kind, problem_kind, channel, compensated = case
+    accepted = inspect.signature(REGISTRY[kind.partition(":")[0]]).parameters
+    base = syncs_per_round(case, clients_per_round=2)
+    print(f"\n{_id(case)}: {sum(base.values()):g} synchronisations a round: {_shown(base)}")
+    if channel == "perfect":  # a lossy channel's branches differ with the cohort
+        more_clients = syncs_per_round(case, clients_per_round=4)
+        assert more_clients == base, f"{_id(case)}: with 2 clients a round {_shown(base)}; " \
+            f"with 4 {_shown(more_clients)}"
+    if "local_steps" in accepted and accepted["local_steps"].default != 1:
+        more_steps = syncs_per_round(case, clients_per_round=2, local_steps=4)
+        grown = {site: n - base[site] for site, n in more_steps.items()
+                 if n > base[site] and site[:2] not in PER_STEP}
+        assert not grown, f"{_id(case)}: local steps 2 -> 4 add {_shown(grown)}"
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=gpu_only)])
+def test_the_counter_sees_each_synchronisation(device, monkeypatch):
+    # a round that reads each upload's norm: one more read per client
+    from fedsparse.algorithms.fedavg import FederatedAveraging
+
+    real = FederatedAveraging.aggregate
+
+    def reads_per_client(self, state, uploads, cohort):
+        for row in uploads:
+            float(row.norm())
+        return real(self, state, uploads, cohort)
+
+    monkeypatch.setattr(FederatedAveraging, "aggregate", reads_per_client)
+    case = ("fed_avg", "mlp", "perfect", False)
+    two, four = (syncs_per_round(case, device, clients_per_round=s) for s in (2, 4))
+    # two more reads a round, at one site: the round loop's call of aggregate
+    assert list((four - two).values()) == [2] and not two - four, (_shown(two), _shown(four))

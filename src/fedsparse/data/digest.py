@@ -9,7 +9,10 @@ clients, which any change of seed or generator argument changes.
 
 An experiment's runs share one data set object, so the digest of an eager set is kept
 with the object and the version counters of its tensors (which every in-place write
-through torch bumps) and computed again only when one of them changed.
+through torch bumps) and computed again only when one of them changed. A write through
+a NumPy view of a tensor (``X.numpy()[i] = ...``) bumps no counter: within one process,
+change a data set's values through torch or build a new one. A resume in another
+process hashes the data afresh.
 """
 
 from __future__ import annotations
