@@ -158,8 +158,8 @@ def _check_resume_seeds(args, out: Path, identity: dict, run: str | None = None)
     how = _command(SimpleNamespace(argv=argv), out, add="--resume")
     if old is not None and new is not None:  # fewer
         lost = f"replicate {new}" if new == old - 1 else f"replicates {new} to {old - 1}"
-        why = (f"its runs were started with --seeds {old} ({said}), and fewer seeds would "
-               f"leave {lost} out of the results")
+        why = (f"its runs have {old} seeds ({said}), and fewer seeds would leave {lost} "
+               "out of the results")
     elif run is not None:  # a TOML experiment: where the files of each form go
         run = (out / run).as_posix()
         plain = f"each run's files lie in its own folder ({run}/checkpoint.pt)"
