@@ -742,6 +742,21 @@ def test_a_marker_from_before_default_seeds_reads_as_the_default(tmp_path, seede
     assert marker_info(out)["seeds"] is None
 
 
+@pytest.mark.parametrize("declared", [lambda quick: 0, lambda quick: "3"])
+def test_a_default_seeds_that_is_no_count_is_refused_before_the_run(tmp_path, declared, cli):
+    from fedsparse.experiments import registry
+
+    exp = _Experiment()
+    registry.register_experiment(exp.name, description="x", default_seeds=declared)(exp)
+    try:
+        cli.refused(["run", exp.name, "--out", str(tmp_path / "o")],
+                    f"{exp.name}: default_seeds(quick=False)", "integer" if declared(0) else
+                    "at least 1")
+    finally:
+        registry._PYTHON.pop(exp.name, None)
+    assert exp.calls == [] and not (tmp_path / "o").exists()
+
+
 @pytest.mark.parametrize("opt", [["--set", "rounds=3"], ["--only", "x"],
                                  ["--seeds", "2", "--band", "ci95"]])
 def test_python_experiments_refuse_what_they_cannot_take(tmp_path, python_experiment, opt, cli):
