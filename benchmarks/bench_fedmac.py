@@ -27,11 +27,10 @@ dispatch or the device's kernels set the pace.
 from __future__ import annotations
 
 import argparse
-import time
 from contextlib import nullcontext
 
 import torch
-from profile_round import profile_call
+from profile_round import profile_call, time_side_by_side
 
 import fedsparse as fs
 from fedsparse._threads import single_threaded_blas
@@ -44,26 +43,6 @@ except ImportError:  # pragma: no cover
 
 CLIENTS, PER_CLIENT, STEPS, BATCH = 20, 300, 20, 20
 ETA, ETA_P, LAM, S = 3000.0, 0.05, 1e-4, 10
-
-
-def time_side_by_side(fns: dict, device, repeats: int) -> dict:
-    """Best time of each function, alternated in every repeat (a busy machine slows all
-    alike); CUDA work is synchronised before each clock reading."""
-    def sync():
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-
-    for fn in fns.values():
-        fn()
-    best = dict.fromkeys(fns, float("inf"))
-    for _ in range(repeats):
-        for name, fn in fns.items():
-            sync()
-            tic = time.perf_counter()
-            fn()
-            sync()
-            best[name] = min(best[name], time.perf_counter() - tic)
-    return best
 
 
 def make_data(device, seed: int = 0):

@@ -37,11 +37,10 @@ kernels of that round.
 from __future__ import annotations
 
 import argparse
-import time
 from contextlib import contextmanager, nullcontext
 
 import torch
-from profile_round import profile_call, sync
+from profile_round import profile_call, time_side_by_side
 
 import fedsparse as fs
 from fedsparse._threads import single_threaded_blas
@@ -53,23 +52,6 @@ except ImportError:  # pragma: no cover
     keep_freed_memory = nullcontext
 
 STEPS, LR = 5, 0.05
-
-
-def time_side_by_side(fns: dict, device, repeats: int) -> dict:
-    """Best time of each function, the functions alternated in every repeat (so that a
-    busy machine slows them alike)."""
-    for fn in fns.values():  # warm-up (and cudnn.benchmark's search)
-        fn()
-    sync(device)
-    best = dict.fromkeys(fns, float("inf"))
-    for _ in range(repeats):
-        for name, fn in fns.items():
-            sync(device)
-            tic = time.perf_counter()
-            fn()
-            sync(device)
-            best[name] = min(best[name], time.perf_counter() - tic)
-    return best
 
 
 def make_data(clients, per_client, feature_shape, device, classes=10, seed=0):

@@ -23,6 +23,23 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+def time_side_by_side(fns: dict, device, repeats: int) -> dict:
+    """Best time of each function, the functions alternated in every repeat (so that a
+    busy machine slows them alike)."""
+    for fn in fns.values():  # warm-up (and cudnn.benchmark's search)
+        fn()
+    sync(device)
+    best = dict.fromkeys(fns, float("inf"))
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            sync(device)
+            tic = time.perf_counter()
+            fn()
+            sync(device)
+            best[name] = min(best[name], time.perf_counter() - tic)
+    return best
+
+
 def profile_call(fn, device: torch.device, rows: int = 20) -> dict:
     """Profile one call of ``fn`` (after a warm-up call) and print what it spent.
 

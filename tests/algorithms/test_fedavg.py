@@ -89,6 +89,28 @@ def test_local_optimizers_match_torch_optim(optimizer, kw):
     assert torch.allclose(ours, ref, atol=1e-12)
 
 
+@pytest.mark.parametrize("setting", ["plain", "mu", "momentum", "adam", "mask"])
+def test_plain_sgd_steps_through_the_problems_descend(setting):
+    # x -= eta g goes to Problem.descend_ (which a network takes without forming g);
+    # every other step needs g itself
+    class Counting(type(fs.problems.least_squares())):
+        calls = 0
+
+        def descend_(self, params, X, y, w, step_size):
+            Counting.calls += 1
+            return super().descend_(params, X, y, w, step_size)
+
+    data = fs.data.shifted_gaussian(num_clients=3, samples_per_client=8, dim=5, sparsity=2,
+                                    seed=0, dtype=torch.float64)
+    kw = {"momentum": {"momentum": 0.9}, "adam": {"optimizer": "adam"}}.get(setting, {})
+    opt = LocalOptimizer.checked(step_size=0.05, local_steps=4, batch_size=4, **kw)
+    ctx = ClientContext(Counting(), data.train, torch.arange(3), 0, 0)
+    x0 = torch.full((3, 5), 0.1, dtype=torch.float64)
+    local_train(opt, x0, ctx, mu=0.1 if setting == "mu" else 0.0, anchor=x0,
+                mask=torch.ones(5, dtype=torch.bool) if setting == "mask" else None)
+    assert Counting.calls == (4 if setting == "plain" else 0)
+
+
 def test_masked_adam_keeps_pruned_entries_exactly_zero():
     data = fs.data.shifted_gaussian(num_clients=4, samples_per_client=20, dim=12, sparsity=3,
                                     seed=0, dtype=torch.float64)

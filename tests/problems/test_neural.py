@@ -568,6 +568,46 @@ def test_closed_form_mlp_reads_parameters_in_any_memory_layout(layout):
                                atol=1e-12)
 
 
+@pytest.mark.parametrize("layout", ["float32", "float64", "chunks of two", "rows at an offset"])
+def test_a_step_in_place_is_the_gradient_step_bit_for_bit(layout):
+    # The closed form subtracts each layer's gradient block from its slice of the
+    # parameters instead of writing the whole gradient first: the same bits, in place
+    dtype = F64 if layout == "float64" else torch.float32
+    gen = torch.Generator().manual_seed(5)
+    problem = fs.problems.neural(models.mlp(12, (6, 5), 4), dtype=dtype,
+                                 chunk_clients=2 if layout == "chunks of two" else None)
+    P, S = problem.param_dim(), 3
+    store = torch.randn(S + 2, P, generator=gen, dtype=dtype)
+    params = store[2:] if layout == "rows at an offset" else store[:S].clone()
+    X = torch.randn(S, 5, 12, generator=gen, dtype=dtype)
+    y = torch.randint(0, 4, (S, 5), generator=gen).to(dtype)
+    w = torch.rand(S, 5, generator=gen, dtype=dtype)
+    expected = params.clone().sub_(problem.grad(params, X, y, w), alpha=0.3)
+    before = store.clone()
+    stepped = problem.descend_(params, X, y, w, 0.3)
+    assert stepped is params and torch.equal(params, expected)
+    if layout == "rows at an offset":  # the rows outside the view are left alone
+        assert torch.equal(store[:2], before[:2])
+
+
+def test_a_network_without_the_closed_form_steps_by_its_gradient():
+    gen = torch.Generator().manual_seed(6)
+    cnn = fs.problems.neural(models.cnn(1, 3, 8, channels=(2, 4), hidden=8), dtype=F64)
+
+    class Scaled(NeuralProblem):  # a user's subclass with its own gradient
+        def grad(self, params, X, y, w):
+            return 2 * super().grad(params, X, y, w)
+
+    mlp = Scaled(models.mlp(64, (5,), 3), dtype=F64)
+    for problem in (cnn, mlp):
+        params = _params(problem, 2)
+        X = torch.randn(2, 4, 1, 8, 8, generator=gen, dtype=F64)
+        y = torch.randint(0, 3, (2, 4), generator=gen).to(F64)
+        w = torch.full((2, 4), 0.25, dtype=F64)
+        expected = params.clone().sub_(problem.grad(params, X, y, w), alpha=0.1)
+        assert torch.equal(problem.descend_(params, X, y, w, 0.1), expected)
+
+
 def test_an_mlp_with_a_parameter_outside_its_layers_takes_the_general_path():
     # The closed form writes the gradient of its layers' parameters only: a Sequential
     # holding one more (registered beside the layers) must not take it

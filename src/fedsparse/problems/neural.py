@@ -51,7 +51,7 @@ from torch.func import functional_call, replace_all_batch_norm_modules_
 from .._memory import client_chunk, eval_chunk
 from .._validation import ConfigError, check_choice, check_dtype, check_int, fail
 from ..models.layout import ParamLayout
-from ._mlp import mlp_grad, mlp_layers
+from ._mlp import mlp_descend_, mlp_grad, mlp_layers
 from ._neural_paths import (
     EVERY,
     PATHS,
@@ -302,6 +302,26 @@ class NeuralProblem(Problem):
     def grad(self, params, X, y, w) -> torch.Tensor:
         """(S, P) gradient of each client's loss with respect to its parameters."""
         return self._run("grad", params, X, y, w)
+
+    def descend_(self, params, X, y, w, step_size: float) -> torch.Tensor:
+        """``params -= step_size * grad(params, X, y, w)`` in place on the (S, P)
+        ``params`` (returned). A plain ReLU MLP's closed form subtracts each layer's
+        gradient block from its slice of ``params`` (:func:`mlp_descend_`): the same
+        bits, with no (S, P) gradient written and read again."""
+        if self._mlp is None or type(self).grad is not NeuralProblem.grad \
+                or not isinstance(params, torch.Tensor) or params.ndim != 2 \
+                or params.shape != (X.shape[0], self._layout.size) \
+                or y.shape != X.shape[:2] or w.shape != X.shape[:2]:
+            return super().descend_(params, X, y, w, step_size)  # (grad checks the rest)
+        device, dtype = params.device, params.dtype
+        X, w, y = placed(X, device, dtype), placed(w, device, dtype), \
+            placed(y, device, torch.long)
+        for rows in chunks(X.shape[0], None, self._chunk(X)) if X.shape[0] else []:
+            if rows is EVERY:
+                mlp_descend_(self._mlp, params, X, y, w, step_size)
+            else:  # params[rows] is a view: the step lands in params
+                mlp_descend_(self._mlp, params[rows], X[rows], y[rows], w[rows], step_size)
+        return params
 
     def accuracy(self, params, X, y, w) -> torch.Tensor:
         """(S,) ``sum_j w_j [argmax logits_j == y_j]`` per client."""

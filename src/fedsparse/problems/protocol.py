@@ -95,6 +95,12 @@ class Problem:
         """(S, P) gradient of each client's loss."""
         raise NotImplementedError
 
+    def descend_(self, params, X, y, w, step_size: float) -> torch.Tensor:
+        """One gradient step in place, ``params -= step_size * grad(params, X, y, w)``,
+        on the (S, P) ``params`` (returned): local SGD's step. A problem may take it
+        without forming the (S, P) gradient, with the same result."""
+        return params.sub_(self.grad(params, X, y, w), alpha=step_size)
+
     def accuracy(self, params, X, y, w) -> torch.Tensor | None:
         """(S,) weighted accuracy per client, or None for regression."""
         return None
