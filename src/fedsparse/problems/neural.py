@@ -305,11 +305,14 @@ class NeuralProblem(Problem):
 
     def descend_(self, params, X, y, w, step_size: float) -> torch.Tensor:
         """``params -= step_size * grad(params, X, y, w)`` in place on the (S, P)
-        ``params`` (returned). A plain ReLU MLP's closed form subtracts each layer's
-        gradient block from its slice of ``params`` (:func:`mlp_descend_`): the same
-        bits, with no (S, P) gradient written and read again."""
+        ``params`` (returned). On the CPU a plain ReLU MLP's closed form subtracts each
+        layer's gradient block from its slice of ``params`` (:func:`mlp_descend_`): the
+        same bits, with no (S, P) gradient written and read again. A GPU keeps the one
+        subtraction: its round of small steps is bound by dispatched calls, not memory,
+        and the blocks' slices and subtractions are six calls more a step."""
         if self._mlp is None or type(self).grad is not NeuralProblem.grad \
                 or not isinstance(params, torch.Tensor) or params.ndim != 2 \
+                or params.device.type != "cpu" \
                 or params.shape != (X.shape[0], self._layout.size) \
                 or y.shape != X.shape[:2] or w.shape != X.shape[:2]:
             return super().descend_(params, X, y, w, step_size)  # (grad checks the rest)
