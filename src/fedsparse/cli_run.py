@@ -113,11 +113,11 @@ def _python_identity(name: str, python_exp, kwargs: dict) -> dict:
             value = None if default is inspect.Parameter.empty else default
         identity[key] = bool(value) if key == "quick" else value
     if identity["seeds"] is None and python_exp.default_seeds is not None:
-        identity["seeds"] = default_seeds(python_exp, identity["quick"])
+        identity["seeds"] = _declared_seeds(python_exp, identity["quick"])
     return identity
 
 
-def default_seeds(python_exp, quick: bool) -> int:
+def _declared_seeds(python_exp, quick: bool) -> int:
     """The number of seeds ``python_exp`` declares it runs unless told, checked."""
     from ._validation import check_int
 
@@ -311,7 +311,7 @@ def cmd_run(args) -> int:
         earlier = read_manifest(out) if out.is_dir() else None
         identity = _python_identity(name, python_exp, kwargs)
         if args.resume and python_exp.default_seeds is not None:
-            record_default_seeds(out, identity, default_seeds(python_exp, identity["quick"]))
+            record_default_seeds(out, identity, _declared_seeds(python_exp, identity["quick"]))
         _check_resume_seeds(args, out, identity)
         created = prepare_output(out, resume=args.resume, force=args.force,
                                  writes=sorted(earlier.files) if earlier else None,

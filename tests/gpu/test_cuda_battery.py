@@ -527,12 +527,10 @@ def _shown(counts) -> str:
                      sorted(counts.items(), key=lambda kv: -kv[1])) or "none"
 
 
-gpu_only = [pytest.mark.gpu, pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")]
-
-
+@pytest.mark.gpu
+@pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
 @pytest.mark.parametrize("case", SYNC_CASES, ids=_id)
-@pytest.mark.parametrize("devices", [pytest.param(("cuda",), id="cuda", marks=gpu_only)])
-def test_a_rounds_synchronisations_grow_neither_with_clients_nor_local_steps(devices, case):
+def test_a_rounds_synchronisations_grow_neither_with_clients_nor_local_steps(case):
     kind, problem_kind, channel, compensated = case
     accepted = inspect.signature(REGISTRY[kind.partition(":")[0]]).parameters
     base = syncs_per_round(case, clients_per_round=2)
@@ -548,7 +546,8 @@ def test_a_rounds_synchronisations_grow_neither_with_clients_nor_local_steps(dev
         assert not grown, f"{_id(case)}: local steps 2 -> 4 add {_shown(grown)}"
 
 
-@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=gpu_only)])
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=[
+    pytest.mark.gpu, pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")])])
 def test_the_counter_sees_each_synchronisation(device, monkeypatch):
     # a round that reads each upload's norm: one more read per client
     from fedsparse.algorithms.fedavg import FederatedAveraging
