@@ -10,11 +10,12 @@ model shared by all.
 initial value, a data check, the loss, its gradient (and a gradient step in place,
 :meth:`Problem.descend_`, which by default subtracts it), accuracy and per-example
 metrics, and the choice of the data layout (:meth:`Problem.prepare`). What only some
-problems have is named in ``capabilities`` and defined by those problems alone: the linear models
-(:class:`~fedsparse.problems.linear.LinearProblem`) add a Lipschitz bound (``"lipschitz"``)
-and FedGradMP's restricted solve (``"restricted_solve"``, Jeong et al. 2024); a network
-(:class:`~fedsparse.problems.neural.NeuralProblem`) adds its module (``"neural"``). Asking
-a problem for a method it lacks raises a :class:`~fedsparse.ConfigError` that says so.
+problems have is named in ``capabilities`` and defined by those problems alone: the linear
+models (:class:`~fedsparse.problems.linear.LinearProblem`) add a Lipschitz bound
+(``"lipschitz"``) and FedGradMP's restricted solve (``"restricted_solve"``, Jeong et al.
+2024); a network (:class:`~fedsparse.problems.neural.NeuralProblem`) adds its module
+(``"neural"``). Asking a problem for a method it lacks raises a
+:class:`~fedsparse.ConfigError` that says so.
 """
 
 from __future__ import annotations
