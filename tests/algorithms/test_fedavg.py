@@ -91,14 +91,14 @@ def test_local_optimizers_match_torch_optim(optimizer, kw):
 
 @pytest.mark.parametrize("setting", ["plain", "mu", "momentum", "adam", "mask"])
 def test_plain_sgd_steps_through_the_problems_descend(setting):
-    # x -= eta g goes to Problem.descend_ (which a network takes without forming g);
-    # every other step needs g itself
+    # x -= eta (g + mu (x - anchor)) goes to Problem.descend_ (which a network takes
+    # without forming g); momentum, Adam and masks need g itself
     class Counting(type(fs.problems.least_squares())):
         calls = 0
 
-        def descend_(self, params, X, y, w, step_size):
+        def descend_(self, params, X, y, w, step_size, **proximal):
             Counting.calls += 1
-            return super().descend_(params, X, y, w, step_size)
+            return super().descend_(params, X, y, w, step_size, **proximal)
 
     data = fs.data.shifted_gaussian(num_clients=3, samples_per_client=8, dim=5, sparsity=2,
                                     seed=0, dtype=torch.float64)
@@ -108,7 +108,7 @@ def test_plain_sgd_steps_through_the_problems_descend(setting):
     x0 = torch.full((3, 5), 0.1, dtype=torch.float64)
     local_train(opt, x0, ctx, mu=0.1 if setting == "mu" else 0.0, anchor=x0,
                 mask=torch.ones(5, dtype=torch.bool) if setting == "mask" else None)
-    assert Counting.calls == (4 if setting == "plain" else 0)
+    assert Counting.calls == (4 if setting in ("plain", "mu") else 0)
 
 
 def test_masked_adam_keeps_pruned_entries_exactly_zero():

@@ -568,10 +568,12 @@ def test_closed_form_mlp_reads_parameters_in_any_memory_layout(layout):
                                atol=1e-12)
 
 
+@pytest.mark.parametrize("anchor", [None, "shared", "per client"])
 @pytest.mark.parametrize("layout", ["float32", "float64", "chunks of two", "rows at an offset"])
-def test_a_step_in_place_is_the_gradient_step_bit_for_bit(layout):
-    # The closed form subtracts each layer's gradient block from its slice of the
-    # parameters instead of writing the whole gradient first: the same bits, in place
+def test_a_step_in_place_is_the_gradient_step_bit_for_bit(layout, anchor):
+    # The closed form subtracts each layer's gradient block (and FedProx's proximal
+    # term) from its slice of the parameters instead of writing the whole gradient
+    # first: the same bits as local SGD's step on the whole gradient, in place
     dtype = F64 if layout == "float64" else torch.float32
     gen = torch.Generator().manual_seed(5)
     problem = fs.problems.neural(models.mlp(12, (6, 5), 4), dtype=dtype,
@@ -582,9 +584,14 @@ def test_a_step_in_place_is_the_gradient_step_bit_for_bit(layout):
     X = torch.randn(S, 5, 12, generator=gen, dtype=dtype)
     y = torch.randint(0, 4, (S, 5), generator=gen).to(dtype)
     w = torch.rand(S, 5, generator=gen, dtype=dtype)
-    expected = params.clone().sub_(problem.grad(params, X, y, w), alpha=0.3)
+    mu, pull = (0.0, None) if anchor is None else (0.7, torch.randn(
+        (P,) if anchor == "shared" else (S, P), generator=gen, dtype=dtype))
+    g = problem.grad(params, X, y, w)
+    if mu:
+        g.add_(params - pull, alpha=mu)
+    expected = params.clone().sub_(g, alpha=0.3)
     before = store.clone()
-    stepped = problem.descend_(params, X, y, w, 0.3)
+    stepped = problem.descend_(params, X, y, w, 0.3, mu=mu, anchor=pull)
     assert stepped is params and torch.equal(params, expected)
     if layout == "rows at an offset":  # the rows outside the view are left alone
         assert torch.equal(store[:2], before[:2])

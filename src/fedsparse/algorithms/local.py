@@ -108,11 +108,11 @@ def local_train(opt: LocalOptimizer, x: torch.Tensor, ctx: ClientContext, *,
     buf = exp_avg = exp_sq = None
     b1, b2 = opt.betas
     ctx.prefetch(range(first_step, first_step + opt.local_steps), opt.batch_size)
-    plain = not mu and m is None and opt.optimizer == "sgd" and not opt.momentum
+    plain = m is None and opt.optimizer == "sgd" and not opt.momentum
     for k in range(opt.local_steps):
         X, y, w = ctx.batch(first_step + k, opt.batch_size)
         if plain:  # x -= eta g, which a problem may take without forming g
-            ctx.problem.descend_(x, X, y, w, opt.step_size)
+            ctx.problem.descend_(x, X, y, w, opt.step_size, mu=mu, anchor=anchor)
             continue
         g = ctx.problem.grad(x, X, y, w)  # a new tensor: updated in place below
         if mu:

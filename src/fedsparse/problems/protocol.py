@@ -97,11 +97,16 @@ class Problem:
         """(S, P) gradient of each client's loss."""
         raise NotImplementedError
 
-    def descend_(self, params, X, y, w, step_size: float) -> torch.Tensor:
-        """One gradient step in place, ``params -= step_size * grad(params, X, y, w)``,
-        on the (S, P) ``params`` (returned): local SGD's step. A problem may take it
-        without forming the (S, P) gradient, with the same result."""
-        return params.sub_(self.grad(params, X, y, w), alpha=step_size)
+    def descend_(self, params, X, y, w, step_size: float, *, mu: float = 0.0,
+                 anchor: torch.Tensor | None = None) -> torch.Tensor:
+        """One gradient step in place on the (S, P) ``params`` (returned): local SGD's
+        ``params -= step_size * (grad(params, X, y, w) + mu (params - anchor))``, the
+        proximal term FedProx's (Li et al. 2020, eq. 2), ``anchor`` (P,) or (S, P). A
+        problem may take it without forming the (S, P) gradient, with the same result."""
+        g = self.grad(params, X, y, w)
+        if mu:
+            g.add_(params - anchor, alpha=mu)
+        return params.sub_(g, alpha=step_size)
 
     def accuracy(self, params, X, y, w) -> torch.Tensor | None:
         """(S,) weighted accuracy per client, or None for regression."""
