@@ -111,7 +111,7 @@ def local_train(opt: LocalOptimizer, x: torch.Tensor, ctx: ClientContext, *,
     plain = m is None and opt.optimizer == "sgd" and not opt.momentum
     for k in range(opt.local_steps):
         X, y, w = ctx.batch(first_step + k, opt.batch_size)
-        if plain:  # x -= eta g, which a problem may take without forming g
+        if plain:  # x -= eta (g + mu (x - anchor)): a problem may do it without forming g
             ctx.problem.descend_(x, X, y, w, opt.step_size, mu=mu, anchor=anchor)
             continue
         g = ctx.problem.grad(x, X, y, w)  # a new tensor: updated in place below

@@ -76,8 +76,8 @@ def mlp_descend_(layers, p: torch.Tensor, X: torch.Tensor, y: torch.Tensor,
     """``p -= step_size * (mlp_grad(layers, p, X, y, w) + mu (p - anchor))`` in place on
     the (s, P) ``p`` (returned; ``anchor`` (P,) or (s, P)), each block of the gradient
     subtracted from its slice of ``p``: no (s, P) gradient is written and read again, one
-    pass over s x P memory fewer a step (a fifth of a CPU round of 100 clients of the
-    784-100-10 MLP). The same bits as the step on the whole gradient: every entry is
+    pass over s x P memory fewer a step (about a quarter of a CPU round of 100 clients of
+    the 784-100-10 MLP). The same bits as the step on the whole gradient: every entry is
     computed by the same operations."""
     blocks = _gradient_blocks(layers, p, X, y, w)  # all of them before p changes
     slices = [sl for weight, bias, _ in layers for sl in (weight, bias) if sl is not None]
