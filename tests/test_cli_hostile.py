@@ -8,6 +8,7 @@ says what happened and what to do (exit code 2 for a usage error, no traceback).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import json
@@ -651,14 +652,22 @@ class _Experiment:
         return {"plots": []}
 
 
-@pytest.fixture
-def python_experiment():
+@contextlib.contextmanager
+def _registered(fn, name: str, **options):
+    """``fn`` registered as the Python experiment ``name`` for the block."""
     from fedsparse.experiments import registry
 
-    exp = _Experiment()
-    registry.register_experiment(exp.name, description="a test experiment")(exp)
-    yield exp
-    registry._PYTHON.pop(exp.name, None)
+    registry.register_experiment(name, description="a test experiment", **options)(fn)
+    try:
+        yield fn
+    finally:
+        registry._PYTHON.pop(name, None)
+
+
+@pytest.fixture
+def python_experiment():
+    with _registered(_Experiment(), _Experiment.name) as exp:
+        yield exp
 
 
 def test_a_python_experiment_refuses_a_changed_output_before_computing(tmp_path,
@@ -692,13 +701,9 @@ def test_python_experiments_get_rounds_seeds_quick_and_resume(tmp_path, python_e
 @pytest.fixture
 def seeded_experiment():
     """A Python experiment that runs 3 seeds unless told (1 when quick)."""
-    from fedsparse.experiments import registry
-
-    exp = _Experiment()
-    registry.register_experiment(exp.name, description="a test experiment",
-                                 default_seeds=lambda quick: 1 if quick else 3)(exp)
-    yield exp
-    registry._PYTHON.pop(exp.name, None)
+    with _registered(_Experiment(), _Experiment.name,
+                     default_seeds=lambda quick: 1 if quick else 3) as exp:
+        yield exp
 
 
 def test_resume_equates_no_seeds_with_the_experiments_own_number(tmp_path, seeded_experiment,
@@ -744,16 +749,10 @@ def test_a_marker_from_before_default_seeds_reads_as_the_default(tmp_path, seede
 
 @pytest.mark.parametrize("declared", [lambda quick: 0, lambda quick: "3"])
 def test_a_default_seeds_that_is_no_count_is_refused_before_the_run(tmp_path, declared, cli):
-    from fedsparse.experiments import registry
-
-    exp = _Experiment()
-    registry.register_experiment(exp.name, description="x", default_seeds=declared)(exp)
-    try:
+    with _registered(_Experiment(), _Experiment.name, default_seeds=declared) as exp:
         cli.refused(["run", exp.name, "--out", str(tmp_path / "o")],
                     f"{exp.name}: default_seeds(quick=False)", "integer" if declared(0) else
                     "at least 1")
-    finally:
-        registry._PYTHON.pop(exp.name, None)
     assert exp.calls == [] and not (tmp_path / "o").exists()
 
 
@@ -766,17 +765,12 @@ def test_python_experiments_refuse_what_they_cannot_take(tmp_path, python_experi
 
 
 def test_an_experiment_that_does_not_take_an_option_says_so(tmp_path, cli):
-    from fedsparse.experiments import registry
-
     def old_style(out, *, quick=False):
         return {}
 
-    registry.register_experiment("test-old-style", description="x")(old_style)
-    try:
+    with _registered(old_style, "test-old-style"):
         cli.refused(["run", "test-old-style", "--out", str(tmp_path / "o"), "--rounds", "3"],
                  "--rounds", "test-old-style")
-    finally:
-        registry._PYTHON.pop("test-old-style", None)
     assert not (tmp_path / "o").exists()
 
 

@@ -216,8 +216,9 @@ def _budget(quick: bool, full: Budget = FULL, rounds: int | None = None,
 
 
 def budget_seeds(full: Budget, quick_budget: Budget = QUICK):
-    """``quick -> seeds`` of an experiment with these budgets, unless told."""
-    return lambda quick: (quick_budget if quick else full).seeds
+    """``quick -> seeds`` of an experiment with these budgets, unless told (as
+    :func:`_budget` picks them)."""
+    return lambda quick: _budget(quick, full, quick_budget=quick_budget).seeds
 
 
 @register_experiment("safari-fmnist", paper="safari",
