@@ -13,7 +13,8 @@ after the first, the round's own time: sampling, drawing the sampled clients, lo
 training, aggregation; the evaluation is a seeded sample of 200 clients, at the
 last round only; 1,000 clients trained at once, 256 for the MLP, whose log-normal client
 sizes make smaller chunks of similar sizes pay) and the process's peak resident memory
-(``ru_maxrss``, everything: interpreter, torch, data, evaluation).
+(``VmHWM``, everything: interpreter, torch, data, evaluation; not ``ru_maxrss``, which
+a child process inherits from the script that starts it).
 
 Targets. With 1 % participation the sampled clients grow with N (100, 1,000, 10,000),
 so "per-round time flat in N" is read per sampled client: the seconds per sampled
@@ -62,7 +63,6 @@ import json
 import logging
 import os
 import re
-import resource
 import signal
 import statistics
 import subprocess
@@ -115,6 +115,8 @@ def _figures(history, spec: dict, wall: float, model_out: str | None) -> dict:
     import numpy as np
     import torch
 
+    from fedsparse._resources import peak_memory
+
     per_round = [r["seconds"] for r in history.records]
     steady = per_round[1:] or per_round
     if model_out:
@@ -123,7 +125,7 @@ def _figures(history, spec: dict, wall: float, model_out: str | None) -> dict:
     return {"N": spec["data"]["num_clients"], "sampled": spec["clients_per_round"],
             "rounds": spec["rounds"], "seconds_per_round": statistics.median(steady),
             "first_round": per_round[0], "rounds_total": sum(per_round), "wall": wall,
-            "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+            "peak_rss": peak_memory(),
             "gpu_peak": torch.cuda.max_memory_allocated() if torch.cuda.is_initialized()
             else None,
             "objective": last.get("objective"), "objective_se": last.get("objective_se"),
@@ -199,7 +201,7 @@ def client_state(args) -> int:
     stateless FedAvg on the same data (what the rest of the run costs)."""
     print(f"FedMac and FedAvg, 1,430-parameter MLP, {PARTICIPATION:.0%} of N a round, "
           f"{args.rounds} rounds, {args.threads} torch thread(s); peak = the process's "
-          "ru_maxrss", flush=True)
+          "VmHWM", flush=True)
     rows = {}
     for N in args.state_sizes:
         for engine in ("fedavg", "in memory", "on disk"):
@@ -546,7 +548,7 @@ def parser() -> argparse.ArgumentParser:
                    "leaves torch its own choice)")
     p.add_argument("--device", default="cpu",
                    help="where the embedded simulator runs: cpu (default) or cuda; peak "
-                   "memory is the host's (ru_maxrss), the GPU's peak is printed beside it")
+                   "memory is the host's (VmHWM), the GPU's peak is printed beside it")
     p.add_argument("--flower", action="store_true",
                    help="compare with Flower's simulation engine at --flower-sizes instead")
     p.add_argument("--flower-sizes", type=int, nargs="+", default=list(FLOWER_SIZES))

@@ -573,11 +573,15 @@ def test_a_stop_signal_during_a_save_acts_once_the_checkpoint_is_written(
         real_save(obj, f)
 
     path, _, payload = _checkpoint_saved_by(signalled_save, saved, tmp_path, monkeypatch)
+    # Python's own Ctrl-C handler, whatever an earlier test's library left in place
+    assert signum not in signal.pthread_sigmask(signal.SIG_BLOCK, []), "signal blocked"
+    previous_sigint = signal.signal(signal.SIGINT, signal.default_int_handler)
     with sigterm_raises(lambda _: _Stopped()):
         before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
         with pytest.raises(stops):
             save_checkpoint(path, {**payload, "round": 3})
         assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
+    signal.signal(signal.SIGINT, previous_sigint)
     monkeypatch.undo()
     assert read_checkpoint(path)["round"] == 3
     assert [p.name for p in tmp_path.iterdir()] == ["c.pt"]

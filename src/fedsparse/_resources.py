@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 import warnings
 
 try:
@@ -87,6 +88,28 @@ def memory_limit() -> int:
             if soft != resource.RLIM_INFINITY:
                 limits.append(soft)
     return min(limits) if limits else 1 << 62
+
+
+def peak_memory() -> int | None:
+    """Bytes of the most physical memory this process has held (its peak resident set);
+    None where the system does not say (Windows).
+
+    Linux answers with ``VmHWM`` of ``/proc/self/status``, not ``ru_maxrss``: a process
+    started with :mod:`subprocess` (``vfork`` then ``exec``) inherits its parent's peak in
+    ``ru_maxrss``, so a small script started from a large process would report the large
+    one's memory. Elsewhere ``ru_maxrss`` (KiB on Linux, bytes on macOS).
+    """
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    if resource is None:
+        return None
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak if sys.platform == "darwin" else peak * 1024
 
 
 def _describe_limit(limit: int) -> str:

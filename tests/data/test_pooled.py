@@ -256,12 +256,10 @@ def test_pooled_rows_constructor_errors():
 
 
 _MEMORY_SCRIPT = textwrap.dedent("""
-    import json, resource
+    import json
     import numpy as np, torch
     import fedsparse as fs
-
-    def peak():
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    from fedsparse._resources import peak_memory as peak
 
     # 200 clients, power-law sizes: one of 4,000 images of 1 x 32 x 32, the rest 2..40.
     rng = np.random.default_rng(0)

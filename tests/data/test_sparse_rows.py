@@ -214,9 +214,10 @@ def test_index_errors():
 # E2006-tfidf's size: 16,087 rows, d = 150,360, ~1.6M non-zeros, over 100 clients. Run in
 # a fresh interpreter so that its peak resident memory measures this run alone.
 _E2006_SCRIPT = textwrap.dedent("""
-    import json, resource
+    import json
     import numpy as np, scipy.sparse as sp, torch
     import fedsparse as fs
+    from fedsparse._resources import peak_memory
     rng = np.random.default_rng(0)
     n, d, per = 16087, 150360, 100
     X = sp.csr_matrix((rng.random(n * per).astype(np.float32), rng.integers(0, d, n * per),
@@ -229,7 +230,7 @@ _E2006_SCRIPT = textwrap.dedent("""
                                      batch_size=32)
     h = fs.simulate(algo, fs.problems.least_squares(), data, rounds=1)
     S, b, dim = data.train.X.shape
-    print(json.dumps({"peak_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+    print(json.dumps({"peak_bytes": peak_memory(),
                       "dense_bytes": S * b * dim * 4, "nnz": data.train.X.nnz,
                       "stored_bytes": data.train.X.nbytes(), "dim": dim,
                       "objective": [h.initial["objective"], h.records[-1]["objective"]],

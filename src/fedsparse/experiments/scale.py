@@ -12,11 +12,11 @@ seeded sample of 1,000 clients, the metrics being estimates with their standard 
 from __future__ import annotations
 
 import json
-import resource
 import statistics
 from pathlib import Path
 
 from .. import algorithms, data, problems
+from .._resources import peak_memory
 from .._validation import check_int
 from ..devices import device_info, resolve_device
 from ..models import mlp
@@ -75,6 +75,6 @@ def scale_million(out, *, quick: bool = False, rounds: int | None = None,
               f"{runs[str(seed)]['seconds_per_round']:.2f} s a round")
     summary = {"experiment": "scale-million", "num_clients": N, "clients_per_round": S,
                "rounds": rounds, "quick": quick, **device_info(dev), "runs": runs,
-               "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
+               "peak_rss_bytes": peak_memory()}
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     return summary
