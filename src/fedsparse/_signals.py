@@ -66,6 +66,24 @@ def stop_signals_deferred():
             signal.raise_signal(signum)
 
 
+@contextlib.contextmanager
+def stop_handlers_kept():
+    """After the block, SIGINT's and SIGTERM's handlers are the ones it started with: a
+    library that installs its own and leaves it (Ray's ``init`` sets a SIGTERM handler
+    that exits the process) does not change how the caller's process stops. Outside the
+    main thread nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before = {signum: signal.getsignal(signum) for signum in _STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for signum, handler in before.items():
+            if handler is not None:  # None: set outside Python, and could not be put back
+                signal.signal(signum, handler)
+
+
 def interruption(exc: BaseException) -> KeyboardInterrupt | None:
     """The ``KeyboardInterrupt`` that ``exc`` is or was raised while handling (along its
     ``__context__`` chain), else None: an error that code raises while unwinding from

@@ -6,6 +6,7 @@ resolved from per-node power iterations instead of one stacked one), and the byt
 sent up and down agree exactly, round by round.
 """
 
+import signal
 import time
 
 import pytest
@@ -32,9 +33,12 @@ def _job(kind: str, step_size) -> dict:
 @pytest.mark.parametrize("kind,step_size", [("fed_ht", "auto"), ("fed_iter_ht", 0.002)])
 def test_flower_simulation_matches_the_simulator(kind, step_size):
     job = job_from_config(_job(kind, step_size))
+    handlers = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
     tic = time.monotonic()
     flower = run_flower_simulation(job, num_cpus=2)
     assert time.monotonic() - tic < 150
+    # Ray's start sets a SIGTERM handler of its own; the caller's is back afterwards
+    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == handlers
     data = job.build_data()
     reference = fs.simulate(job.build_algorithm(), job.build_problem(), data, rounds=job.rounds,
                             seed=job.seed, clients_per_round=job.clients_per_round)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 
+from .._signals import stop_handlers_kept
 from ..history import History
 from .client_app import make_client_app
 from .job import Job, job_from_config
@@ -15,7 +16,9 @@ def run_flower_simulation(job: Job | dict, *, num_cpus: int | None = None,
     """Run ``job`` on Flower's simulation runtime, one virtual SuperNode per client.
 
     Virtual node ``i`` gets the node config ``partition-id=i``, ``num-partitions=N``,
-    so it trains client ``i`` of the job's data set, as in a deployment.
+    so it trains client ``i`` of the job's data set, as in a deployment. The caller's
+    SIGINT and SIGTERM handlers are in place again when it returns (Ray's start replaces
+    SIGTERM's for the run).
 
     Parameters
     ----------
@@ -37,8 +40,9 @@ def run_flower_simulation(job: Job | dict, *, num_cpus: int | None = None,
     cpus = num_cpus or os.cpu_count() or 1
     backend = {"client_resources": {"num_cpus": 1, "num_gpus": 0.0},
                "init_args": {"num_cpus": cpus, "num_gpus": 0, "include_dashboard": False}}
-    run_simulation(server_app=server, client_app=client, num_supernodes=job.num_clients,
-                   backend_config=backend, verbose_logging=verbose)
+    with stop_handlers_kept():  # Ray's init leaves a SIGTERM handler of its own
+        run_simulation(server_app=server, client_app=client, num_supernodes=job.num_clients,
+                       backend_config=backend, verbose_logging=verbose)
     if not result:
         raise RuntimeError("the Flower simulation ended without a result; see the log above")
     return result[0]
