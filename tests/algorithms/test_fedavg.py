@@ -58,6 +58,36 @@ def test_fed_prox_term_has_a_real_gradient():
                                            dtype=torch.float64))
 
 
+def test_fed_prox_term_with_momentum_by_hand():
+    # One client, f = 1/2 (x - 1)^2, anchor x^t = 0, mu = 1, eta = 0.5, heavy ball 0.5:
+    # g1 = (0 - 1) + (0 - 0) = -1, buf = -1, x = 0.5;
+    # g2 = (0.5 - 1) + (0.5 - 0) = 0, buf = 0.5 (-1) + 0 = -0.5, x = 0.75.
+    # (A proximal pull of mu/2 would give 0.875: this path forms g itself, not descend_.)
+    data = fs.data.from_arrays([torch.ones(1, 1)], [torch.ones(1)], dtype=torch.float64)
+    history = fs.simulate(fs.algorithms.fed_prox(mu=1.0, step_size=0.5, local_steps=2,
+                                                 momentum=0.5),
+                          fs.problems.least_squares(), data, rounds=1)
+    assert history.model.tolist() == [0.75]
+
+
+@pytest.mark.parametrize("anchor_rows", [1, 3])
+def test_the_proximal_term_is_the_same_with_and_without_a_mask(anchor_rows):
+    # an all-True mask sends the step through the path that forms g; the plain path
+    # hands it to Problem.descend_: both must pull by mu (x - anchor)
+    data = fs.data.shifted_gaussian(num_clients=3, samples_per_client=8, dim=5, sparsity=2,
+                                    seed=0, dtype=torch.float64)
+    opt = LocalOptimizer.checked(step_size=0.05, local_steps=4, batch_size=4)
+    ctx = ClientContext(fs.problems.least_squares(), data.train, torch.arange(3), 0, 0)
+    gen = torch.Generator().manual_seed(3)
+    x0 = torch.randn(3, 5, generator=gen, dtype=torch.float64)
+    anchor = torch.randn(anchor_rows, 5, generator=gen, dtype=torch.float64).squeeze(0)
+    plain = local_train(opt, x0, ctx, mu=0.7, anchor=anchor)
+    masked = local_train(opt, x0, ctx, mu=0.7, anchor=anchor,
+                         mask=torch.ones(5, dtype=torch.bool))
+    assert torch.allclose(masked, plain, rtol=0, atol=1e-13)
+    assert not torch.allclose(plain, local_train(opt, x0, ctx))  # the term is felt
+
+
 def _torch_reference(optimizer_cls, x0, X, y, steps, **kw):
     """One nn.Parameter per client, trained with torch.optim on the full local batch."""
     out = []

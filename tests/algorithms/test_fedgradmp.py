@@ -143,6 +143,45 @@ def test_sgd_inner_solver_and_radius_on_softmax():
     assert h.records[-1]["inner_iterations"] == 2.0
 
 
+def test_sgd_inner_solver_auto_step_by_hand():
+    # One client, X = I_2, y = (1, 2): f = (1/4)||x - y||^2, gradient (x - y) / 2, restricted
+    # Hessian I / 2, so inner_lr="auto" is 1 / (1.05 * 0.5) = 1 / 0.525. tau = 1, K = 1:
+    # Gamma = both coordinates; one full-batch inner step from 0: c = (0.5, 1) / 0.525,
+    # and H_1 keeps (0, 1 / 0.525) = (0, 40/21).
+    data = fs.data.from_arrays([torch.eye(2, dtype=DT)], [torch.tensor([1.0, 2.0], dtype=DT)],
+                               dtype=DT)
+    algo = fs.algorithms.fed_grad_mp(sparsity=1, local_steps=1, inner_solver="sgd",
+                                     inner_steps=1)
+    h = fs.simulate(algo, fs.problems.least_squares(), data, rounds=1, progress=False)
+    assert torch.allclose(h.model, torch.tensor([0.0, 40 / 21], dtype=DT), atol=1e-12)
+
+
+def test_sgd_inner_solver_draws_batches_of_its_own():
+    # Jeong et al. 2024, Alg. 2: the inner solver's mini-batches are fresh draws, after
+    # the K outer ones: outer step k draws counter k, its inner steps K + k J .. K + (k+1) J - 1
+    from fedsparse.algorithms import ClientContext
+
+    drawn = []
+
+    class Recording(ClientContext):
+        def batch(self, step, batch_size):
+            drawn.append(step)
+            return super().batch(step, batch_size)
+
+    gen = torch.Generator().manual_seed(5)
+    X, y = torch.randn(2, 9, 4, generator=gen, dtype=DT), torch.randn(2, 9, generator=gen,
+                                                                      dtype=DT)
+    data = fs.data.from_arrays(list(X), list(y), dtype=DT)
+    problem = fs.problems.least_squares()
+    algo = fs.algorithms.fed_grad_mp(sparsity=1, local_steps=2, batch_size=1,
+                                     inner_solver="sgd", inner_steps=2).bind(problem, data)
+    state = algo.init(problem)
+    ctx = Recording(problem, data.train, torch.arange(2), 0, 7,
+                    config=algo.client_config(state))
+    algo.client_update(algo.broadcast(state, torch.arange(2)), ctx)
+    assert drawn == [0, 2, 3, 1, 4, 5]
+
+
 def test_exact_newton_on_logistic_improves_objective():
     g = torch.Generator().manual_seed(1)
     xs = [torch.randn(50, 20, generator=g, dtype=DT) for _ in range(3)]

@@ -16,13 +16,16 @@ def _two_clients():
                                             torch.tensor([0.0, 2.0], dtype=DT)], dtype=DT)
 
 
-def test_fed_mid_two_clients_by_hand():
+@pytest.mark.parametrize("server_lr", [0.5, 0.25, 2.0])
+def test_fed_mid_two_clients_by_hand(server_lr):
     # eta_c = 0.5, K = 1, tau = 1, x_0 = 0: client steps x = H_1(0.25 y_i):
-    # client 1: (1, 0.25) -> (1, 0); client 2: (0, 0.5) -> (0, 0.5).
-    # eta_s = 0.5: server H_1(0 + 0.5 * ((0.5, 0.25) - 0)) = H_1((0.25, 0.125)) = (0.25, 0).
-    algo = fs.algorithms.fed_mid(sparsity=1, client_lr=0.5, server_lr=0.5, local_steps=1)
+    # client 1: (1, 0.25) -> (1, 0); client 2: (0, 0.5) -> (0, 0.5); mean (0.5, 0.25).
+    # server H_1(0 + eta_s ((0.5, 0.25) - 0)) = (0.5 eta_s, 0). From x_0 = 0 at eta_s = 0.5
+    # the swapped mix (1 - eta_s) mean + eta_s x_t gives the same; 0.25 and 2 do not.
+    algo = fs.algorithms.fed_mid(sparsity=1, client_lr=0.5, server_lr=server_lr,
+                                 local_steps=1)
     h = fs.simulate(algo, fs.problems.least_squares(), _two_clients(), rounds=1, progress=False)
-    assert torch.allclose(h.model, torch.tensor([0.25, 0.0], dtype=DT), atol=1e-15)
+    assert torch.allclose(h.model, torch.tensor([0.5 * server_lr, 0.0], dtype=DT), atol=1e-15)
 
 
 def test_fed_mid_l1_server_prox_takes_eta_s_eta_c():

@@ -78,6 +78,16 @@ def test_aggregation_renormalises_over_delivered_uploads():
     assert new["model"].tolist() == [0.0, 0.0, 4.0]
 
 
+def test_auto_step_is_one_over_the_largest_client_smoothness():
+    # one example each, a = 1 and a = 2: f_i = (a_i x - y_i)^2 / 2, L_i = a_i^2 = (1, 4);
+    # gamma = 1 / max_i L_i = 0.25 (1 over the mean, 2.5, would be 0.4)
+    data = fs.data.from_arrays([torch.ones(1, 1), 2 * torch.ones(1, 1)],
+                               [torch.ones(1), torch.ones(1)], dtype=torch.float64)
+    problem = fs.problems.least_squares()
+    algo = fs.algorithms.fed_iter_ht(sparsity=1, step_size="auto").bind(problem, data)
+    assert algo.init(problem)["step_size"] == pytest.approx(0.25, rel=1e-12)
+
+
 def test_fed_iter_ht_recovers_a_sparse_ground_truth():
     # well-conditioned: standard Gaussian designs, no mean shift, noiseless
     data = fs.data.shifted_gaussian(num_clients=10, samples_per_client=60, dim=200, sparsity=8,
@@ -185,17 +195,22 @@ def test_bad_sparsity_scope_is_a_clear_error(builder):
         builder(sparsity=3, step_size=0.1, sparsity_scope="rows")
 
 
-def test_fed_iter_ht_radius_by_hand():
+@pytest.mark.parametrize("dictionary", [None, torch.eye(3, dtype=torch.float64)],
+                         ids=["standard basis", "identity dictionary"])
+def test_fed_iter_ht_radius_by_hand(dictionary):
     # As test_fed_iter_ht_by_hand, with Pi_R (R = 0.5) after every H_1:
     # client 0: (0.25, 0.5, 0) -> H_1 (0, 0.5, 0) -> Pi (norm 0.5, kept);
     #           step 2 -> (0.25, 0.875, 0) -> H_1 (0, 0.875, 0) -> Pi (0, 0.5, 0).
     # client 1: (0, 0, 1.5) -> Pi (0, 0, 0.5); grad = 0.5 - 3 -> 0.5 + 1.25 = 1.75 -> 0.5.
     # server: (2/3)(0, 0.5, 0) + (1/3)(0, 0, 0.5) = (0, 1/3, 1/6) -> H_1 (0, 1/3, 0), inside.
+    # With the identity as dictionary (coefficients = signal) the ball binds the same way.
     up, model = _round(fs.algorithms.fed_iter_ht(sparsity=1, step_size=0.5, local_steps=2,
-                                                 radius=0.5))
+                                                 radius=0.5, dictionary=dictionary))
     assert torch.allclose(up, torch.tensor([[0, 0.5, 0], [0, 0, 0.5]], dtype=torch.float64))
     assert torch.allclose(model, torch.tensor([0, 1 / 3, 0], dtype=torch.float64))
-    # a radius that never binds changes nothing
+
+
+def test_fed_iter_ht_radius_that_never_binds_changes_nothing_and_bad_ones_are_refused():
     up_big, model_big = _round(fs.algorithms.fed_iter_ht(sparsity=1, step_size=0.5,
                                                          local_steps=2, radius=100.0))
     up_none, model_none = _round(fs.algorithms.fed_iter_ht(sparsity=1, step_size=0.5,

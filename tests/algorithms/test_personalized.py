@@ -102,18 +102,20 @@ def test_a_tolerance_no_client_reaches_takes_all_k_steps():
         fs.algorithms.fedmac(**common, inner_tolerance=0)
 
 
-def test_pfedme_round_by_hand_and_pm_is_theta():
-    # eta_p = 1, eta = 1, lambda = 1/2, R = 1, K = 2 on the same (full) batch.
+@pytest.mark.parametrize("eta", [1.0, 0.5])
+def test_pfedme_round_by_hand_and_pm_is_theta(eta):
+    # eta_p = 1, lambda = 1/2, R = 1, K = 2 on the same (full) batch.
     # client 0: theta1 = (1/2, -1/2); theta2 = theta1 - (g(theta1) + theta1 / 2)
-    #   = (1/2 - (s1 - 1) - 1/4)(1, -1); w = 0 - 1/2 (0 - theta2) = theta2 / 2
-    # client 1: theta1 = (-1, 1); theta2 = theta1 / 2 - 2 sigmoid(-4) (1, -1); w = theta2 / 2
+    #   = (1/2 - (s1 - 1) - 1/4)(1, -1); w = 0 - eta / 2 (0 - theta2) = eta theta2 / 2
+    # client 1: theta1 = (-1, 1); theta2 = theta1 / 2 - 2 sigmoid(-4) (1, -1); w likewise
+    # (eta = 0.5 tells the w step's eta lambda from eta_p lambda)
     s1, s4 = sig(1.0), sig(-4.0)
     theta0 = (1.25 - s1) * vec(1, -1)
     theta1 = vec(-0.5, 0.5) - 2 * s4 * vec(1, -1)
-    algo = fs.algorithms.pfedme(lam=0.5, step_size=1.0, personal_step_size=1.0,
+    algo = fs.algorithms.pfedme(lam=0.5, step_size=eta, personal_step_size=1.0,
                                 local_steps=1, inner_steps=2, batch_size=None)
     h = run_one(algo)
-    assert torch.allclose(h.model, (theta0 + theta1) / 4, rtol=1e-14, atol=1e-15)
+    assert torch.allclose(h.model, eta * (theta0 + theta1) / 4, rtol=1e-14, atol=1e-15)
     # the PM is theta_i, not the local copy w_i = theta_i / 2 that pFedMe's code evaluates
     assert torch.allclose(h.personal_models, torch.stack([theta0, theta1]), rtol=1e-14)
     data = tiny()
@@ -121,6 +123,17 @@ def test_pfedme_round_by_hand_and_pm_is_theta():
     assert h.records[-1]["personal_accuracy"] == pytest.approx(expected["personal_accuracy"])
     assert h.records[-1]["personal_objective"] == pytest.approx(
         expected["personal_objective"], rel=1e-12)
+
+
+def test_modified_pfedme_gradient_by_hand():
+    # Liu et al. 2023's modified pFedMe: grad l + gamma tanh(theta / rho) + lambda (theta - w);
+    # theta = 1, w = 0, grad l = 0, gamma = 0.1, rho = 0.5, lambda = 1: 0.1 tanh(2) + 1
+    algo = fs.algorithms.pfedme(lam=1.0, step_size=1.0, personal_step_size=1.0, gamma=0.1,
+                                rho=0.5)
+    g = algo.personal_gradient(torch.ones(1, 1, dtype=torch.float64),
+                               torch.zeros(1, 1, dtype=torch.float64),
+                               torch.zeros(1, 1, dtype=torch.float64))
+    assert g.item() == pytest.approx(0.1 * math.tanh(2.0) + 1.0, rel=1e-15)
 
 
 def _reference_fedmac(x0, X, y, lam, gamma, gamma_w, rho, eta, eta_p, R, floor):

@@ -252,6 +252,19 @@ def test_iterated_synflow_matches_closed_form_and_keeps_exact_counts(values, pct
     assert m["0.bias"].all() and m["2.bias"].all()
 
 
+def test_iterated_synflow_never_revives_a_pruned_entry():
+    # W1 = [[1, 1], [1, 2]], W2 = [[1, 1]], no biases; global scope, density 0.34, 3 passes.
+    # Pass 1 keeps ceil(0.34^(1/3) * 6) = 5 of scores (1, 1, 1, 2, 2, 3): W1_10 goes.
+    # Pass 2 keeps 3 of (1, 1, 0, 2, 2, 2): W1_11, W2_00, W2_01.
+    # Pass 3 keeps 3 of (0, 0, 0, 2, 0, 2): W2_00 scores 0 now (its path was cut) but is
+    # still held, so it stays; W1_00 (pruned in pass 2, also 0, lower index) must not
+    # come back.
+    net = nn.Sequential(nn.Linear(2, 2, bias=False), nn.ReLU(), nn.Linear(2, 1, bias=False))
+    theta = torch.tensor([1.0, 1.0, 1.0, 2.0, 1.0, 1.0])
+    mask = synflow_mask(net, theta, 0.34, iterations=3, scope="global", input_shape=(2,))
+    assert mask.tolist() == [False, False, False, True, True, True]
+
+
 def test_synflow_takes_abs_of_buffers_and_keeps_norm_parameters():
     torch.manual_seed(0)
     net = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4), nn.ReLU(), nn.Linear(4, 2))
