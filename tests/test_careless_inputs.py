@@ -315,6 +315,18 @@ def test_seeds_outside_the_generator_range_name_seed(tiny, seed):
                                  seed=seed)
 
 
+def test_an_integer_beyond_64_bits_is_told_the_range_it_may_take():
+    from fedsparse._validation import check_int
+
+    with pytest.raises(ConfigError, match=r"rounds=10{20} is invalid: must be an integer from "
+                                          r"1 to 2\*\*63 - 1"):
+        check_int("rounds", 10**20, minimum=1)
+    with pytest.raises(ConfigError, match=r"must be an integer from -2\*\*63 to 2\*\*63 - 1"):
+        check_int("offset", -(10**20))
+    with pytest.raises(ConfigError, match="must be at least 0"):  # the bound it broke
+        check_int("seed", -(10**20), minimum=0)
+
+
 def test_the_largest_seed_runs(tiny):
     h = fs.simulate(fs.algorithms.fed_avg(step_size=0.01, local_steps=1),
                     fs.problems.least_squares(), tiny, rounds=1, seed=2**63 - 1,

@@ -137,9 +137,14 @@ def test_out_errors(tiny, tmp_path, cli):
     full = tmp_path / "full"
     full.mkdir()
     (full / "summary.json").write_text("{}")
-    cli.refused(["run", str(tiny), "--out", str(full)], *["already holds results", "--resume",
-                                                     "--force"])
-    cli.refused(["run", str(tiny), "--out", str(tmp_path)], *["already holds"])
+    # files that are not a fedsparse run: --resume and --force would be refused, so the
+    # first refusal does not offer them
+    cli.refused(["run", str(tiny), "--out", str(full)], *["fedsparse did not write",
+                                                          "--resume and --force do not apply"])
+    cli.refused(["run", str(tiny), "--out", str(tmp_path)], *["fedsparse did not write"])
+    cli.run(["run", str(tiny), "--out", str(tmp_path / "run")])
+    cli.refused(["run", str(tiny), "--out", str(tmp_path / "run")],
+                *["already holds results", "--resume", "--force"])
 
 
 def test_experiment_and_command_errors(tiny, tmp_path, cli):

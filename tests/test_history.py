@@ -120,6 +120,16 @@ def test_save_never_replaces_a_saved_history_unless_told(tmp_path):
     assert History.load(tmp_path / "run").records == other.records
 
 
+def test_save_onto_a_file_is_refused_and_keeps_it(tmp_path):
+    (tmp_path / "afile").write_text("mine")
+    with pytest.raises(ConfigError, match="directory=.*afile.* is a file: a history is saved "
+                                          "as a folder"):
+        _history().save(tmp_path / "afile", overwrite=True)
+    with pytest.raises(ConfigError, match="directory=.*cannot be created: Not a directory"):
+        _history().save(tmp_path / "afile" / "run")
+    assert (tmp_path / "afile").read_text() == "mine"
+
+
 def test_a_damaged_or_missing_history_is_named_not_a_traceback(tmp_path):
     _history().save(tmp_path / "run")
     with pytest.raises(ConfigError, match="directory=.*must be a folder holding a history"):

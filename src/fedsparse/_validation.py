@@ -49,13 +49,14 @@ def check_int(name: str, value, *, minimum: int | None = None, maximum: int | No
         return None
     if _is_bool(value) or not isinstance(value, Integral):
         raise fail(name, value, "must be an integer")
-    if not -INT64_MAX - 1 <= value <= INT64_MAX:
-        raise fail(name, value, "must lie between -2**63 and 2**63 - 1, the 64-bit integers "
-                   "torch and NumPy index and count with")
     if minimum is not None and value < minimum:
         raise fail(name, value, f"must be at least {minimum}")
     if maximum is not None and value > maximum:
         raise fail(name, value, f"must be at most {maximum}")
+    if not -INT64_MAX - 1 <= value <= INT64_MAX:
+        low = "-2**63" if minimum is None else minimum
+        raise fail(name, value, f"must be an integer from {low} to 2**63 - 1, the 64-bit "
+                   "integers torch and NumPy index and count with")
     return int(value)
 
 

@@ -201,7 +201,14 @@ class History:
         if not overwrite and (directory / "history.jsonl").exists():
             raise fail("directory", str(directory), "already holds a saved history; give "
                        "overwrite=True to replace it, or another folder")
-        directory.mkdir(parents=True, exist_ok=True)
+        if directory.exists() and not directory.is_dir():
+            raise fail("directory", str(directory), "is a file: a history is saved as a "
+                       "folder of files (history.jsonl, model.npy, ...); give a folder")
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:  # a file on the way, no permission
+            raise fail("directory", str(directory), f"cannot be created: {exc.strerror}") \
+                from None
         rows = ([self.initial] if self.initial else []) + self.records
         with open(directory / "history.jsonl", "w") as fh:
             for r in rows:

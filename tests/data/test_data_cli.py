@@ -29,6 +29,16 @@ def test_describe_label_skew_prints_sizes_histogram_and_plots(tmp_path, capsys):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_describe_never_writes_its_plot_over_a_file(tmp_path, cli):
+    config = tmp_path / "my.toml"
+    config.write_text("rounds = 3\n")
+    args = ["data", "describe", "digits", "--clients", "4", "--plot", str(config)]
+    cli.refused(args, f"--plot={str(config)!r} is invalid: the file exists", "--overwrite")
+    assert config.read_text() == "rounds = 3\n"
+    assert cli.run(args + ["--overwrite"])[0] == 0
+    assert config.read_bytes()[:4] == b"\x89PNG"
+
+
 def test_describe_is_reproducible_and_seeded(capsys):
     args = ["data", "describe", "digits", "--partition", "dirichlet", "--clients", "8",
             "--alpha", "0.3", "--seed"]

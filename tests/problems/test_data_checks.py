@@ -34,7 +34,8 @@ def test_a_bad_label_names_its_split(problem, train, test, split):
 
 def test_logistic_labels_name_their_split_too():
     data = _data(1.0, 0.0)
-    with pytest.raises(ConfigError, match=r"^train labels \[2.0\] are invalid for logistic"):
+    with pytest.raises(ConfigError, match=r"^train labels \[2.0\] are invalid for logistic: "
+                                          r"labels must be in \{0, 1\} or in \{-1, 1\}"):
         fs.problems.logistic().check_data(data)
 
 

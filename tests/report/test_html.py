@@ -201,6 +201,22 @@ def test_report_refuses_a_folder_fedsparse_did_not_write(tmp_path, capsys):
     assert main(["report", str(tmp_path / "missing")]) == 2
 
 
+def test_report_on_a_run_that_did_not_finish_says_how_to_continue_it(tmp_path, capsys):
+    from fedsparse.experiments.output import FAILED, failed_text
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.toml").write_text("rounds = 3\n")
+    (run / FAILED).write_text(failed_text(
+        "interrupted", resume_command=f"fedsparse run tiny.toml --out {run} --resume",
+        rerun_command=None))
+    assert main(["report", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert "holds a run that did not finish" in err and "interrupted" in err
+    assert f"fedsparse run tiny.toml --out {run} --resume" in err
+    assert not (run / "report.html").exists()
+
+
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync"]

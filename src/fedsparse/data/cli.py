@@ -134,6 +134,9 @@ def cmd_describe(args) -> int:
     if args.plot and Path(args.plot).is_dir():
         raise ConfigError(f"--plot={args.plot!r} is invalid: it is a folder; give the PNG "
                           "file to write, e.g. --plot split.png")
+    if args.plot and Path(args.plot).exists() and not args.overwrite:
+        raise ConfigError(f"--plot={args.plot!r} is invalid: the file exists; give a new "
+                          "name, or add --overwrite to replace it")
     if args.dataset == ONDISK:
         return _describe_ondisk(args)
     check_seed("--seed", args.seed)  # NumPy's own refusal would name no parameter
@@ -268,6 +271,7 @@ def add_data_parser(subparsers) -> argparse.ArgumentParser:
                    + f"; or {ONDISK} (with --path)")
     _split_options(d)
     d.add_argument("--plot", metavar="PNG", help="save the client x label heat map here")
+    d.add_argument("--overwrite", action="store_true", help="replace an existing --plot file")
     d.set_defaults(func=cmd_describe, option_names=OPTION_NAMES)
     dense = sorted(set(DATASETS) - set(SPARSE))
     w = sub.add_parser("write", help="write a split (or a generated data set) in the on-disk "

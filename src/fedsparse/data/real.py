@@ -179,6 +179,27 @@ def partition_option_note(option: str) -> str:
             if takers else "")
 
 
+def check_partition_options(kind: str, given, caller=None) -> None:
+    """Refuse a name in ``given`` that the partition ``kind`` does not take, before the
+    partitioner's own TypeError names itself; where ``caller`` (a function taking the
+    options as ``**kwargs``) is given, a misspelt argument of its own is suggested too."""
+    from ..experiments.config_checks import did_you_mean
+
+    check_choice("partition", kind, PARTITIONS)
+    options = partition_options(kind)
+    own = [p for p, v in inspect.signature(caller).parameters.items()
+           if v.kind == v.KEYWORD_ONLY] if caller else []
+    for key in given:
+        if key in options:
+            continue
+        hint = did_you_mean(key, [*own, *options]) or partition_option_note(key)
+        if caller:  # as a config's [data] table says it
+            raise ConfigError(f"{caller.__name__} with partition {kind!r} takes no argument "
+                              f"{key!r}{hint}; its arguments: {', '.join([*own, *options])}")
+        raise ConfigError(f"partition {kind!r} takes no option {key!r}{hint}; its options: "
+                          f"{', '.join(options) or '(none)'}")
+
+
 def make_partition(kind: str, X, y, *, num_clients: int, seed: int = 0,
                    dataset: str | None = None, **kwargs):
     """Split ``(X, y)`` among ``num_clients`` clients with the partitioner ``kind``.
@@ -200,15 +221,7 @@ def make_partition(kind: str, X, y, *, num_clients: int, seed: int = 0,
     -------
     list of ``num_clients`` int64 index arrays.
     """
-    check_choice("partition", kind, PARTITIONS)
-    options = partition_options(kind)
-    for key in kwargs:
-        if key not in options:  # before the partitioner's own TypeError names itself
-            from ..experiments.config_checks import did_you_mean
-
-            raise ConfigError(f"partition {kind!r} takes no option {key!r}"
-                              f"{did_you_mean(key, options) or partition_option_note(key)}; "
-                              f"its options: {', '.join(options) or '(none)'}")
+    check_partition_options(kind, kwargs)
     by_label = kind in ("label_skew", "groups", "dirichlet") or kwargs.get("by_labels")
     if by_label:
         values = np.asarray(y)
@@ -280,6 +293,7 @@ def federated_real(dataset: str, *, partition: str = "clusters", num_clients: in
         federated_real("mnist_5k", partition="clusters", by_labels=True, num_clients=100)
     """
     seed, _ = check_seed("seed", seed), check_bool("standardize_target", standardize_target)
+    check_partition_options(partition, partition_kwargs, federated_real)  # before loading
     check_bool("flatten", flatten)
     check_int("n_features", n_features, minimum=1, allow_none=True)
     check_int("pad", pad, minimum=0)

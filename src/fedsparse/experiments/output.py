@@ -191,11 +191,6 @@ def prepare_output(out: str | Path, *, resume: bool = False, force: bool = False
                    + ": nothing to continue there (check --out; without --resume a new run "
                    "starts there)")
     if entries:
-        if not (resume or force):
-            how = ("continue them with --resume, replace them with --force"
-                   if resumable else "replace them with --force")
-            raise fail("--out", str(out), f"already holds results ({_describe(out)}); "
-                       f"{how}, or choose another --out")
         manifest = read_manifest(out)
         if manifest is None:
             if (out / MANIFEST).exists():
@@ -208,6 +203,11 @@ def prepare_output(out: str | Path, *, resume: bool = False, force: bool = False
             raise fail("--out", str(out), f"holds files fedsparse did not write "
                        f"({_describe(out)}): {why}, so --resume and --force do not apply: "
                        "nothing was changed; choose an empty or new folder")
+        if not (resume or force):
+            how = ("continue them with --resume, replace them with --force"
+                   if resumable else "replace them with --force")
+            raise fail("--out", str(out), f"already holds results ({_describe(out)}); "
+                       f"{how}, or choose another --out")
         inv = inventory(out, manifest, bookkeeping={MARKER})
         blocked = colliding(inv.kept, writes or [])
         if blocked:

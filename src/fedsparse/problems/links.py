@@ -133,7 +133,7 @@ class BinaryLogistic(Link):
     def check_data(self, data):
         found = set(torch.unique(data.labels()).tolist())
         allowed = {-1.0, 1.0} if -1.0 in found else {0.0, 1.0}
-        check_labels(data, allowed, "logistic (labels in {0, 1} or {-1, 1})")
+        check_labels(data, allowed, "logistic", "in {0, 1} or in {-1, 1} (one of the two sets)")
 
 
 class SoftmaxCrossEntropy(Link):

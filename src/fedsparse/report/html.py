@@ -65,6 +65,10 @@ def report_folders(path: str | Path) -> list[Path]:
     if kind_of(path):
         return [path]
     found = sorted(p for p in path.iterdir() if p.is_dir() and kind_of(p))
+    if not found and (path / "FAILED").is_file():  # an interrupted or failed run
+        raise ConfigError(f"{path} holds a run that did not finish, so it has no results "
+                          "to report yet; its FAILED file says how to continue it:\n\n"
+                          + (path / "FAILED").read_text(errors="replace")[:4000].strip())
     if not found:
         raise fail("DIR", str(path), "holds no summary.json, sweep.csv or trials.csv, nor "
                    "folders that do: it is not a fedsparse run, sweep or tuning folder")
