@@ -132,6 +132,10 @@ def test_out_errors(tiny, tmp_path, cli):
     cli.refused(["run", str(tiny), "--out", str(afile)], *["--out", "is a file"])
     cli.refused(["run", str(tiny), "--out", str(afile / "sub")], *["--out", "is a file"])
     cli.refused(["sweep", str(tiny), "--grid", "seed=[0, 1]", "--out", str(afile)], *["is a file"])
+    for command in (["run", str(tiny)], ["sweep", str(tiny), "--grid", "seed=[0, 1]"],
+                    ["data", "write", "digits"], ["flower", "app", str(tiny)]):
+        # an empty --out is no folder (not the current one, nor the default)
+        cli.refused([*command, "--out", " "], "argument --out: expected a folder, got ' '")
     if Path("/proc").is_dir():
         cli.refused(["run", str(tiny), "--out", "/proc/fedsparse-cannot"], *["cannot be written"])
     full = tmp_path / "full"

@@ -238,6 +238,18 @@ def test_a_field_given_twice_is_refused(tiny, tmp_path, cli):
               "algorithm.sparsity=int(6,8)"], "--param algorithm.sparsity is given twice")
 
 
+def test_a_searched_field_that_is_also_fixed_is_refused(tiny, tmp_path, cli):
+    cli.refused(["sweep", str(tiny), "--out", str(tmp_path / "s"), "--rounds", "3",
+                 "--grid", "rounds=[2, 5]"],
+                "--grid rounds and --rounds both give rounds", "drop one")
+    cli.refused(["sweep", str(tiny), "--out", str(tmp_path / "s"), "--set",
+                 "algorithm.sparsity=2", "--grid", "algorithm.sparsity=[3, 4]"],
+                "--grid algorithm.sparsity and --set algorithm.sparsity both give")
+    cli.refused(["tune", str(tiny), "--out", str(tmp_path / "t"), "--rounds", "2",
+                 "--param", "rounds=int(2,5)"], "--param rounds and --rounds both give")
+    assert not (tmp_path / "s").exists() and not (tmp_path / "t").exists()
+
+
 def test_a_sweep_where_every_point_diverged_names_no_winner(tiny, tmp_path, cli):
     out = tmp_path / "s"
     code, text, err = cli.run(["sweep", str(tiny), "--out", str(out), "--rounds", "2",

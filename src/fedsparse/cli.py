@@ -21,6 +21,7 @@ from ._validation import ConfigError, DataFormatError
 from .cli_commands import cmd_list, cmd_report, cmd_show, cmd_sweep, cmd_tune
 from .cli_common import (
     DEFAULT_EXPERIMENT,
+    folder,
     name_typed_options,
     parse_value,
     resolve_experiment,
@@ -152,8 +153,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                          description="Run a named experiment (fedsparse list) or a TOML "
                                      "config; results go to --out (default runs/NAME).")
     run.add_argument("experiment", nargs="?", help=f"name or path (default {DEFAULT_EXPERIMENT})")
-    run.add_argument("--out", help="output directory (default runs/NAME); must be new or empty "
-                     "unless --resume or --force")
+    run.add_argument("--out", type=folder, help="output directory (default runs/NAME); must "
+                     "be new or empty unless --resume or --force")
     run.add_argument("--set", action="append", type=_assignment, metavar="FIELD=VALUE",
                      help="override a run field, e.g. algorithm.step_size=0.01, or one run's "
                      "with LABEL:algorithm.step_size=0.01 (repeatable); VALUE is TOML; a "
@@ -209,9 +210,12 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                        help="run each point over N seeds and compare the mean")
     sweep.add_argument("--jobs", type=int, default=1, metavar="N",
                        help="run grid points in N processes (same results as serial)")
-    sweep.add_argument("--set", action="append", type=_assignment, metavar="FIELD=VALUE")
-    sweep.add_argument("--rounds", type=int)
-    sweep.add_argument("--out")
+    sweep.add_argument("--set", action="append", type=_assignment, metavar="FIELD=VALUE",
+                       help="set a config field for every grid point (repeatable)")
+    sweep.add_argument("--rounds", type=int,
+                       help="override the number of rounds of every run (not with a grid "
+                       "over rounds)")
+    sweep.add_argument("--out", type=folder, help="output directory (default runs/NAME-sweep)")
     sweep.add_argument("--quiet", action="store_true",
                        help="no line per grid point (the table and the files are printed)")
     sweep.add_argument("--force", action="store_true",
@@ -255,9 +259,12 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                       "(default tpe; random: every trial at random, no phases)")
     tune.add_argument("--sampler-seed", type=int, default=0, metavar="S",
                       help="the sampler's seed (default 0: the same trials every time)")
-    tune.add_argument("--set", action="append", type=_assignment, metavar="FIELD=VALUE")
-    tune.add_argument("--rounds", type=int)
-    tune.add_argument("--out", help="output directory (default runs/NAME-tune)")
+    tune.add_argument("--set", action="append", type=_assignment, metavar="FIELD=VALUE",
+                      help="set a config field for every trial (repeatable)")
+    tune.add_argument("--rounds", type=int,
+                      help="override the number of rounds of every run (not with a "
+                      "--param over rounds)")
+    tune.add_argument("--out", type=folder, help="output directory (default runs/NAME-tune)")
     tune.add_argument("--quiet", action="store_true",
                       help="no line per trial (the table and the files are printed)")
     tune.add_argument("--force", action="store_true",

@@ -48,11 +48,11 @@ def cmd_list(args) -> int:
         print("  " + "  ".join(c.ljust(w) for c, w in zip(row[1:6], widths, strict=True))
               + "  " + row[6])
     needs = {n.short: n for r in rows for n in r.needs}
-    print("\nTOML experiments take --set, --rounds, --only, --seeds, --resume, --device and "
-          "work with `fedsparse sweep`;\nPython experiments add steps a config cannot "
-          "express; they take --rounds, --seeds, --resume, --device\nand --quick (the same "
-          "steps at a reduced scale, "
-          "to check that everything runs: its numbers do not\nreproduce the paper's).\n"
+    print("\nTOML experiments take --set, --rounds, --only, --seeds, --resume and --device, "
+          "and `fedsparse sweep` and\n`tune` search their fields; Python experiments add "
+          "steps a config cannot express;\nthey take --rounds, --seeds, --resume, --device "
+          "and --quick (the same steps at a reduced\nscale, to check that everything "
+          "runs: its numbers do not reproduce the paper's).\n"
           "RUNTIME: the full run, roughly, on one CPU core.\n"
           "GPU: \"wanted\" marks the long neural runs, which are worth --device cuda (the "
           "default device is\nthe CPU); a GPU run time in brackets is measured, or "
@@ -170,6 +170,18 @@ def _once(option: str, pairs) -> dict:
     return out
 
 
+def _searched_not_fixed(searched: dict, args, option: str) -> None:
+    """Refuse a field that the search varies and ``--set`` or ``--rounds`` also fixes: the
+    searched values would replace the fixed one without a word."""
+    fixed = {key: f"--set {key}" for key, _ in args.set or []}
+    if args.rounds is not None:
+        fixed["rounds"] = "--rounds"
+    for key in searched:
+        if key in fixed:
+            raise ConfigError(f"{option} {key} and {fixed[key]} both give {key}: the searched "
+                              f"values would replace {fixed[key]}; drop one of the two")
+
+
 def cmd_sweep(args) -> int:
     from .experiments.output import prepare_output
     from .experiments.sweep import SWEEP_FILES, run_sweep
@@ -182,6 +194,7 @@ def cmd_sweep(args) -> int:
     device = _check_device(args)
     name, config = _search_config(args, device, "sweeps need")
     grid = _once("--grid", args.grid)
+    _searched_not_fixed(grid, args, "--grid")
     out = Path(args.out or Path("runs") / f"{name}-sweep").expanduser()
     _check_log(args, out)
     created = prepare_output(out, force=args.force, resumable=False,  # never replaced silently
@@ -201,6 +214,7 @@ def cmd_tune(args) -> int:
         raise ConfigError("tune needs at least one --param FIELD=SPACE, e.g. --param "
                           "'algorithm.step_size=log(1e-4, 1e-1)'")
     params = _once("--param", args.param)  # a typo in the command first, then the extra
+    _searched_not_fixed(params, args, "--param")
     check_count_options(args)
     check_metric("--metric", args.metric)
     require_optuna("fedsparse tune")

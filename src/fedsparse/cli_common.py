@@ -1,6 +1,6 @@
 """What the command lines share (``fedsparse`` and ``fedsparse flower``, and the search
-spaces of ``fedsparse tune``): a value as a user types it, and an experiment found by
-name or by path.
+spaces of ``fedsparse tune``): a value as a user types it, a folder option, and an
+experiment found by name or by path.
 
 Importing this module is cheap (the experiment machinery is imported when an experiment
 is looked up), so the command line can import it at start.
@@ -8,6 +8,7 @@ is looked up), so the command line can import it at start.
 
 from __future__ import annotations
 
+import argparse
 import datetime
 import difflib
 import re
@@ -39,6 +40,14 @@ def parse_value(text: str):
         return doc["v"]
     if _NUMBER.fullmatch(text):
         return float(text)
+    return text
+
+
+def folder(text: str) -> str:
+    """An ``--out`` folder as typed: refused when empty, which a path would read as the
+    current folder and ``fedsparse run`` as no ``--out`` at all."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"expected a folder, got {text!r}")
     return text
 
 

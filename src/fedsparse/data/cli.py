@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from .._validation import ConfigError, check_seed
+from ..cli_common import folder
 from .real import DATASETS, PARTITIONS, READS_PATH
 
 __all__ = ["add_data_parser", "cmd_describe", "cmd_write"]
@@ -286,7 +287,7 @@ def add_data_parser(subparsers) -> argparse.ArgumentParser:
                    + ", ".join(dense + list(GENERATED)) + " (the LibSVM sets "
                    + ", ".join(SPARSE) + " are sparse, which the on-disk format does not "
                    "hold)")
-    w.add_argument("--out", required=True, help="directory to create")
+    w.add_argument("--out", required=True, type=folder, help="directory to create")
     w.add_argument("--overwrite", action="store_true", help="replace an existing data set")
     w.add_argument("--test-fraction", type=float, default=None,
                    help="per-client held-out share (default 0.2 for real data, the "

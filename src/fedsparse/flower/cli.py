@@ -15,7 +15,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from .._validation import ConfigError
-from ..cli_common import name_typed_options, parse_value, resolve_experiment
+from ..cli_common import folder, name_typed_options, parse_value, resolve_experiment
 from .app_project import write_app_project
 from .job import flatten, job_from_config
 
@@ -46,7 +46,7 @@ def add_flower_parser(subparsers) -> argparse.ArgumentParser:
     app.add_argument("config", help="a named experiment (see `fedsparse list`) or a TOML file: "
                      "a job (rounds, data, problem, algorithm) or an experiment config with "
                      "[[runs]]")
-    app.add_argument("--out", required=True, help="directory to write the project to")
+    app.add_argument("--out", required=True, type=folder, help="directory to write the project to")
     app.add_argument("--run", default=None,
                      help="label or index of the run of an experiment config (needed when it "
                      "has several runs)")
@@ -205,7 +205,7 @@ def _add_demo_parser(sub) -> None:
                       help="override a job value, e.g. --set algorithm.sparsity=3")
     demo.add_argument("--nodes", type=int, default=2,
                       help="number of SuperNodes; the job gets one client per node (default 2)")
-    demo.add_argument("--out", default="runs/flower-demo",
+    demo.add_argument("--out", default="runs/flower-demo", type=folder,
                       help="directory for the history and model (default runs/flower-demo)")
     demo.add_argument("--timeout", type=float, default=600.0,
                       help="seconds the run may take before it is stopped (default 600)")

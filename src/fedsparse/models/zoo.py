@@ -34,7 +34,8 @@ from .._validation import check_choice, check_int, fail
 
 def _check_widths(name: str, value, *, allow_empty: bool) -> tuple[int, ...]:
     if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
-        raise fail(name, value, "must be a tuple of layer widths, e.g. (100,)")
+        raise fail(name, value, "must be a list of layer widths: (100,) in "
+                   "Python, [100] in a TOML file")
     widths = tuple(check_int(f"{name}[{i}]", v, minimum=1) for i, v in enumerate(value))
     if not widths and not allow_empty:
         raise fail(name, value, "must hold at least one width")
