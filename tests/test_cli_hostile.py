@@ -694,7 +694,7 @@ def test_python_experiments_get_rounds_seeds_quick_and_resume(tmp_path, python_e
     assert python_experiment.calls[-1]["resume"] is True
     # resumed as another form (its default seeds, not quick): refused, nothing called
     cli.refused(["run", python_experiment.name, "--out", str(out), "--resume"],
-             "seeds 3 there, None now", "quick True there, False now")
+             "seeds 3 there, none now", "quick on there, off now")
     assert len(python_experiment.calls) == 2
 
 
@@ -743,7 +743,7 @@ def test_a_marker_from_before_default_seeds_reads_as_the_default(tmp_path, seede
     assert marker_info(out)["seeds"] == 3 and marker_info(out)["attempts"] == 2
     # a quick run's marker is not read as the full run's
     (out / MARKER).write_text(json.dumps({**marker, "seeds": None, "quick": True}))
-    cli.refused(["run", exp.name, "--out", str(out), "--resume"], "quick True there")
+    cli.refused(["run", exp.name, "--out", str(out), "--resume"], "quick on there")
     assert marker_info(out)["seeds"] is None
 
 

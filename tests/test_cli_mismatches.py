@@ -84,7 +84,7 @@ def test_resume_with_another_seed_count_is_refused_and_keeps_the_results(tiny, t
     assert cli.run(["run", str(tiny), "--out", str(out), "--quiet", "--seeds", "2"])[0] == 0
     before = (out / "summary.json").read_bytes()
     cli.refused(["run", str(tiny), "--out", str(out), "--quiet", "--resume"],
-             "--resume=", "seeds 2 there, None now")
+             "--resume=", "seeds 2 there, none now")
     cli.refused(["run", str(tiny), "--out", str(out), "--quiet", "--resume", "--seeds", "1"],
              "seeds 2 there, 1 now")
     assert (out / "summary.json").read_bytes() == before
@@ -112,7 +112,7 @@ def test_resume_takes_the_config_by_content_not_by_file_name(tiny, tmp_path, cli
     assert code == 0, err
     # with --seeds 1 a run writes seed folders and a mean: not the run without --seeds
     cli.refused(["run", str(tiny), "--out", str(out), "--quiet", "--resume", "--seeds", "1"],
-             "seeds None there, 1 now")
+             "seeds none there, 1 now")
 
 
 def test_seeds_1_on_a_run_without_seeds_says_why_and_what_to_type(tiny, tmp_path, cli):
@@ -123,7 +123,7 @@ def test_seeds_1_on_a_run_without_seeds_says_why_and_what_to_type(tiny, tmp_path
     assert cli.run(["run", str(tiny), "--out", str(out), "--quiet"])[0] == 0
     assert (out / "a" / "checkpoint.pt").is_file()
     err = cli.refused(["run", str(tiny), "--out", str(out), "--quiet", "--resume", "--seeds",
-                       "1"], "started without --seeds (seeds None there, 1 now)",
+                       "1"], "started without --seeds (seeds none there, 1 now)",
                       f"({out.as_posix()}/a/checkpoint.pt)", "--seeds 1 included",
                       f"{out.as_posix()}/a/seed-0/", "another layout",
                       "Continue them as they were started, without --seeds:")
@@ -136,7 +136,7 @@ def test_seeds_1_on_a_run_without_seeds_says_why_and_what_to_type(tiny, tmp_path
     assert cli.run(["run", str(tiny), "--out", str(seeded), "--quiet", "--seeds", "1"])[0] == 0
     assert (seeded / "a" / "seed-0" / "checkpoint.pt").is_file()
     err = cli.refused(["run", str(tiny), "--out", str(seeded), "--quiet", "--resume"],
-                      "started with --seeds 1 (seeds 1 there, None now)", "another layout")
+                      "started with --seeds 1 (seeds 1 there, none now)", "another layout")
     assert err.split(":\n  ", 1)[1].splitlines()[0] == \
         f"fedsparse run {tiny} --out {seeded} --quiet --seeds 1 --resume"
 

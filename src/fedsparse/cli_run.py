@@ -147,7 +147,7 @@ def _check_resume_seeds(args, out: Path, identity: dict, run: str | None = None)
     from types import SimpleNamespace
 
     from ._validation import fail
-    from .experiments.output import IDENTITY, marker_info, more_seeds
+    from .experiments.output import IDENTITY, marker_info, more_seeds, said
 
     if not args.resume or not out.is_dir():
         return
@@ -159,27 +159,27 @@ def _check_resume_seeds(args, out: Path, identity: dict, run: str | None = None)
     if old == new or more_seeds(old, new) or not all(isinstance(v, int | None)
                                                       for v in (old, new)):
         return  # the same or more seeds: resumable
-    said = f"seeds {old!r} there, {new!r} now"
+    seeds = f"seeds {said('seeds', old)} there, {said('seeds', new)} now"
     argv = _without_seeds(list(getattr(args, "argv", None) or ["run", args.experiment or ""]))
     if old is not None:
         argv += ["--seeds", str(old)]
     how = _command(SimpleNamespace(argv=argv), out, add="--resume")
     if old is not None and new is not None:  # fewer
         lost = f"replicate {new}" if new == old - 1 else f"replicates {new} to {old - 1}"
-        why = (f"its runs have {old} seeds ({said}), and fewer seeds would leave {lost} "
+        why = (f"its runs have {old} seeds ({seeds}), and fewer seeds would leave {lost} "
                "out of the results")
     elif run is not None:  # a TOML experiment: where the files of each form go
         run = (out / run).as_posix()
         plain = f"each run's files lie in its own folder ({run}/checkpoint.pt)"
         seeded = (f"each run's replicates go to {run}/seed-0/, {run}/seed-1/, ... and their "
                   f"mean to {run}/")
-        why = (f"its runs were started without --seeds ({said}): {plain}; with --seeds N, "
+        why = (f"its runs were started without --seeds ({seeds}): {plain}; with --seeds N, "
                f"--seeds 1 included, {seeded}" if old is None else
-               f"its runs were started with --seeds {old} ({said}): {seeded}; without "
+               f"its runs were started with --seeds {old} ({seeds}): {seeded}; without "
                f"--seeds {plain}") + ": another layout, which would be mixed with this one"
     else:  # a Python experiment: the form it was started in
         started = "without --seeds" if old is None else f"with --seeds {old}"
-        why = (f"its runs were started {started} ({said}); without --seeds "
+        why = (f"its runs were started {started} ({seeds}); without --seeds "
                f"{identity.get('experiment')!r} runs its own number of seeds, which --resume "
                "does not equate with any --seeds N: a run continues only in the form it was "
                "started in")

@@ -289,10 +289,17 @@ def more_seeds(old, new) -> bool:
 TOML_CONFIG = "a TOML config"
 
 
-def _said(value) -> str:
+def said(key: str, value) -> str:
     """An identity value as a message names it: a named experiment quoted, a TOML
-    config (:data:`TOML_CONFIG`) in plain words."""
-    return value if value == TOML_CONFIG else repr(value)
+    config (:data:`TOML_CONFIG`) in plain words, no seeds as "none", ``quick`` as
+    on/off."""
+    if value == TOML_CONFIG:
+        return value
+    if value is None:
+        return "none"
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return str(value) if key == "seeds" else repr(value)
 
 
 def _check_same_identity(out: Path, identity: dict) -> None:
@@ -305,10 +312,10 @@ def _check_same_identity(out: Path, identity: dict) -> None:
     if not differ and more_seeds(recorded.get("seeds"), identity.get("seeds")):
         _record_seeds(out, recorded, identity["seeds"])
     if differ:
-        said = ", ".join(f"{k} {_said(old)} there, {_said(new)} now"
-                         for k, (old, new) in differ.items())
+        changes = ", ".join(f"{k} {said(k, old)} there, {said(k, new)} now"
+                            for k, (old, new) in differ.items())
         raise fail("--resume", str(out), f"holds the runs of another experiment or setting "
-                   f"({said}), which this one would mix with or replace; continue them with "
+                   f"({changes}), which this one would mix with or replace; continue them with "
                    "the command that started them, or use --force to replace them, or "
                    "choose another --out")
 
