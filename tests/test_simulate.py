@@ -1,3 +1,6 @@
+import logging
+import subprocess
+import sys
 import warnings
 
 import pytest
@@ -85,6 +88,27 @@ def test_comm_encodings():
     assert fs.comm.payload_bytes(x, "sparse").tolist() == [5 * (2 + 4), 0]
     assert fs.comm.payload_bytes(x, "bitmap").tolist() == [38 + 20, 38]
     assert fs.comm.index_bytes(256) == 1 and fs.comm.index_bytes(257) == 2
+
+
+_SILENT_CHANNEL = """
+import warnings
+import fedsparse as fs
+data = fs.data.shifted_gaussian(num_clients=3, samples_per_client=10, dim=8, sparsity=2)
+fs.simulate(fs.algorithms.fed_avg(step_size=0.01), fs.problems.least_squares(), data,
+            rounds=2, channel=fs.channels.BernoulliChannel(0.0), progress=False)
+"""
+
+
+def test_a_round_with_no_upload_is_said_once_and_logged_where_logging_is_set_up(data, caplog):
+    # a plain process (no logging set up): one line a round, the warning; logging's last
+    # resort would print each a second time
+    err = subprocess.run([sys.executable, "-c", _SILENT_CHANNEL], capture_output=True,
+                         text=True, check=True).stderr
+    assert err.count("no upload was delivered") == 2, err
+    with caplog.at_level(logging.WARNING, logger="fedsparse"), pytest.warns(RuntimeWarning):
+        fs.simulate(_algo(), fs.problems.least_squares(), data, rounds=1,
+                    channel=BernoulliChannel(0.0))
+    assert "round 1: no upload was delivered" in caplog.text  # a server's log keeps it
 
 
 def test_lost_uploads_and_a_round_with_none(data):

@@ -59,6 +59,15 @@ from .screening import (  # noqa: F401  (also importable from here, as before)
 )
 
 log = logging.getLogger("fedsparse")
+
+
+def _warn(message: str, *, stacklevel: int) -> None:
+    """A RuntimeWarning ``stacklevel`` frames above the caller, also logged where the
+    process has configured logging (a Flower server's log); without a handler, logging's
+    last resort would print the warning's line a second time."""
+    warnings.warn(message, RuntimeWarning, stacklevel=stacklevel + 1)
+    if log.hasHandlers():
+        log.warning("%s", message)
 #: The fields of a round record that the server measures (the loop, the evaluation of
 #: the global and personalised models); a client diagnostic may not take these names.
 SERVER_FIELDS = frozenset({
@@ -250,8 +259,7 @@ class RoundLoop:
                 else:
                     message = f"round {t + 1}: no upload was delivered; the model is kept " \
                               f"({S} sampled, {len(problems)} rejected)"
-                    warnings.warn(message, RuntimeWarning, stacklevel=3)
-                    log.warning("%s", message)
+                    _warn(message, stacklevel=3)
                     new_state = state
                 seconds = time.perf_counter() - tic
                 model = algorithm.model(new_state)
@@ -335,8 +343,7 @@ class RoundLoop:
                     self._warned.add(name)
                     message = f"round {t + 1}: client diagnostic {line}; not recorded " \
                               f"(algorithm {self.algorithm.name})"
-                    warnings.warn(message, RuntimeWarning, stacklevel=4)
-                    log.warning("%s", message)
+                    _warn(message, stacklevel=4)
             return accepted
         sums: dict[str, float] = {}
         counts: dict[str, int] = {}
