@@ -91,3 +91,13 @@ def test_citation_lists_the_four_papers():
 def test_the_changelog_names_the_released_version():
     text = (ROOT / "CHANGELOG.md").read_text()
     assert f"## [{fedsparse.__version__}]" in text and "## [Unreleased]" in text
+
+
+def test_dir_offers_the_api_not_the_imports_behind_it():
+    import fedsparse as fs
+
+    public = [name for name in dir(fs) if not name.startswith("__")]
+    assert public == sorted(fs.__all__)
+    assert "__version__" in dir(fs)
+    for name in public:  # each name it offers is there
+        getattr(fs, name)

@@ -36,8 +36,8 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'fedsparse' has no attribute {name!r}")
 
 
-def __dir__():
-    return sorted({*globals(), *__all__})
+def __dir__():  # what tab completion offers: the API, not the imports behind it
+    return sorted({*__all__, *(name for name in globals() if name.startswith("__"))})
 
 
 class _Package(types.ModuleType):

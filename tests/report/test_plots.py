@@ -66,6 +66,24 @@ def test_a_narrow_log_axis_labels_only_2_and_5_between_decades():
         ["0.02", "", "0.05", "", "200", ""]
 
 
+def test_a_log_axis_within_half_a_decade_labels_every_tick():
+    from fedsparse.report.axes import style_axis
+
+    for values, expected in (([0.69, 0.5, 0.35], ["0.4", "0.5", "0.6", "0.7"]),
+                             ([24.0, 12.0, 6.0], ["10", "20"])):  # 0.6 decades: 2 and 5
+        fig = plt.figure()
+        ax = fig.add_subplot(1, 1, 1)
+        ax.plot(range(3), values)
+        style_axis(ax, "objective", values, which="y", log=True)
+        fig.canvas.draw()
+        low, high = ax.get_ylim()
+        shown = [t.get_text() for t in ax.get_yticklabels(minor=False)
+                 + ax.get_yticklabels(minor=True)
+                 if t.get_text() and low <= t.get_position()[1] <= high]
+        assert sorted(shown, key=float) == expected
+        plt.close(fig)
+
+
 def test_bytes_axis_in_units_and_log_when_it_spans_decades():
     cheap, dense = _history([0.5, 0.3, 0.2], 100), _history([0.5, 0.3, 0.2], 1_000_000)
     fig = panels_figure({"p": {"sparse": cheap, "dense": dense}}, y="objective",

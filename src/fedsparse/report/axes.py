@@ -140,10 +140,12 @@ def style_axis(ax, name: str, values, *, which: str = "x", log: bool | None = No
     elif log:
         # plain numbers (0.4, 20) rather than 4 x 10^-1; on an axis spanning less than
         # two decades (one or two major labels) the minor ticks at 2 and 5 x 10^k are
-        # labelled too, not all eight, which would overlap
+        # labelled too, not all eight, which would overlap; within half a decade (0.35 to
+        # 0.69: three minor ticks, perhaps no major one) every tick is
         axis.set_major_formatter(FuncFormatter(_plain))
-        narrow = not spans_decades(values, 2.0)
-        axis.set_minor_formatter(FuncFormatter(_plain_2_5) if narrow else NullFormatter())
+        minor = NullFormatter() if spans_decades(values, 2.0) else \
+            FuncFormatter(_plain_2_5 if spans_decades(values, 0.5) else _plain)
+        axis.set_minor_formatter(minor)
 
 
 def _plain_2_5(value: float, _pos=None) -> str:
