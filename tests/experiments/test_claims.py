@@ -71,7 +71,8 @@ def test_printed_lines_name_the_verdict_and_what_was_measured():
     assert "[P] fast reaches ref's round-4 objective 5 at round 2" in lines[2]
     # a claim stated in words only: said so, with no invented results page
     words = format_verdicts("x", [])
-    assert "no check" in words[1] and "results page" not in words[1]
+    assert words[1].startswith("  not tested here: ") and "no check" in words[1]
+    assert "results page" not in words[1]
     # claims that --only dropped (their runs were left out): not tested here, and why
     dropped = format_verdicts("x", [], stated=[])
     assert "not tested here" in dropped[1] and "--only" in dropped[1]

@@ -218,7 +218,7 @@ def format_verdicts(paper_claim: str, results: list[dict],
     if paper_claim and not results:
         lines.append("  not tested here: the config's claims compare runs that --only left "
                      "out" if stated == [] else
-                     "  verdict: none: the config states this claim in words only, with no "
+                     "  not tested here: the config states this claim in words only, with no "
                      "check fedsparse can run on its runs")
     for r in results:
         lines.append(f"  {r['verdict'].upper()}: {r['text']}")
