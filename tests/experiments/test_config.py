@@ -167,6 +167,17 @@ def test_a_real_data_table_names_an_unknown_key_and_its_partitions_options(extra
         fs.data.federated_real("digits", **kwargs)
 
 
+def test_generated_data_that_overflow_name_the_tables_values():
+    import torch
+
+    table = {"kind": "shifted_gaussian", "num_clients": 2, "samples_per_client": 5, "dim": 4,
+             "sparsity": 2, "alpha": 1e300}
+    with pytest.raises(ConfigError, match=r"data 'shifted_gaussian' made values that are not "
+                                          r"finite .* data.alpha=1e\+300.* too large for "
+                                          r"torch.float32"):
+        build_data(table, torch.float32)
+
+
 def test_a_missing_data_file_suggests_set_data_path(tmp_path):
     import torch
 
@@ -174,6 +185,8 @@ def test_a_missing_data_file_suggests_set_data_path(tmp_path):
         build_data({"kind": "libsvm_file", "path": str(tmp_path / "none.svm")}, torch.float32)
     with pytest.raises(ConfigError, match=r"--set data.path="):
         build_data({"kind": "federated_real", "dataset": "e2006"}, torch.float32)
+    with pytest.raises(ConfigError, match=r"--set data.path=/path/to/folder"):
+        build_data({"kind": "ondisk", "path": str(tmp_path / "none")}, torch.float32)
 
 
 def test_scheduled_channel_table_replays_its_trace():

@@ -95,7 +95,8 @@ def build_data(spec: dict, dtype: torch.dtype):
     path = spec.get("path") if isinstance(spec, dict) else None
     if path is not None and spec.get("kind") == "federated_real":
         check_path(spec.get("dataset"), path, "data.path")  # before asking if it exists
-    hint = "; point it at your copy with --set data.path=/path/to/file"
+    place = "folder" if isinstance(spec, dict) and spec.get("kind") == "ondisk" else "file"
+    hint = f"; point it at your copy with --set data.path=/path/to/{place}"
     if isinstance(path, str) and path and not Path(path).expanduser().exists():
         raise ConfigError(f"data.path={path!r} does not exist{hint}")
     try:
@@ -103,6 +104,10 @@ def build_data(spec: dict, dtype: torch.dtype):
     except ConfigError as exc:
         if str(exc).startswith("path=None"):  # a data set read from a file, no path given
             raise ConfigError(f"{exc}{hint}") from None
+        if "'NaN/inf'" in str(exc) and path is None:  # a generator overflowed: name its input
+            given = ", ".join(f"data.{k}={v!r}" for k, v in spec.items() if k != "kind")
+            raise ConfigError(f"data {spec.get('kind')!r} made values that are not finite "
+                              f"({exc}): one of {given} is too large for {dtype}") from None
         raise
     except FileNotFoundError as exc:  # e.g. a named data set that is not installed
         raise ConfigError(f"data {spec.get('kind')!r}: {exc}"
