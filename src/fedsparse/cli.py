@@ -136,6 +136,16 @@ def _version() -> str:
     return __version__
 
 
+def _add_search_overrides(parser, point: str, search: str, default_out: str) -> None:
+    """``--set``, ``--rounds`` and ``--out`` of a search (``sweep``, ``tune``) whose
+    ``point`` is a grid point or a trial and whose ``search`` varies fields."""
+    parser.add_argument("--set", action="append", type=_assignment, metavar="FIELD=VALUE",
+                        help=f"set a config field for every {point} (repeatable)")
+    parser.add_argument("--rounds", type=int, help="override the number of rounds of every "
+                        f"run (not with {search} over rounds)")
+    parser.add_argument("--out", type=folder, help=f"output directory (default {default_out})")
+
+
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The ``fedsparse`` parser.
 
@@ -210,12 +220,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                        help="run each point over N seeds and compare the mean")
     sweep.add_argument("--jobs", type=int, default=1, metavar="N",
                        help="run grid points in N processes (same results as serial)")
-    sweep.add_argument("--set", action="append", type=_assignment, metavar="FIELD=VALUE",
-                       help="set a config field for every grid point (repeatable)")
-    sweep.add_argument("--rounds", type=int,
-                       help="override the number of rounds of every run (not with a grid "
-                       "over rounds)")
-    sweep.add_argument("--out", type=folder, help="output directory (default runs/NAME-sweep)")
+    _add_search_overrides(sweep, "grid point", "a grid", "runs/NAME-sweep")
     sweep.add_argument("--quiet", action="store_true",
                        help="no line per grid point (the table and the files are printed)")
     sweep.add_argument("--force", action="store_true",
@@ -259,12 +264,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                       "(default tpe; random: every trial at random, no phases)")
     tune.add_argument("--sampler-seed", type=int, default=0, metavar="S",
                       help="the sampler's seed (default 0: the same trials every time)")
-    tune.add_argument("--set", action="append", type=_assignment, metavar="FIELD=VALUE",
-                      help="set a config field for every trial (repeatable)")
-    tune.add_argument("--rounds", type=int,
-                      help="override the number of rounds of every run (not with a "
-                      "--param over rounds)")
-    tune.add_argument("--out", type=folder, help="output directory (default runs/NAME-tune)")
+    _add_search_overrides(tune, "trial", "a --param", "runs/NAME-tune")
     tune.add_argument("--quiet", action="store_true",
                       help="no line per trial (the table and the files are printed)")
     tune.add_argument("--force", action="store_true",
