@@ -108,7 +108,7 @@ def test_a_round_with_no_upload_is_said_once_and_logged_where_logging_is_set_up(
     with caplog.at_level(logging.WARNING, logger="fedsparse"), pytest.warns(RuntimeWarning):
         fs.simulate(_algo(), fs.problems.least_squares(), data, rounds=1,
                     channel=BernoulliChannel(0.0))
-    assert "round 1: no upload was delivered" in caplog.text  # a server's log keeps it
+    assert "round 1: no upload was delivered" in caplog.text  # an operator's log keeps it
 
 
 def test_lost_uploads_and_a_round_with_none(data):

@@ -63,11 +63,13 @@ log = logging.getLogger("fedsparse")
 
 def _warn(message: str, *, stacklevel: int) -> None:
     """A RuntimeWarning ``stacklevel`` frames above the caller, also logged where the
-    process has configured logging (a Flower server's log); without a handler, logging's
-    last resort would print the warning's line a second time."""
+    process has set up logging (an operator's handlers, e.g. to a file); without a
+    handler, logging's last resort would print the warning's line a second time."""
     warnings.warn(message, RuntimeWarning, stacklevel=stacklevel + 1)
     if log.hasHandlers():
         log.warning("%s", message)
+
+
 #: The fields of a round record that the server measures (the loop, the evaluation of
 #: the global and personalised models); a client diagnostic may not take these names.
 SERVER_FIELDS = frozenset({
