@@ -230,7 +230,9 @@ def simulate(algorithm: Algorithm, problem: Problem, data: FederatedDataset, *, 
     checkpoint : file to save the run's state to every ``checkpoint_every`` rounds and
         at the end; with ``resume=True`` an existing checkpoint is continued, giving the
         same history as an uninterrupted run (and the same tracker runs: see
-        ``loggers``); without it an existing file is refused, never overwritten.
+        ``loggers``), and a missing one starts the run at round 0 (so one call serves
+        every start of a preemptible job: check the path, a typo starts afresh); without
+        it an existing file is refused, never overwritten.
     progress : progress bar; default: shown on a terminal only.
     client_batch : process at most this many clients at once (bounds memory; the
         result is the same). None: as many as the device's memory holds
