@@ -236,3 +236,13 @@ def test_personal_evaluation_of_regression_and_errors():
     no_test = fs.data.from_arrays(*arrays((3, 4), (6,), 0, 2), dtype=F64)
     got = evaluate_personal(LinearLogistic(), no_test, torch.zeros(2, 6, dtype=F64))
     assert got["personal_test_accuracy"] is None and got["personal_accuracy"] is not None
+
+
+def test_support_and_error_against_the_ground_truth_by_hand():
+    # x = (3, 0) against x* = (0, 4): ||x - x*|| / ||x*|| = 5 / 4; no support in common
+    data = fs.data.from_arrays([torch.eye(2, dtype=F64)], [torch.zeros(2, dtype=F64)],
+                               ground_truth=torch.tensor([0.0, 4.0], dtype=F64), dtype=F64)
+    out = evaluate(fs.problems.least_squares(), data, torch.tensor([3.0, 0.0], dtype=F64))
+    assert out["rel_error"] == pytest.approx(1.25, rel=1e-15)
+    assert (out["support_precision"], out["support_recall"], out["support_f1"]) == (0, 0, 0)
+    assert (out["nnz"], out["density"]) == (1, 0.5)

@@ -88,6 +88,17 @@ def test_comm_encodings():
     assert fs.comm.payload_bytes(x, "sparse").tolist() == [5 * (2 + 4), 0]
     assert fs.comm.payload_bytes(x, "bitmap").tolist() == [38 + 20, 38]
     assert fs.comm.index_bytes(256) == 1 and fs.comm.index_bytes(257) == 2
+    assert fs.comm.index_bytes(2**32) == 4 and fs.comm.index_bytes(2**32 + 1) == 8
+    # at the width's edge: position 256 of 257 needs 2 bytes, position 255 of 256 one
+    for length, pair in ((256, 1 + 4), (257, 2 + 4)):
+        one = torch.zeros(1, length)
+        one[0, -1] = 1.0
+        assert fs.comm.payload_bytes(one, "sparse").tolist() == [pair]
+    # "auto" takes the cheapest: 16 values, 8 non-zero: dense 64, sparse 8 (1 + 4) = 40,
+    # bitmap 2 + 8 x 4 = 34
+    half = torch.zeros(1, 16)
+    half[0, ::2] = 1.0
+    assert fs.comm.payload_bytes(half, "auto").tolist() == [34]
 
 
 _SILENT_CHANNEL = """

@@ -307,3 +307,22 @@ def test_from_partitions_sparse_matches_dense():
     gx = gx.to_dense() if getattr(gx, "is_sparse", False) or gx.layout != ref.train.X.layout \
         else gx
     np.testing.assert_allclose(np.asarray(gx), ref.train.X.numpy())
+
+
+def test_shares_and_descriptions_by_hand():
+    from fedsparse.data.partition._common import _largest_remainder
+
+    # 7 in shares 3.5, 2.1, 1.4: floors 3, 2, 1 and the spare to the largest remainder
+    assert _largest_remainder(7, np.array([0.5, 0.3, 0.2])).tolist() == [4, 2, 1]
+    # power law with power 1: weights 1, 1/2, 1/3 (6 : 3 : 2) over the ranks, whatever the
+    # seed; one example each, then 107 in shares 58.4, 29.2, 19.5 -> 58, 29, 20
+    parts = partition_label_skew(np.zeros(110, dtype=int), num_clients=3,
+                                 labels_per_client=1, sizes="power_law", power=1.0, seed=0)
+    assert sorted(len(p) for p in parts) == [21, 30, 59]
+    # example 1 held twice, example 2 by nobody; an example held three times is one
+    # duplicated example
+    overlap = describe_partition([np.array([0, 1]), np.array([1])], np.array([0, 0, 1]))
+    assert (overlap["unassigned"], overlap["duplicates"]) == (1, 1)
+    thrice = describe_partition([np.array([0]), np.array([0]), np.array([0, 1])],
+                                np.array([0, 1]))
+    assert (thrice["unassigned"], thrice["duplicates"]) == (0, 1)

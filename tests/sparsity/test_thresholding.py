@@ -73,9 +73,23 @@ def test_l2_ball_projection():
     assert torch.equal(out[1], u[1])
 
 
+def _scores(x, truth):
+    s = support_scores(torch.tensor(x), torch.tensor(truth))
+    return s["support_precision"], s["support_recall"], s["support_f1"]
+
+
 def test_support_scores():
     s = support_scores(torch.tensor([1.0, 0, 2, 0]), torch.tensor([1.0, 1, 0, 0]))
     assert s == {"support_precision": 0.5, "support_recall": 0.5, "support_f1": 0.5}
+    # 1 hit of 2 estimated and 3 true: P = 1/2, R = 1/3, F1 = 2 (1/6) / (5/6) = 0.4
+    assert _scores([1.0, 1, 0, 0], [1.0, 0, 1, 1]) == pytest.approx((0.5, 1 / 3, 0.4))
+    # the edge cases the docstring promises: an empty estimate has precision 1, an empty
+    # truth recall 1, zero against zero scores 1, and disjoint supports score 0
+    assert _scores([0.0, 0, 0], [1.0, 0, 0]) == (1.0, 0.0, 0.0)
+    assert _scores([1.0, 0, 0], [0.0, 0, 0]) == (0.0, 1.0, 0.0)
+    assert _scores([0.0, 0, 0], [0.0, 0, 0]) == (1.0, 1.0, 1.0)
+    assert _scores([1.0, 0], [0.0, 1]) == (0.0, 0.0, 0.0)
+    assert fs.sparsity.density(torch.tensor([1.0, 0, 0, 0])) == 0.25
 
 
 @given(arrays("float64", st.tuples(st.integers(1, 4), st.integers(1, 12)),
