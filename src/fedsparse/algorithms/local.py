@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from .._validation import check_choice, check_float, check_int, fail
+from ..problems.protocol import proximal_grad
 from .base import ClientContext
 
 OPTIMIZERS = ("sgd", "adam")
@@ -114,9 +115,7 @@ def local_train(opt: LocalOptimizer, x: torch.Tensor, ctx: ClientContext, *,
         if plain:  # x -= eta (g + mu (x - anchor)): a problem may do it without forming g
             ctx.problem.descend_(x, X, y, w, opt.step_size, mu=mu, anchor=anchor)
             continue
-        g = ctx.problem.grad(x, X, y, w)  # a new tensor: updated in place below
-        if mu:
-            g.add_(x - anchor, alpha=mu)
+        g = proximal_grad(ctx.problem, x, X, y, w, mu, anchor)  # new: updated in place below
         if m is not None:
             g.mul_(m)
         if opt.optimizer == "adam":  # torch.optim.Adam's update, term for term

@@ -103,10 +103,7 @@ class Problem:
         ``params -= step_size * (grad(params, X, y, w) + mu (params - anchor))``, the
         proximal term FedProx's (Li et al. 2020, eq. 2), ``anchor`` (P,) or (S, P). A
         problem may take it without forming the (S, P) gradient, with the same result."""
-        g = self.grad(params, X, y, w)
-        if mu:
-            g.add_(params - anchor, alpha=mu)
-        return params.sub_(g, alpha=step_size)
+        return params.sub_(proximal_grad(self, params, X, y, w, mu, anchor), alpha=step_size)
 
     def accuracy(self, params, X, y, w) -> torch.Tensor | None:
         """(S,) weighted accuracy per client, or None for regression."""
@@ -185,3 +182,14 @@ class Problem:
                 f"problem {self.name!r} has no {name}: {LINEAR_ONLY[name]}; it is defined "
                 "by linear problems (least_squares, logistic, softmax)")
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+
+def proximal_grad(problem: Problem, params, X, y, w, mu: float = 0.0,
+                  anchor: torch.Tensor | None = None) -> torch.Tensor:
+    """A new (S, P) tensor: ``problem.grad(params, X, y, w) + mu (params - anchor)``, the
+    gradient of FedProx's local objective (Li et al. 2020, eq. 2), ``anchor`` (P,) or
+    (S, P); the plain gradient when ``mu`` is 0."""
+    g = problem.grad(params, X, y, w)
+    if mu:
+        g.add_(params - anchor, alpha=mu)
+    return g
