@@ -134,11 +134,27 @@ def test_a_state_without_a_model_is_refused():
     (lambda c: c["records"][2].update(delivered_clients=[0, object]),
      "records[2]['delivered_clients']"),
     (lambda c: c["initial"].update(extra={1: 2}), "initial['extra']"),
+    # a checksum recomputed after an edit: the values must still be a round's
+    (lambda c: c["records"][0].update(objective="hello"),
+     "record 1: objective='hello' is invalid: must be a number or null"),
+    (lambda c: c["records"][1].update(bytes_up=-5),
+     "record 2: bytes_up=-5 is invalid: must not be negative"),
+    (lambda c: c["initial"].update(density=1.5),
+     "the initial record: density=1.5 is invalid: must be a fraction between 0 and 1"),
+    (lambda c: c["records"][2].update(delivered=-2 ** 100),
+     "record 3: delivered=<an int of 101 bits> is invalid: must not be negative"),
 ])
 def test_records_must_match_the_round(edit, message):
     ckpt = copy.deepcopy(_ckpt())
     edit(ckpt)
     assert message in _refused(ckpt)
+
+
+def test_a_diverged_round_and_a_callback_s_own_fields_pass():
+    ckpt = copy.deepcopy(_ckpt())
+    ckpt["records"][2].update(objective=float("nan"), accuracy=None, density=float("nan"),
+                              my_note="lr warm-up", my_score=-3)
+    validate_checkpoint(ckpt, path=PATH, rounds=10, state=FRESH, client_state=None)
 
 
 def test_not_a_dict():

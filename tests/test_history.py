@@ -2,6 +2,7 @@
 
 import json
 import math
+import re
 import sys
 
 import matplotlib
@@ -145,6 +146,82 @@ def test_a_damaged_or_missing_history_is_named_not_a_traceback(tmp_path):
     (tmp_path / "run" / "model.npy").write_bytes(b"not an array")
     with pytest.raises(ConfigError, match=r"model\.npy: not a NumPy array file"):
         History.load(tmp_path / "run")
+
+
+def _two_runs(tmp_path) -> tuple:
+    """A run folder ``a/`` (two rounds, 3 entries) beside another one ``b/`` (5 entries)."""
+    for name, size in (("a", 3), ("b", 5)):
+        History(records=[{"round": 1, "objective": 0.5}], initial={"round": 0},
+                model=torch.zeros(size)).save(tmp_path / name / "run")
+        (tmp_path / name / "summary.json").write_text(json.dumps(
+            {"runs": [{"label": "mine", "panel": "", "dir": "run"}]}))
+    return tmp_path / "a", tmp_path / "b"
+
+
+@pytest.mark.parametrize("folder", ["ABSOLUTE", "../b/run", "run/../../b/run", "", 7])
+def test_load_run_and_report_read_no_run_outside_the_folder(tmp_path, folder):
+    a, b = _two_runs(tmp_path)
+    assert tuple(fs.load_run(a)["mine"].model.shape) == (3,)
+    folder = str(b / "run") if folder == "ABSOLUTE" else folder
+    (a / "summary.json").write_text(json.dumps(
+        {"runs": [{"label": "mine", "panel": "", "dir": folder}]}))
+    expected = rf"summary\.json: runs\[0\]\.dir={re.escape(repr(folder))} is invalid: must " \
+        "be the name of a folder inside"
+    with pytest.raises(ConfigError, match=expected):
+        fs.load_run(a)
+    assert main(["report", str(a)]) == 2
+    assert not (a / "report.html").exists()
+
+
+def test_load_run_names_a_damaged_summary(tmp_path):
+    a, _ = _two_runs(tmp_path)
+    for text, message in [('{"runs": [', "summary.json: not valid JSON"),
+                          ("[1, 2]", "summary.json: holds a JSON list"),
+                          ('{"runs": 3}', "runs must be a list of objects"),
+                          ('{"runs": [{"dir": "run", "label": 1}]}', r"runs\[0\]\.label=1"),
+                          ('{"runs": [{"dir": "run", "label": "x", "seeds": {"seeds": ["0"]}}]}',
+                           "seeds are a list of whole numbers")]:
+        (a / "summary.json").write_text(text)
+        with pytest.raises(ConfigError, match=message):
+            fs.load_run(a)
+
+
+def test_load_run_reads_the_run_folders_of_a_summary_that_lists_none(tmp_path):
+    # a Python experiment's summary.json is its own table: its rows name no folder
+    a, _ = _two_runs(tmp_path)
+    (a / "summary.json").write_text(json.dumps({"runs": [{"label": "beta 1", "best": 0.8}]}))
+    assert list(fs.load_run(a)) == ["run"]
+    (a / "summary.json").write_text(json.dumps({"table": [1, 2]}))
+    assert list(fs.load_run(a)) == ["run"]
+
+
+@pytest.mark.parametrize("edit,message", [
+    (lambda rows: rows[1].update(round="two"), "line 2: round='two' is invalid"),
+    (lambda rows: rows[1].update(round=True), "line 2: round=True is invalid"),
+    (lambda rows: rows[2].update(round=1), "line 3: round=1 follows round 1"),
+    (lambda rows: rows[0].update(objective="hello"), "line 1: objective='hello' is invalid"),
+    (lambda rows: rows[1].update(bytes_total=-5), "line 2: bytes_total=-5 is invalid: must "
+     "not be negative"),
+    (lambda rows: rows[3].update(support_f1=1.5), "line 4: support_f1=1.5 is invalid: must be "
+     "a fraction"),
+    (lambda rows: rows[3].update(objective=[1, 2]), "line 4: objective=<list> is invalid"),
+])
+def test_records_unlike_fedsparse_s_are_refused_naming_the_line(tmp_path, edit, message):
+    _history().save(tmp_path / "run")
+    path = tmp_path / "run" / "history.jsonl"
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    edit(rows)
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        fs.load_run(tmp_path / "run")
+    assert main(["report", str(tmp_path / "run")]) == 2
+
+
+def test_a_history_that_is_not_text_is_named(tmp_path):
+    _history().save(tmp_path / "run")
+    (tmp_path / "run" / "history.jsonl").write_bytes(b"\xff\xfe garbage\n")
+    with pytest.raises(ConfigError, match="history.jsonl: not a text file of JSON lines"):
+        fs.load_run(tmp_path / "run")
 
 
 def test_load_run_reads_a_cli_folder(tmp_path, capsys):

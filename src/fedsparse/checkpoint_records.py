@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from ._validation import ConfigError
+from .metric_names import record_problem
 
 
 def shown(value) -> str:
@@ -104,7 +105,14 @@ def checked_records(records, initial, done: int, budget: list) -> tuple[list, di
     if not isinstance(initial, dict) or initial.get("round") != 0:
         raise Unlike("its initial record is not the round-0 record")
     plain = [_plain(f"records[{i}]", rec, budget) for i, rec in enumerate(records)]
-    return plain, _plain("initial", initial, budget)
+    plain_initial = _plain("initial", initial, budget)
+    # (after the copies, whose budget bounds what a hostile file's entries expand to)
+    for name, rec in [("the initial record", plain_initial),
+                      *((f"record {i}", r) for i, r in enumerate(plain, start=1))]:
+        problem = record_problem(rec)
+        if problem is not None:  # a checksum detects damage, not an edit
+            raise Unlike(f"{name}: {problem}")
+    return plain, plain_initial
 
 
 def _plain(name: str, value, budget: list):

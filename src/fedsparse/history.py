@@ -15,7 +15,7 @@ from ._validation import ConfigError, check_bool, fail
 
 # Both names stay importable from here, where they were first defined.
 from .metric_names import HIGHER_IS_BETTER_WORDS as HIGHER_IS_BETTER_WORDS
-from .metric_names import METRICS, higher_is_better
+from .metric_names import METRICS, higher_is_better, record_problem
 
 
 @dataclass
@@ -269,21 +269,51 @@ def read_records(path: Path) -> list[dict]:
     Raises
     ------
     ConfigError
-        naming the file and the line that is not a JSON object.
+        naming the file and the line that is not a JSON object, or a record unlike the
+        ones fedsparse writes (:func:`~fedsparse.metric_names.record_problem`; rounds
+        in increasing order).
     """
     rows = []
-    with open(path, encoding="utf-8") as fh:
-        for n, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except ValueError as exc:
-                raise ConfigError(f"{path}, line {n}: not valid JSON ({exc})") from None
-            if not isinstance(row, dict):
-                raise ConfigError(f"{path}, line {n}: a round record must be a JSON object")
-            rows.append(_from_json(row))
+    try:
+        with open(path, encoding="utf-8") as fh:
+            for n, line in enumerate(fh, 1):
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                except ValueError as exc:
+                    raise ConfigError(f"{path}, line {n}: not valid JSON ({exc})") from None
+                if not isinstance(row, dict):
+                    raise ConfigError(f"{path}, line {n}: a round record must be a JSON "
+                                      "object")
+                row = _from_json(row)
+                problem = record_problem(row)
+                if problem is None and rows and row["round"] <= rows[-1]["round"]:
+                    problem = (f"round={row['round']} follows round {rows[-1]['round']}: "
+                               "rounds must increase")
+                if problem is not None:
+                    raise ConfigError(f"{path}, line {n}: {problem}; the file was not "
+                                      "written by fedsparse or was edited since")
+                rows.append(row)
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not a text file of JSON lines ({exc})") from None
     return rows
+
+
+def read_json_object(path: Path) -> dict:
+    """A JSON file fedsparse wrote (``summary.json``, ``best.json``), whose top level must
+    be an object; a ConfigError naming the file otherwise (run folders are often copied
+    or edited by hand)."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            value = json.load(fh)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: not valid JSON ({exc}); it was not written by fedsparse "
+                          "or was damaged since") from None
+    if not isinstance(value, dict):
+        raise ConfigError(f"{path}: holds a JSON {type(value).__name__}, where fedsparse "
+                          "writes an object")
+    return value
 
 
 def _read_array(path: Path, **kwargs) -> np.ndarray:

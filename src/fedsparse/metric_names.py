@@ -8,7 +8,7 @@ the report).
 
 from __future__ import annotations
 
-__all__ = ["HIGHER_IS_BETTER_WORDS", "METRICS", "higher_is_better"]
+__all__ = ["HIGHER_IS_BETTER_WORDS", "METRICS", "higher_is_better", "record_problem"]
 
 #: Every numeric field a round record can hold (:func:`fedsparse.metrics.evaluate`, the
 #: round loop, personalised models' ``personal_*`` metrics, and algorithms' diagnostics:
@@ -32,3 +32,48 @@ def higher_is_better(metric: str) -> bool:
     """True for accuracy-like metrics (names containing accuracy, f1, precision or
     recall), which are maximised; losses, errors and costs are minimised."""
     return any(word in metric for word in HIGHER_IS_BETTER_WORDS)
+
+
+#: Metrics that count or measure something (entries, bytes, clients, seconds): never
+#: negative.
+NON_NEGATIVE = ("nnz", "bytes_up", "bytes_down", "bytes_up_total", "bytes_down_total",
+                "bytes_total", "clients_sampled", "delivered", "rejected", "seconds",
+                "elapsed", "inner_iterations", "compensated", "dropped")
+#: Metrics that are fractions: between 0 and 1.
+FRACTIONS = ("accuracy", "test_accuracy", "support_precision", "support_recall",
+             "support_f1", "density", "personal_accuracy", "personal_test_accuracy",
+             "mask_density")
+
+
+def record_problem(record: dict) -> str | None:
+    """What is wrong with a round record read from a file (a ``history.jsonl`` line, a
+    checkpoint's record), or None.
+
+    ``round`` must be a whole number from 0, every metric of :data:`METRICS` a number
+    (NaN and infinities included: a diverged round records them) or None, counts never
+    negative and fractions within [0, 1]. Other fields (a callback's own) are not checked.
+    """
+    rnd = record.get("round")
+    if not isinstance(rnd, int) or isinstance(rnd, bool) or rnd < 0:
+        return f"round={_short(rnd)} is invalid: must be a whole number 0, 1, 2, ..."
+    for name in METRICS:
+        value = record.get(name)
+        if value is None or name == "round":
+            continue
+        if not isinstance(value, int | float) or isinstance(value, bool):
+            return f"{name}={_short(value)} is invalid: must be a number or null"
+        if name in NON_NEGATIVE and value < 0:
+            return f"{name}={_short(value)} is invalid: must not be negative"
+        if name in FRACTIONS and not 0 <= value <= 1 and value == value:
+            return f"{name}={_short(value)} is invalid: must be a fraction between 0 and 1"
+    return None
+
+
+def _short(value) -> str:
+    """A scalar's repr, cut to 60 characters; a list or object by its type alone."""
+    if not isinstance(value, bool | int | float | str | type(None)):
+        return f"<{type(value).__name__}>"
+    if isinstance(value, int) and value.bit_length() > 64:
+        return f"<an int of {value.bit_length()} bits>"
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."

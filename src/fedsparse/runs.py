@@ -8,11 +8,10 @@
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
+from pathlib import Path, PurePath
 
-from ._validation import fail
-from .history import History
+from ._validation import ConfigError, fail
+from .history import History, read_json_object
 
 
 def load_run(directory: str | Path) -> dict[str, History]:
@@ -46,19 +45,18 @@ def load_run(directory: str | Path) -> dict[str, History]:
     if not directory.is_dir():
         raise fail("directory", str(directory), "must be a folder written by fedsparse run")
     summary_path = directory / "summary.json"
-    if not summary_path.exists() and (directory / "history.jsonl").is_file():
+    summary = read_json_object(summary_path) if summary_path.exists() else {}
+    rows = [row for row in summary_rows(directory, summary) if "dir" in row]
+    if not rows and (directory / "history.jsonl").is_file():
         return {directory.resolve().name: History.load(directory)}
-    if not summary_path.exists():
+    if not rows:  # unfinished, or a Python experiment whose summary is its own table
         found = {p.name: _load(p) for p in sorted(directory.iterdir())
                  if (p / "history.jsonl").exists()}
         if not found:
-            raise fail("directory", str(directory), "holds neither a summary.json nor a "
-                       "history.jsonl, nor run folders with one: it is not a fedsparse run "
-                       "folder")
+            raise fail("directory", str(directory), "holds neither a summary.json that "
+                       "lists its runs nor a history.jsonl, nor run folders with one: it is "
+                       "not a fedsparse run folder")
         return found
-    with open(summary_path) as fh:
-        summary = json.load(fh)
-    rows = summary.get("runs", [])
     labels = [r["label"] for r in rows]
     out: dict[str, History] = {}
     for row in rows:
@@ -73,6 +71,41 @@ def load_run(directory: str | Path) -> dict[str, History]:
                              if history.seeds else {})}
         out[key] = history
     return out
+
+
+def summary_rows(directory: Path, summary: dict) -> list[dict]:
+    """The ``runs`` of a run folder's ``summary.json``, each checked to name its own
+    sub-folder: a ``dir`` (where given) that is a relative path inside ``directory`` (an
+    edited or foreign summary must not point the reader at another run's files), a string
+    label and whole-number seeds.
+
+    Raises
+    ------
+    ConfigError
+        naming summary.json, the entry and what is allowed.
+    """
+    where = directory / "summary.json"
+    rows = summary.get("runs", [])
+    if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
+        raise ConfigError(f"{where}: runs must be a list of objects, one per run")
+    for i, row in enumerate(rows):
+        if "dir" not in row:
+            continue  # a Python experiment's own table: its rows name no folder
+        folder = row["dir"]
+        if not isinstance(folder, str) or not folder or PurePath(folder).is_absolute() \
+                or ".." in PurePath(folder).parts:
+            raise ConfigError(f"{where}: runs[{i}].dir={folder!r} is invalid: must be the "
+                              f"name of a folder inside {directory}")
+        if not isinstance(row.get("label"), str):
+            raise ConfigError(f"{where}: runs[{i}].label={row.get('label')!r} is invalid: "
+                              "must be a string")
+        seeds = row.get("seeds")
+        listed = seeds.get("seeds", []) if isinstance(seeds, dict) else None
+        if seeds is not None and not (isinstance(listed, list) and all(
+                isinstance(s, int) and not isinstance(s, bool) for s in listed)):
+            raise ConfigError(f"{where}: runs[{i}].seeds is invalid: must be an object "
+                              "whose seeds are a list of whole numbers")
+    return rows
 
 
 def _load(run_dir: Path, seeds: dict | None = None) -> History:

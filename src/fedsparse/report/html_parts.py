@@ -118,21 +118,6 @@ def _anchors(sections: list[str]) -> list[tuple[str, str]]:
     return out
 
 
-def _read_json(path: Path) -> dict:
-    """A JSON file fedsparse wrote, whose top level must be an object (a clear
-    ConfigError naming the file otherwise: a report is often made of copied folders)."""
-    try:
-        with open(path, encoding="utf-8") as fh:
-            value = json.load(fh)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: not valid JSON ({exc}); it was not written by fedsparse "
-                          "or was damaged since") from None
-    if not isinstance(value, dict):
-        raise ConfigError(f"{path}: holds a JSON {type(value).__name__}, where fedsparse "
-                          "writes an object")
-    return value
-
-
 def _read_toml(path: Path) -> tuple[str, dict]:
     """A TOML file of the folder as (text, table) (("", {}) when there is none), with a
     ConfigError naming it."""

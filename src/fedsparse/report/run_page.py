@@ -8,13 +8,13 @@ import datetime
 import json
 from pathlib import Path
 
-from ..history import read_records
+from ..history import read_json_object, read_records
+from ..runs import summary_rows
 from .html_parts import (
     COLORS,
     DASHES,
     _charts_html,
     _number,
-    _read_json,
     _read_toml,
     _spans,
     cell,
@@ -51,13 +51,11 @@ def _numeric_fields(records: list[dict]) -> list[str]:
 
 
 def run_page(folder: Path) -> str:
-    summary = _read_json(folder / "summary.json")
+    summary = read_json_object(folder / "summary.json")
     config_text, config = _read_toml(folder / "config.toml")
-    rows = summary.get("runs") if isinstance(summary.get("runs"), list) else []
-    rows = [r for r in rows if isinstance(r, dict)]
+    rows = summary_rows(folder, summary)
     title = summary.get("title") or config.get("title") or folder.name
-    histories = {i: _records(folder / r["dir"]) for i, r in enumerate(rows)
-                 if isinstance(r.get("dir"), str)}
+    histories = {i: _records(folder / r["dir"]) for i, r in enumerate(rows) if "dir" in r}
     sections = []
     claim = summary.get("paper_claim") or config.get("paper_claim")
     if claim or summary.get("claims"):

@@ -7,12 +7,12 @@ import csv
 import datetime
 from pathlib import Path
 
+from ..history import read_json_object
 from .html_parts import (
     COLORS,
     DASHES,
     _charts_html,
     _number,
-    _read_json,
     _read_toml,
     _spans,
     cell,
@@ -47,10 +47,10 @@ def _parse_cell(text: str):
 
 
 def sweep_page(folder: Path, kind: str) -> str:
-    best = _read_json(folder / "best.json")
+    best = read_json_object(folder / "best.json")
     rows = _csv_rows(folder / ("trials.csv" if kind == "tune" else "sweep.csv"))
     tuned_text, tuned = _read_toml(folder / "tuned.toml")
-    info = _read_json(folder / "tune.json") if (folder / "tune.json").is_file() else {}
+    info = read_json_object(folder / "tune.json") if (folder / "tune.json").is_file() else {}
     fields = _swept_fields(rows, best)
     metric = info.get("metric") or _metric_of(rows, fields)
     sections = [section("Winners", _best_html(best, metric), "best")]
