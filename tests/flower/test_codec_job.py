@@ -241,14 +241,16 @@ def _client_reply(job, kind, content):
     return app(msg, ctx)
 
 
-def _train_content(P=12, step_size=0.01, **task):
+def _train_content(P=12, step_size=0.01, dtype=torch.float32, arrays=None, **task):
     from flwr.app import ConfigRecord, RecordDict
 
     content = RecordDict()
-    codec.put(content, codec.PAYLOAD, torch.zeros(P), "dense")
+    codec.put(content, codec.PAYLOAD, torch.zeros(P, dtype=dtype), "dense")
     content[codec.CONFIG] = ConfigRecord({"step_size": step_size})
-    content[codec.TASK] = ConfigRecord({codec.ROUND: 0, codec.PARTITION_ID: 1,
-                                        codec.UPLOAD_ENCODING: "auto", **task})
+    if arrays is not None:
+        content[codec.CONFIG_ARRAYS] = codec.tensors_to_record(arrays)
+    task = {codec.ROUND: 0, codec.PARTITION_ID: 1, codec.UPLOAD_ENCODING: "auto", **task}
+    content[codec.TASK] = ConfigRecord({k: v for k, v in task.items() if v is not None})
     return content
 
 
@@ -258,11 +260,40 @@ def _train_content(P=12, step_size=0.01, **task):
     (lambda: _train_content(partition_id=1.9), r"server task partition_id=1\.9"),
     (lambda: _train_content(step_size="x"), r"server config step_size='x' .*positive"),
     (lambda: _train_content(step_size=float("nan")), r"server config step_size=nan"),
+    (lambda: _train_content(dtype=torch.float64),
+     r"server payload dtype='float64' is invalid: must be float32"),
+    (lambda: _train_content(dtype=torch.bfloat16), r"server payload dtype='bfloat16'"),
+    (lambda: _train_content(upload_encoding=None),
+     r"server task upload_encoding=None is invalid: must be one of dense, sparse, bitmap"),
+    (lambda: _train_content(upload_encoding="zip"), r"server task upload_encoding='zip'"),
+    (lambda: _train_content(arrays={"step_size": torch.tensor([float("nan")])}),
+     r"server config step_size=\[nan\] is invalid: must hold finite numbers"),
+    (lambda: _train_content(arrays={"step_size": torch.tensor([0.1, 0.2, 0.3])}),
+     r"server config step_size=\[0\.1.* must be one positive number"),
+    (lambda: _train_content(arrays={"step_size": torch.tensor([-0.1])}),
+     r"must be one positive number"),
 ])
 def test_the_client_app_names_what_the_server_sent_wrong(content, match, task_identity):
     from flwr.app import MessageType
 
     job = job_from_config(JOB)
     assert not _client_reply(job, MessageType.TRAIN, _train_content()).has_error()
+    # a step size the server resolved as a tensor travels as an array
+    steps = _train_content(arrays={"step_size": torch.tensor([0.01])})
+    assert not _client_reply(job, MessageType.TRAIN, steps).has_error()
     with pytest.raises(ConfigError, match=match):
         _client_reply(job, MessageType.TRAIN, content())
+
+
+def test_the_client_app_evaluates_only_a_model_of_its_job_s_dtype(task_identity):
+    from flwr.app import MessageType, RecordDict
+
+    job = job_from_config(JOB)
+    for dtype, ok in [(torch.float32, True), (torch.float64, False)]:
+        content = RecordDict()
+        codec.put(content, codec.MODEL, torch.zeros(12, dtype=dtype), "dense")
+        if ok:
+            assert not _client_reply(job, MessageType.EVALUATE, content).has_error()
+        else:
+            with pytest.raises(ConfigError, match=r"server model dtype='float64' is invalid"):
+                _client_reply(job, MessageType.EVALUATE, content)

@@ -39,6 +39,7 @@ from flwr.clientapp import ClientApp
 
 from .._validation import ConfigError, fail
 from ..algorithms.base import ClientContext, DataSpec
+from ..comm import ENCODINGS
 from ..data.federated import FederatedDataset
 from ..devices import resolve_device
 from ..metrics import evaluate as evaluate_model
@@ -164,7 +165,8 @@ def _store_state(context: Context, state: dict | None) -> None:
 def _config(content: RecordDict, device: torch.device) -> dict:
     """The algorithm's client config: scalars from :data:`~fedsparse.flower.codec.CONFIG`,
     tensors (moved to ``device``) from :data:`~fedsparse.flower.codec.CONFIG_ARRAYS`.
-    The server is not trusted either: a number must be finite, a step size positive."""
+    The server is not trusted either: a number must be finite, a step size one positive
+    number."""
     config = dict(content[codec.CONFIG]) if codec.CONFIG in content else {}
     for key, value in config.items():
         number = isinstance(value, Real) and not isinstance(value, bool)
@@ -172,9 +174,16 @@ def _config(content: RecordDict, device: torch.device) -> dict:
             raise fail("server config step_size", value, "must be a positive number")
         if not (number and math.isfinite(value)) and not isinstance(value, str | bool):
             raise fail(f"server config {key}", value, "must be a finite number or text")
-    if codec.CONFIG_ARRAYS in content:
-        config.update(_on(device, codec.record_to_tensors(content[codec.CONFIG_ARRAYS])))
-    return config
+    arrays = codec.record_to_tensors(content[codec.CONFIG_ARRAYS]) \
+        if codec.CONFIG_ARRAYS in content else {}
+    for key, value in arrays.items():
+        shown = value.tolist() if value.numel() <= 8 else \
+            f"<{value.dtype} tensor of shape {tuple(value.shape)}>"
+        if not (value.is_floating_point() and torch.isfinite(value).all()):
+            raise fail(f"server config {key}", shown, "must hold finite numbers")
+        if key == "step_size" and not (value.numel() == 1 and value.item() > 0):
+            raise fail("server config step_size", shown, "must be one positive number")
+    return {**config, **_on(device, arrays)}
 
 
 def _task_int(meta, key: str) -> int:
@@ -190,6 +199,10 @@ def _model_payload(rt: _Runtime, msg: Message, name: str, rows: bool = True) -> 
     with ``rows``), P being this node's model size; anything else is named here rather
     than failing inside the problem's products."""
     x, _ = codec.get(msg.content, name)
+    if x.dtype != rt.job.torch_dtype:
+        raise fail(f"server {name} dtype", str(x.dtype).removeprefix("torch."),
+                   f"must be {str(rt.job.torch_dtype).removeprefix('torch.')}: this node's "
+                   "job runs in it")
     P = rt.model_size = rt.model_size or _model_size(rt)
     allowed = [(P,), (1, P)] if rows else [(P,)]
     if tuple(x.shape) not in allowed:
@@ -249,6 +262,10 @@ def make_client_app(job: Job | None = None) -> ClientApp:
         if expected != rt.node.partition_id:
             raise RuntimeError(f"the server sent client {expected}'s work to the node holding "
                                f"partition {rt.node.partition_id}")
+        encoding = meta[codec.UPLOAD_ENCODING] if codec.UPLOAD_ENCODING in meta else None
+        if encoding not in ENCODINGS:  # (before the work, not after it)
+            raise fail(f"server task {codec.UPLOAD_ENCODING}", encoding,
+                       f"must be one of {', '.join(ENCODINGS)}")
         payload = _model_payload(rt, msg, codec.PAYLOAD)
         ctx = ClientContext(rt.problem, rt.node.train, torch.tensor([rt.node.partition_id]),
                             _task_int(meta, codec.ROUND), rt.job.seed,
@@ -261,7 +278,7 @@ def make_client_app(job: Job | None = None) -> ClientApp:
                               f"{exc.args[0]!r} that {rt.algorithm.name} needs") from None
         _store_state(context, new_state)
         content = RecordDict()
-        codec.put(content, codec.UPLOAD, uploads[0], str(meta[codec.UPLOAD_ENCODING]))
+        codec.put(content, codec.UPLOAD, uploads[0], encoding)
         metrics = {k: float(v) for k, v in info.items()}
         metrics[codec.NUM_EXAMPLES] = int(rt.node.train.counts[0])
         content[codec.METRICS] = MetricRecord(metrics)
