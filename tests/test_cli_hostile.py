@@ -849,3 +849,21 @@ def test_output_piped_to_a_reader_that_stops_early_ends_quietly(monkeypatch, cap
     monkeypatch.setattr(cli, "as_interrupted", broken)
     assert cli.main(["list"]) == 1
     assert "fedsparse: error: [Errno 32] Broken pipe" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv,expected", [
+    (["run", ""], ["experiment='' is invalid", "leave it out for the default"]),
+    (["sweep", "", "--grid", "seed=[0, 1]"], ["experiment='' is invalid"]),
+    (["run", "x" * 5000], ["experiment='xxxx", "(5000 characters)", "at most 255 bytes"]),
+    (["run", "fedht-default", "--seeds", "99999999999999"],
+     ["--seeds 99999999999999 is 1e+14 rounds in all", "could not end"]),
+    (["run", "fedht-default", "--seeds", "100000000", "--rounds", "10"],
+     ["--seeds=100000000 needs about", "replicates' round records"]),
+    (["sweep", "fedht-default", "--seeds", "100000000", "--grid", "seed=[0, 1]"],
+     ["--seeds=100000000 needs about"]),
+])
+def test_an_experiment_that_cannot_run_is_refused_before_its_folder_is_made(argv, expected,
+                                                                            tmp_path, cli):
+    out = tmp_path / "out"
+    cli.refused([*argv, "--out", str(out)], *expected)
+    assert not out.exists()

@@ -109,7 +109,7 @@ def _param(text: str) -> tuple[str, str]:
 #: The parameters of ``run_sweep`` and ``run_tune`` that an option of ``sweep`` and
 #: ``tune`` gives and that their errors name: the error names the option instead
 #: (:func:`fedsparse.cli_common.name_typed_options`).
-_SEARCH_OPTION_NAMES = {"metric": "--metric"}
+_SEARCH_OPTION_NAMES = {"metric": "--metric", "seeds": "--seeds"}
 
 #: The trackers ``--log`` takes (fedsparse.loggers.KINDS, without importing it).
 LOG_KINDS = ("tensorboard", "mlflow", "wandb")
@@ -193,7 +193,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                      "interval of the mean (Student's t)")
     _add_log_option(run)
     _add_device_option(run)
-    run.set_defaults(func=cmd_run)
+    run.set_defaults(func=cmd_run, option_names={"seeds": "--seeds"})
 
     lst = sub.add_parser("list", help="list the named experiments: paper, runtime, needs")
     lst.add_argument("--all", action="store_true",

@@ -15,7 +15,7 @@ import re
 import tomllib
 from pathlib import Path
 
-from ._validation import ConfigError
+from ._validation import ConfigError, fail
 
 #: What ``fedsparse run`` runs without a name.
 DEFAULT_EXPERIMENT = "fedht-default"
@@ -112,11 +112,18 @@ def resolve_experiment(name_or_path: str | None) -> tuple[str, dict | None, obje
     from .experiments.config import load_config
     from .experiments.registry import python_experiments, toml_experiments
 
-    name = name_or_path or DEFAULT_EXPERIMENT
+    name = DEFAULT_EXPERIMENT if name_or_path is None else name_or_path
+    if not name.strip():
+        raise fail("experiment", name, "must be a named experiment (`fedsparse list`) or a "
+                   "TOML file; leave it out for the default, " + DEFAULT_EXPERIMENT)
+    tomls, pythons = toml_experiments(), python_experiments()
+    if any(len(part.encode()) > 255 for part in Path(name).parts):  # (the OS would refuse)
+        raise fail("experiment", f"{name[:60]}... ({len(name)} characters)", "must be a "
+                   "named experiment (`fedsparse list`) or a TOML file, whose name is at "
+                   "most 255 bytes")
     # a folder of the experiment's name (an earlier run's --out) does not hide it
     if name.endswith(".toml") or "/" in name or Path(name).is_file():
         return Path(name).stem, load_config(name), None  # says what is wrong with the path
-    tomls, pythons = toml_experiments(), python_experiments()
     if name in tomls:
         return name, load_config(tomls[name]), None
     if name in pythons:

@@ -53,12 +53,17 @@ _COUNT_OPTIONS = (("rounds", "--rounds", 1), ("seeds", "--seeds", 1), ("jobs", "
 def check_count_options(args) -> None:
     """Refuse a count option (``--rounds``, ``--seeds``, ``--jobs``, ``--trials``,
     ``--sampler-seed``) out of its range, naming the option, before anything runs."""
+    from ._resources import check_work
     from ._validation import check_int
 
     for attr, option, minimum in _COUNT_OPTIONS:
         value = getattr(args, attr, None)
         if value is not None:
             check_int(option, value, minimum=minimum)
+    seeds, rounds = getattr(args, "seeds", None), getattr(args, "rounds", None)
+    if seeds is not None:  # each replicate is a round at least (a run's own check: later)
+        check_work(seeds * (rounds or 1), f"--seeds {seeds}" + (
+            f" of --rounds {rounds}" if rounds else ""), what="rounds in all")
 
 
 #: Options of ``run`` a Python experiment cannot take: it is not a list of config runs.
@@ -293,6 +298,7 @@ def cmd_run(args) -> int:
     )
     from .experiments.run_selection import select_runs
     from .experiments.runner import check_runs_buildable, run_experiment
+    from .experiments.seeds import check_replicates
     from .manifest import read_manifest
 
     check_count_options(args)
@@ -351,6 +357,8 @@ def cmd_run(args) -> int:
         runs = resolve_runs(config)  # every check before --out is touched
         data_cache: dict = {}  # what building every run needs: built once, here
         check_runs_buildable(config, runs, data_cache)
+        if args.seeds:
+            check_replicates(runs, args.seeds)
         slugs = [r["slug"] for r in runs]
         identity = {"experiment": TOML_CONFIG, "seeds": args.seeds}
         _check_resume_seeds(args, out, identity, run=slugs[0])

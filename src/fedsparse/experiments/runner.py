@@ -48,7 +48,7 @@ from .output import (
     plot_names,
     prepare_output,
 )
-from .seeds import check_last_replicate, check_seeds, report_row, run_seeds, strict_json
+from .seeds import check_replicates, check_seeds, report_row, run_seeds, strict_json
 
 __all__ = ["FAILED", "MARKER", "RUN_FILES", "check_out_dir", "check_runs_buildable",
            "data_key", "data_seed", "execute_run", "failed_text", "format_comparison",
@@ -321,7 +321,7 @@ def run_experiment(config: dict, out: str | Path, *, resume: bool = False,
     out = Path(out)
     runs = resolve_runs(config)
     if seeds:
-        check_last_replicate(runs, seeds)
+        check_replicates(runs, seeds)
     trackers = resolve_loggers(loggers, out, experiment=out.absolute().name)
     data_cache = {} if data_cache is None else data_cache
     check_runs_buildable(config, runs, data_cache)  # before hours of runs

@@ -28,6 +28,7 @@ import math
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from .._resources import RECORD_BYTES, check_memory, check_work
 from .._validation import check_int, check_seed
 from ..history import History, higher_is_better
 
@@ -56,9 +57,16 @@ def check_seeds(seeds) -> int:
     return check_int("seeds", seeds, minimum=1)
 
 
-def check_last_replicate(runs: list[dict], seeds: int) -> None:
-    """Refuse, before any run, seeds that the last of ``seeds`` replicates would push
-    past the largest seed (its run and data seeds are the first ones plus ``seeds - 1``)."""
+def check_replicates(runs: list[dict], seeds: int) -> None:
+    """Refuse, before any run, ``seeds`` replicates of ``runs`` that cannot be made: more
+    rounds in all than could end within a year, more round records than memory holds
+    (every replicate's records are kept for the mean), or seeds that the last replicate
+    would push past the largest seed (its run and data seeds are the first ones plus
+    ``seeds - 1``)."""
+    rounds = seeds * sum(int(run.get("rounds", 1)) for run in runs)
+    check_work(rounds, f"seeds={seeds} replicates of {len(runs)} run(s)", what="rounds in all")
+    check_memory({"the replicates' round records": rounds * RECORD_BYTES}, {"seeds": seeds},
+                 hint="Every replicate's records are kept for the mean over seeds")
     for run in runs:
         last = with_seed(run, seeds - 1)
         check_seed(f"run {run['label']!r}: seed + seeds - 1", last["seed"])

@@ -38,7 +38,7 @@ from .run_selection import apply_overrides, set_path
 from .runner import _data, execute_run, recordable_metrics
 from .seeds import (
     best_direction,
-    check_last_replicate,
+    check_replicates,
     check_seeds,
     divergence,
     spread,
@@ -103,7 +103,7 @@ def run_sweep(config: dict, grid: dict[str, list], *, out: str | Path | None = N
     cache: dict = {}
     point_runs = [_runs_at(config, point, cache, metric) for point in points]
     if seeds:
-        check_last_replicate([run for runs in point_runs for run in runs], n_seeds)
+        check_replicates([run for runs in point_runs for run in runs], n_seeds)
     tasks = [(p, i, with_seed(run, k) if seeds else run)
              for p, runs in enumerate(point_runs) for i, run in enumerate(runs)
              for k in range(n_seeds)]

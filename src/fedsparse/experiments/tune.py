@@ -64,7 +64,7 @@ from .refine import refine_count, refine_point
 from .runner import execute_run
 from .seeds import (
     best_direction,
-    check_last_replicate,
+    check_replicates,
     check_seeds,
     divergence,
     spread,
@@ -153,7 +153,7 @@ def run_tune(config: dict, space: dict[str, Space | str], *, trials: int,
                 raise ConfigError(f"space {name}={s}: {exc}") from None
     first = _runs_at(config, start, cache, metric)
     if seeds:
-        check_last_replicate(first, n_seeds)
+        check_replicates(first, n_seeds)
     from ..loggers import resolve_loggers
 
     trackers = resolve_loggers(loggers, out, experiment=Path(out or "tune").absolute().name)
