@@ -343,3 +343,29 @@ def test_a_step_beyond_the_largest_float32_is_named(algorithm, name):
     problem = fs.problems.neural(fs.models.mlp(5, (4,), 3))
     with pytest.raises(ConfigError, match=rf"{name}=1e\+39 .*largest torch\.float32"):
         fs.simulate(algorithm(), problem, _classes(), rounds=1)
+
+
+def test_meta_tensors_are_refused_where_they_enter():
+    with pytest.raises(ConfigError, match=r"xs\[1\]='a tensor on the meta device' is invalid: "
+                       "must hold values"):
+        fs.data.from_arrays([torch.zeros(5, 4), torch.zeros(5, 4, device="meta")],
+                            [torch.zeros(5)] * 2)
+    from fedsparse.sparsity.dictionaries import as_dictionary
+
+    with pytest.raises(ConfigError, match="dictionary='a tensor on the meta device'"):
+        as_dictionary(torch.zeros(6, 8, device="meta"), dim=6)
+
+
+@pytest.mark.parametrize("callback,takes", [
+    (lambda: None, r"takes \(\)"),
+    (lambda record: None, r"takes \(record\)"),
+    (lambda record, state, extra: None, r"takes \(record, state, extra\)"),
+])
+def test_a_callback_that_cannot_be_called_with_record_and_state_is_refused(callback, takes):
+    algo = fs.algorithms.fed_iter_ht(sparsity=2, step_size=0.01, local_steps=1)
+    with pytest.raises(ConfigError, match=rf"callback='<lambda>' is invalid: {takes}, but is "
+                       r"called as callback\(record, state\)"):
+        fs.simulate(algo, LS, _gaussian(), rounds=1, callback=callback)
+    kept = []
+    fs.simulate(algo, LS, _gaussian(), rounds=2, callback=lambda *args, **kw: kept.append(args))
+    assert [record["round"] for record, _ in kept] == [1, 2]

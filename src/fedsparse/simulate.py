@@ -7,6 +7,7 @@ this module supplies what is local: the client halves run in-process, in chunks 
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 
 import torch
@@ -139,6 +140,17 @@ def _auto_client_batch(problem: Problem, data: FederatedDataset, clients: int) -
     return None if chunk >= clients else chunk
 
 
+def _takes_two(fn) -> bool:
+    """Whether ``fn(record, state)`` can be called (True where Python cannot tell)."""
+    try:
+        inspect.signature(fn).bind(None, None)
+    except TypeError:
+        return False
+    except ValueError:  # a builtin without a signature
+        pass
+    return True
+
+
 def _check_arguments(algorithm, problem, data, channel, dtype, device, eval_every,
                      max_update_norm, callback, checkpoint, resume, progress,
                      max_update_ratio=None, client_state_memory=None,
@@ -170,6 +182,10 @@ def _check_arguments(algorithm, problem, data, channel, dtype, device, eval_ever
     if callback is not None and not callable(callback):
         raise fail("callback", shown(callback), "must be a function callback(record, state) "
                    "or None")
+    if callback is not None and not _takes_two(callback):
+        raise fail("callback", getattr(callback, "__name__", shown(callback)),
+                   f"takes {inspect.signature(callback)}, but is called as "
+                   "callback(record, state) after every round")
     if checkpoint is not None and not isinstance(checkpoint, str | Path):
         raise fail("checkpoint", shown(checkpoint), "must be a file path (str or Path) or None")
     check_bool("resume", resume)

@@ -422,6 +422,8 @@ HOSTILE_FILES = [
     ("idx-bad-magic", "a.idx", b"\x01\x02\x08\x01" + bytes(8), "read_idx", {}, "magic bytes"),
     ("idx-type-code", "a.idx", b"\x00\x00\x07\x01" + bytes(8), "read_idx", {}, "type code 0x07"),
     ("idx-no-dims", "a.idx", _idx_head(0x08), "read_idx", {}, "declares 0 dimensions"),
+    ("idx-255-dims", "a.idx", _idx_head(0x08, *[1] * 255) + b"a", "read_idx", {},
+     "declares 255 dimensions; expected 1 to 32"),
     ("idx-header-cut", "a.idx", _idx_head(0x08, 3, 4, 4)[:9], "read_idx", {},
      "truncated: its header declares 3 dimensions"),
     ("idx-data-cut", "a.idx", _GOOD_IDX[:-3], "read_idx", {}, r"truncated.*\(3, 2, 2\)"),
@@ -463,6 +465,11 @@ HOSTILE_FILES = [
     ("svm-negative-index", "d.svm", b"1 1:1\n2 -3:2\n", "load_libsvm", {},
      "line 2: bad token '-3:2'"),
     ("svm-float-index", "d.svm", b"1 1.5:2\n", "load_libsvm", {}, "bad token '1.5:2'"),
+    # Python reads 1_0 as 10; the libsvm tools (C's strtod) do not
+    ("svm-underscore-value", "d.svm", b"1 1:1\n1 10:2_5\n", "load_libsvm", {},
+     "line 2: bad token '10:2_5'"),
+    ("svm-underscore-target", "d.svm", b"1_0 1:2\n", "load_libsvm", {},
+     "line 1: target '1_0' is not a number"),
     ("svm-nan-value", "d.svm", b"1 1:1\n1 2:nan\n", "load_libsvm", {},
      "line 2: NaN or infinite value"),
     ("svm-inf-target", "d.svm", b"inf 1:2\n", "load_libsvm", {}, "line 1: NaN or infinite "

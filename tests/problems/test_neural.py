@@ -645,15 +645,68 @@ class _ReadsAValue(nn.Module):
         return self.linear(x)
 
 
-def test_a_forward_vmap_cannot_batch_says_to_take_the_loop_path():
+class _CountsCalls(nn.Module):
+    """A forward that updates a buffer in place."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(6, 3)
+        self.register_buffer("calls", torch.zeros(1))
+
+    def forward(self, x):
+        self.calls += 1
+        return self.linear(x)
+
+
+class _Noisy(nn.Module):
+    """A forward that draws random numbers."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(6, 3)
+
+    def forward(self, x):
+        return self.linear(x) + 0.01 * torch.randn(1)
+
+
+@pytest.mark.parametrize("network,what", [
+    (_ReadsAValue, "reads a tensor's value"),
+    (_CountsCalls, "changes a tensor it holds in its forward"),
+    (_Noisy, "draws random numbers in its forward"),
+])
+def test_a_forward_vmap_cannot_batch_says_to_take_the_loop_path(network, what):
     gen = torch.Generator().manual_seed(0)
     data = fs.data.from_arrays(list(torch.rand(4, 10, 6, generator=gen)),
                                list(torch.randint(0, 3, (4, 10), generator=gen)))
     algo = fs.algorithms.fed_avg(step_size=0.1, local_steps=2, batch_size=5)
-    with pytest.raises(ConfigError, match=r"_ReadsAValue reads a tensor's value.*"
-                                          r"path=\"loop\""):
-        fs.simulate(algo, fs.problems.neural(_ReadsAValue(), path="vmap"), data, rounds=1,
+    with pytest.raises(ConfigError, match=rf"{network.__name__} {what}.*path=\"loop\""):
+        fs.simulate(algo, fs.problems.neural(network(), path="vmap"), data, rounds=1,
                     progress=False)
-    h = fs.simulate(algo, fs.problems.neural(_ReadsAValue(), path="loop"), data, rounds=1,
+    h = fs.simulate(algo, fs.problems.neural(network(), path="loop"), data, rounds=1,
                     progress=False)
     assert len(h.records) == 1
+
+
+class _IntegerOffset(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(6, 3)
+        self.offset = nn.Parameter(torch.ones(3, dtype=torch.long), requires_grad=False)
+
+    def forward(self, x):
+        return self.linear(x) + self.offset
+
+
+def test_a_network_fedsparse_cannot_copy_or_train_is_refused_by_name():
+    with pytest.raises(ConfigError, match=r"module='Sequential' is invalid: has tensors with "
+                       r"no values \('0\.weight' is on the meta device\)"):
+        fs.problems.neural(nn.Sequential(nn.Linear(6, 3, device="meta")))
+    with pytest.raises(ConfigError, match=r"module='_IntegerOffset' .*parameter 'offset' of "
+                       r"dtype int64: .*register_buffer"):
+        fs.problems.neural(_IntegerOffset())
+
+
+def test_an_mlp_too_large_for_memory_is_refused_before_it_is_allocated():
+    with pytest.raises(ConfigError, match=r"hidden\[0\]=10000000 .*needs about 364 TiB for "
+                       r"the network's float32 parameters"):
+        models.mlp(6, (10**7, 10**7), 3)

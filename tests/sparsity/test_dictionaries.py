@@ -148,6 +148,9 @@ def test_dictionary_file_errors_name_the_file(tmp_path):
     (tmp_path / "junk.npy").write_bytes(b"\x93NUMPY garbage")
     with pytest.raises(ConfigError, match="junk.npy' could not be read as a .npy array"):
         as_dictionary({"kind": "file", "path": str(tmp_path / "junk.npy")}, dim=5)
+    (tmp_path / "text.npy").write_text("hello")  # NumPy alone calls it a refused pickle
+    with pytest.raises(ConfigError, match="text.npy' is not a .npy file .*magic bytes"):
+        as_dictionary({"kind": "file", "path": str(tmp_path / "text.npy")}, dim=5)
     np.save(tmp_path / "obj.npy", np.array([[1, None]] * 5, dtype=object))
     with pytest.raises(ConfigError, match="obj.npy' could not be read"):
         as_dictionary({"kind": "file", "path": str(tmp_path / "obj.npy")}, dim=5)

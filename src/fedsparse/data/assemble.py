@@ -40,6 +40,12 @@ def _check_per_client(name: str, value) -> None:
         raise fail(name, type(value).__name__, "must be a sequence with one array per client "
                    "(a list, a tuple or an array of clients); for a generator or another "
                    "iterator, pass list(...)")
+    meta = next((i for i, v in enumerate(value)
+                 if isinstance(v, torch.Tensor) and v.is_meta), None) \
+        if isinstance(value, list | tuple) else None
+    if meta is not None:
+        raise fail(f"{name}[{meta}]", "a tensor on the meta device", "must hold values (a "
+                   "meta tensor has a shape only)")
 
 
 @dataclass

@@ -29,6 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .._resources import check_memory
 from .._validation import check_choice, check_int, fail
 
 
@@ -64,6 +65,11 @@ def mlp(in_features: int, hidden: Sequence[int] = (100,), num_classes: int = 10)
     in_features = check_int("in_features", in_features, minimum=1)
     hidden = _check_widths("hidden", hidden, allow_empty=True)
     num_classes = check_int("num_classes", num_classes, minimum=2)
+    widths = [in_features, *hidden, num_classes]
+    check_memory({"the network's float32 parameters": 4 * sum(
+        (a + 1) * b for a, b in zip(widths[:-1], widths[1:], strict=True))},
+        {"in_features": in_features, **{f"hidden[{i}]": h for i, h in enumerate(hidden)},
+         "num_classes": num_classes})
     layers: list[nn.Module] = [nn.Flatten()]
     width = in_features
     for h in hidden:

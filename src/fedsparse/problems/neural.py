@@ -135,6 +135,7 @@ class NeuralProblem(Problem):
         self.path = check_choice("path", path, ("auto", "vmap", "loop", "mlp", "stacked"))
         self.chunk_clients = check_int("chunk_clients", chunk_clients, minimum=1,
                                        allow_none=True)
+        _check_module_tensors(module)
         template = copy.deepcopy(module)
         self._layout = ParamLayout.from_module(template)
         if len(self._layout) == 0:
@@ -525,8 +526,9 @@ class NeuralProblem(Problem):
                     try:
                         res = run(net, self._layout, kind, p, Xr, yr, wr, low)
                     except RuntimeError as exc:
-                        if method == "vmap" and _reads_a_value(exc):
-                            raise _vmap_refused(exc, self._template) from None
+                        what = _vmap_refusal(exc) if method == "vmap" else None
+                        if what is not None:
+                            raise _vmap_refused(what, exc, self._template) from None
                         raise
                 if differentiable:
                     pieces.append(res)
@@ -551,17 +553,45 @@ class NeuralProblem(Problem):
         return out
 
 
-def _reads_a_value(exc: RuntimeError) -> bool:
-    """Whether ``torch.func.vmap`` refused a forward that reads a tensor's value."""
-    return str(exc).startswith("vmap: It looks like you're")
+def _check_module_tensors(module: nn.Module) -> None:
+    """Refuse a network whose tensors have no values (the meta device) or whose parameters
+    are not floating point, which fedsparse could neither copy nor train."""
+    name = type(module).__name__
+    for key, t in [*module.named_parameters(), *module.named_buffers()]:
+        if t.is_meta:
+            raise fail("module", name, f"has tensors with no values ({key!r} is on the meta "
+                       "device): make them real first, e.g. module.to_empty(device=\"cpu\") "
+                       "and initialise them")
+    for key, t in module.named_parameters():
+        if not t.is_floating_point():
+            raise fail("module", name, f"has the parameter {key!r} of dtype "
+                       f"{str(t.dtype).removeprefix('torch.')}: fedsparse trains floating-point "
+                       "parameters; keep a constant as a buffer (module.register_buffer)")
 
 
-def _vmap_refused(exc: RuntimeError, module: nn.Module) -> ConfigError:
+#: What ``torch.func.vmap`` refuses in a forward, by the start of its message (or a
+#: phrase in it), said as what the network does.
+_VMAP_REFUSALS = (
+    ("vmap: It looks like you're", "reads a tensor's value in its forward (.item(), or a "
+     "tensor in an if or a loop)"),
+    ("vmap: called random operation", "draws random numbers in its forward"),
+    ("mutate a captured Tensor", "changes a tensor it holds in its forward (an in-place "
+     "update of a buffer or an attribute)"),
+)
+
+
+def _vmap_refusal(exc: RuntimeError) -> str | None:
+    """What the network does that made ``torch.func.vmap`` refuse it, or None."""
+    text = str(exc)
+    return next((what for start, what in _VMAP_REFUSALS
+                 if text.startswith(start) or (" " in start and start in text)), None)
+
+
+def _vmap_refused(what: str, exc: RuntimeError, module: nn.Module) -> ConfigError:
     return ConfigError(
-        f"the network {type(module).__name__} reads a tensor's value in its forward "
-        "(.item(), or a tensor in an if or a loop), which torch.func.vmap cannot do for all "
-        "clients at once: give fs.problems.neural(module, path=\"loop\") (one client at a "
-        f"time), or write the forward without it (torch.where). torch said: {str(exc)[:100]}...")
+        f"the network {type(module).__name__} {what}, which torch.func.vmap cannot do for "
+        "all clients at once: give fs.problems.neural(module, path=\"loop\") (one client "
+        f"at a time), or write the forward without it. torch said: {str(exc)[:100]}...")
 
 
 def neural(module: nn.Module, *, dtype: torch.dtype | None = None, path: str = "auto",

@@ -253,6 +253,9 @@ def as_dictionary(spec, *, dim: int, dtype: torch.dtype = torch.float64) -> Dict
             raise fail("dictionary", dict(spec), "a file dictionary needs path= (a .npy file "
                        "holding a (dim, atoms) array, as written by numpy.save)")
         matrix = _load_file(spec["path"])
+    elif isinstance(spec, torch.Tensor) and spec.is_meta:
+        raise fail("dictionary", "a tensor on the meta device", "must hold values (a meta "
+                   "tensor has a shape only)")
     elif isinstance(spec, (torch.Tensor, np.ndarray)):
         matrix = spec
     else:
@@ -291,6 +294,11 @@ def _load_file(path) -> np.ndarray:
     if zipfile.is_zipfile(p):
         raise ConfigError(f"{where} is a zip archive (.npz?); expected a .npy file holding one "
                           "(dim, atoms) array, as written by numpy.save")
+    with open(p, "rb") as fh:  # (NumPy reads any other file as a refused pickle)
+        if fh.read(6) != b"\x93NUMPY":
+            raise ConfigError(f"{where} is not a .npy file (it does not start with NumPy's "
+                              "magic bytes); expected one (dim, atoms) array, as written by "
+                              "numpy.save")
     try:
         mapped = np.load(p, mmap_mode="r", allow_pickle=False)
         return np.array(mapped)

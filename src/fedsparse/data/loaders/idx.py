@@ -76,8 +76,8 @@ def read_idx(path) -> np.ndarray:
         if code not in _IDX_DTYPES:
             raise DataFormatError(f"{where} has type code 0x{code:02x}; expected one of "
                                   + ", ".join(f"0x{c:02x}" for c in _IDX_DTYPES))
-        if ndim < 1:
-            raise DataFormatError(f"{where} declares {ndim} dimensions; expected at least 1")
+        if not 1 <= ndim <= 32:  # (NumPy's own limit is 64; an image file has 1 to 4)
+            raise DataFormatError(f"{where} declares {ndim} dimensions; expected 1 to 32")
         header = 4 + 4 * ndim
         shape = _read_upto(stream, 4 * ndim)
         if len(shape) < 4 * ndim:

@@ -48,6 +48,8 @@ def _libsvm_locate_error(path, lines: list[bytes], first_line: list[int],
         toks = line.split()
         label = toks[0]
         try:
+            if b"_" in label:
+                raise ValueError(label)
             float(label)
         except ValueError:
             return DataFormatError(f"LibSVM file {os.fspath(path)!r}, line {lineno}: target "
@@ -57,7 +59,7 @@ def _libsvm_locate_error(path, lines: list[bytes], first_line: list[int],
             feats = feats[1:]
         for tok in feats:
             idx, colon, val = tok.partition(b":")
-            bad = not colon or not idx or not val or b":" in val
+            bad = not colon or not idx or not val or b":" in val or b"_" in tok
             if not bad:
                 try:
                     i = int(idx)
@@ -196,6 +198,8 @@ def load_libsvm(path, n_features: int | None = None, *, zero_based="auto",
         nnz[r] = rest.count(b":")
         feats.append(rest)
     try:
+        if any(b"_" in line for line in lines):  # Python's 1_000, which libsvm tools refuse
+            raise ValueError("a number with an underscore")
         y = np.array(labels, dtype=np.float64)
         idx, data = _parse_pairs(feats)
     except (ValueError, OverflowError):
