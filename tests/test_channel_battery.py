@@ -10,11 +10,14 @@ import pytest
 import torch
 
 import fedsparse as fs
+from fedsparse import rng
+from fedsparse._validation import ConfigError
 from fedsparse.channels import (
     BernoulliChannel,
     GroupChannel,
     PerfectChannel,
     ScheduledChannel,
+    checked_channel,
     safari_channel,
 )
 
@@ -171,3 +174,53 @@ def test_a_group_channel_forces_one_arrival_only_in_a_group_without_one():
                     assert int(out[members].sum()) == 1
                     forced += 1
     assert forced > 0 and kept > 0  # both branches were exercised
+
+
+def test_a_probability_callable_may_answer_one_number_for_every_sampled_client():
+    clients = torch.tensor([0, 1, 2])
+    always = BernoulliChannel(lambda round, clients: 1.0).delivered(0, 1, clients)
+    never = BernoulliChannel(lambda round, clients: 0.0).delivered(0, 1, clients)
+    assert always.tolist() == [True, True, True]  # a key in [0, 1) is always < 1
+    assert never.tolist() == [False, False, False]  # and never < 0
+
+
+def test_per_client_probabilities_name_a_sampled_client_without_one():
+    # two values are for clients 0 and 1: client 2 has none
+    with pytest.raises(ConfigError, match=r"client 2 has none"):
+        BernoulliChannel([0.5, 0.5]).delivered(0, 0, torch.tensor([0, 2]))
+
+
+def test_a_probability_of_one_is_allowed_and_always_delivers():
+    clients = torch.tensor([0, 1, 2])
+    assert BernoulliChannel(1.0).delivered(0, 0, clients).tolist() == [True, True, True]
+    # per client: 1 always arrives, 0 never does
+    assert BernoulliChannel([1.0, 0.0, 1.0]).delivered(3, 2, clients).tolist() == \
+        [True, False, True]
+
+
+def test_a_group_channel_forces_the_member_with_the_smallest_second_key():
+    # Nothing arrives through the base channel, so each group gets exactly one member:
+    # the one whose key of the channel's stream with counter 1 is the group's smallest.
+    channel = GroupChannel(ScheduledChannel([[False] * 6] * 2), [0, 0, 0, 1, 1, 1])
+    clients = torch.arange(6)
+    chosen = {}
+    for seed in range(5):
+        keys = rng.uniform(seed, rng.CHANNEL, 1, clients, 1)
+        expected = [int(keys[:3].argmin()), 3 + int(keys[3:].argmin())]
+        chosen[seed] = channel.delivered(seed, 1, clients).nonzero().flatten().tolist()
+        assert chosen[seed] == expected
+    assert chosen[0] == [0, 5] and chosen[1] == [1, 4]  # the keys of seeds 0 and 1
+
+
+def test_a_group_channel_checks_its_base_channels_clients_too():
+    # 4 group ids fit 4 clients, but the base channel's 5 per-client probabilities do not
+    channel = GroupChannel(BernoulliChannel([0.5] * 5), [0, 0, 1, 1])
+    with pytest.raises(ConfigError, match="5 per-client values"):
+        checked_channel(channel, 4)
+
+
+def test_the_asymmetric_safari_channel_has_the_papers_probabilities_exactly():
+    # the lowest group id (0) gets P = 0.18, every other group 0.6, as float64 numbers
+    p = safari_channel("asymmetric", [0, 0, 1, 1]).channel.probability
+    assert p.dtype == torch.float64
+    assert p.tolist() == [0.18, 0.18, 0.6, 0.6]

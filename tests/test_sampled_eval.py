@@ -63,6 +63,15 @@ def test_the_standard_error_is_the_ratio_estimators(data):
     k, N = 15, 60
     se = math.sqrt((1 - k / N) * k / (k - 1) * float(((q * (loss - R)) ** 2).sum()))
     assert h.records[-1]["objective_se"] == pytest.approx(se, rel=1e-5)
+    # the test split's estimate weighs the sampled clients by their test example counts,
+    # normalised over the sample (not by the training weights q)
+    tq = sub.test.counts.to(torch.float64)
+    tq = tq / tq.sum()
+    test_loss, _ = client_means(problem, sub.test, h.model)
+    Rt = h.records[-1]["test_objective"]
+    se_t = math.sqrt((1 - k / N) * k / (k - 1)
+                     * float(((tq * (test_loss.double() - Rt)) ** 2).sum()))
+    assert h.records[-1]["test_objective_se"] == pytest.approx(se_t, rel=1e-6)
 
 
 def test_every_client_is_the_exact_evaluation(data):

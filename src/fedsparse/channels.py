@@ -267,7 +267,9 @@ def safari_channel(probability, groups, *, at_least_one_per_group: bool = True,
         if probability != "asymmetric":
             raise fail("probability", probability, 'must be a number in [0, 1], per-client '
                        'numbers, a callable or "asymmetric"')
-        probability = torch.where(g == g.min(), 0.18, 0.6).to(torch.float64)
+        # float64 from the start: the float32 of a bare torch.where would give 0.18000000715
+        probability = torch.where(g == g.min(), torch.tensor(0.18, dtype=torch.float64),
+                                  torch.tensor(0.6, dtype=torch.float64))
     base = BernoulliChannel(probability)
     if not callable(base.probability) and base.probability.ndim == 1:
         _one_per_client("probability", base.probability.shape[0], "value", g.shape[0],

@@ -297,6 +297,27 @@ def test_density_and_bit_cost_are_recorded_every_round():
     assert fedmac_bits(79510, 0.5, 0.5) / (2 * 64 * 79510) == 66 / 128
 
 
+
+def test_fedmac_bits_count_only_the_uploads_that_arrived():
+    # d = 6; the broadcast w^t = (1, 0, 0, 0, 0, 0) has density 1/6; only the first upload
+    # (density 3/6 = 1/2) arrived, the dense second one was lost, so s_up = 1/2:
+    # 64 d (1/2 + 1/6) + d (2 - 1/2 - 1/6) + d = 256 + 8 + 6 = 270 bits
+    # (counting the lost upload, s_up = 3/4, would give 364.5)
+    gen = np.random.default_rng(0)
+    xs = [gen.normal(size=(n, 3)) for n in (5, 2)]
+    ys = [gen.integers(0, 2, n).astype(float) for n in (5, 2)]
+    data = fs.data.from_arrays(xs, ys, dtype=F64)
+    problem = fs.problems.softmax(2)
+    algo = fs.algorithms.fedmac(lam=0.1, step_size=0.1, personal_step_size=0.1,
+                                local_steps=1, batch_size=None).bind(problem, data)
+    state = algo.init(problem, seed=0)
+    state["model"] = torch.tensor([1.0, 0, 0, 0, 0, 0], dtype=F64)
+    uploads = torch.tensor([[1.0, 2, 3, 0, 0, 0], [1.0, 1, 1, 1, 1, 1]], dtype=F64)
+    cohort = Cohort(0, torch.arange(2), data.weights, torch.tensor([True, False]), seed=0)
+    new = algo.aggregate(state, uploads, cohort)
+    assert new["fedmac_bits"] == pytest.approx(270.0, abs=1e-9)
+    assert new["fedmac_bits"] == pytest.approx(fedmac_bits(6, 1 / 2, 1 / 6))
+
 # -- Per-FedAvg -------------------------------------------------------------------------
 
 def test_per_fedavg_round_by_hand():

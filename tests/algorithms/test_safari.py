@@ -99,6 +99,19 @@ def test_fed_prox_aggregator_pulls_towards_the_broadcast():
     assert (prox - payload).norm() < (avg - payload).norm()
 
 
+
+def test_fed_avg_ignores_mu_and_only_fed_prox_uses_it():
+    # mu weighs FedProx's term mu (x - x^t); with aggregator="fed_avg" there is none, so
+    # the uploads of one round are the same bits for any mu
+    problem, data = _mlp(), _mlp_data()
+    kw = dict(density=1.0, optimizer="sgd", step_size=0.1, batch_size=8, compensation=False)
+    small, large = (_one_round(fs.algorithms.safari(**kw, aggregator="fed_avg", mu=mu),
+                               problem, data)[3] for mu in (0.001, 0.5))
+    assert torch.equal(small, large)
+    prox = _one_round(fs.algorithms.safari(**kw, aggregator="fed_prox", mu=0.5), problem,
+                      data)[3]
+    assert not torch.equal(small, prox)
+
 def test_aggregation_renormalises_over_what_arrived():
     problem, data = _mlp(), _mlp_data()
     algo, state, _, uploads, _, _ = _one_round(

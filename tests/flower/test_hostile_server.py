@@ -42,6 +42,8 @@ from flwr.app import (  # noqa: E402
 import fedsparse as fs  # noqa: E402
 from fedsparse.data.federated import FederatedDataset  # noqa: E402
 from fedsparse.flower import job_from_config  # noqa: E402
+from fedsparse.flower.handshake import Refusals, handshake  # noqa: E402
+from fedsparse.flower.replies import Refused, node_info  # noqa: E402
 from fedsparse.flower.server_app import HANDSHAKE_TRIES, run_on_grid  # noqa: E402
 
 pytestmark = pytest.mark.flower
@@ -499,6 +501,31 @@ def test_a_malformed_handshake_refuses_only_that_node(fake_grid, name, caplog):
     assert [kind for kind, _, node in grid.sent if node == 1003] == ["query"] * asked
     assert history.config["nodes"] == 3
 
+
+
+def test_num_partitions_true_is_no_count_even_for_a_one_client_job():
+    # True == 1 in Python, but a boolean is no partition count
+    node = {"partition_id": 0, "num_partitions": 1, "count": 10, "weight": 1.0,
+            "feature_shape": [3]}
+    assert node_info(RecordDict({"node": ConfigRecord(node)}), 1)["partition_id"] == 0
+    with pytest.raises(Refused, match="num_partitions=True"):
+        node_info(RecordDict({"node": ConfigRecord({**node, "num_partitions": True})}), 1)
+
+
+def test_a_tie_between_two_feature_shapes_refuses_every_node(fake_grid):
+    """Two nodes report the job's feature shape, two [999]: no shape has more nodes than
+    the other, so the server cannot tell which is the run's and takes none."""
+    job = _job()
+
+    def fate(kind, group, pid):
+        return _node_set(feature_shape=[999]) if kind == "query" and pid >= 2 else "ok"
+
+    grid = fake_grid(job, range(4), fate)
+    refusals = Refusals()
+    table = handshake(grid, sorted(grid.get_node_ids()), job, refusals)
+    assert table == {}
+    assert sorted(refusals.reasons) == [1000, 1001, 1002, 1003]
+    assert all("is not the run's None" in why for why in refusals.reasons.values())
 
 def test_a_handshake_with_a_huge_weight_cannot_take_over_the_average(fake_grid):
     """Weights are self-reported: a node may claim its whole example count as weight.

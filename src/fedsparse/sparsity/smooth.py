@@ -113,7 +113,8 @@ def zero_small(x: torch.Tensor, threshold: float, *, floor: float = 0.5) -> torc
     if threshold == 0 or x.numel() == 0:
         return x
     d = x.shape[-1]
-    # round() guards against floor * d landing a hair above an integer (0.3 * 10).
+    # round() guards against floor * d landing a hair above an integer (0.28 * 25 is
+    # 7.000000000000001 in floating point).
     max_zeros = d - math.ceil(round(floor * d, 9))
     flat = x.reshape(-1, d)
     nonzero = flat != 0
