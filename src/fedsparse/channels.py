@@ -128,9 +128,15 @@ class BernoulliChannel:
         # callable is named by its code, not by where it sits in memory
         if callable(self.probability):
             return f"BernoulliChannel({_callable_shown(self.probability)})"
-        if self.probability.numel() > SHOWN_ENTRIES:
-            return f"BernoulliChannel({_shown(self.probability)})"
-        return f"BernoulliChannel({self.probability!r})"
+        p = self.probability
+        if p.numel() > SHOWN_ENTRIES:
+            return f"BernoulliChannel({_shown(p)})"
+        if torch.equal(p, torch.round(p, decimals=4)):
+            return f"BernoulliChannel({p!r})"
+        # torch prints 4 decimals: 0.18 and 0.18001 would read the same (the digest is
+        # added only here, so the fingerprints of earlier checkpoints stay as they were)
+        digest = hashlib.sha1(p.contiguous().numpy().tobytes()).hexdigest()[:12]
+        return f"BernoulliChannel({p!r}, sha1={digest})"
 
 
 class ScheduledChannel:
