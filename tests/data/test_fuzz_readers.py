@@ -555,6 +555,9 @@ HOSTILE_FILES = [
      pickle.dumps({b"data": _PIX, b"labels": [0, 1]}, protocol=2)[:500], "load_cifar", {},
      "truncated"),
     # ---- LEAF JSON
+    ("leaf-unlisted-writer", "d.json", json.dumps({"users": ["w"], "user_data": {
+        "w": {"x": [[1.0]], "y": [0]}, "v": {"x": [[2.0]], "y": [1]}}}).encode(), "load_leaf",
+     {}, "user_data holds 1 writer.s. that 'users' does not list, e.g. 'v'"),
     ("leaf-true-among-features", "d.json", _leaf([[1, True]], [0]), "load_leaf", {},
      r"user 'w' features 'x' hold true/false \(example 0\)"),
     ("leaf-false-among-float-features", "d.json", _leaf([[0.5, 0.25], [False, 1.0]], [0, 1]),

@@ -61,7 +61,10 @@ def test_a_packaged_style_config_passes():
     (lambda c: c["runs"][0].update(label=" "), "runs[0].label=' ' is invalid: must not be "
                                                 "empty"),
     (lambda c: c["runs"][0].update(chanel={}), "did you mean 'channel'"),
-    (lambda c: c["runs"][2].update(panel="P1"), "two runs share panel and label"),
+    (lambda c: c["runs"][2].update(panel="P1"), "two runs share panel and label ('P1', 'A')"),
+    # labels that differ only in what a folder name drops
+    (lambda c: c["runs"][1].update(label="A!"), "give the folder name 'p1-a', as those of "
+     "another run ('P1', 'A') do"),
     (lambda c: c["defaults"].pop("problem"), "needs a [problem] table"),
 ])
 def test_config_mistakes_are_named(mutate, message):

@@ -155,6 +155,20 @@ def test_app_project_builds_with_flwr(tmp_path):
         write_app_project(JOB, out)
 
 
+def test_an_app_name_flower_cannot_take_is_said_as_it_is_written(tmp_path):
+    said = []
+    out = write_app_project(JOB, tmp_path / "app", name="../My Job!", log=said.append)
+    with open(out / "pyproject.toml", "rb") as fh:
+        assert tomllib.load(fh)["project"]["name"] == "my-job"
+    assert "the project name '../My Job!' is written 'my-job'" in " ".join(said)
+    said.clear()
+    write_app_project(JOB, tmp_path / "app2", name="my-job", log=said.append)
+    assert not any("is written" in line for line in said)
+    with pytest.raises(ConfigError, match="name='' is invalid: must be a non-empty"):
+        write_app_project(JOB, tmp_path / "app3", name="")
+    assert not (tmp_path / "app3").exists()
+
+
 def test_cli_flower_app(tmp_path, capsys):
     config = tmp_path / "job.toml"
     config.write_text('rounds = 3\n[data]\nkind = "fedht_simulation"\nnum_clients = 2\n'

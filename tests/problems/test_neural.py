@@ -710,3 +710,21 @@ def test_an_mlp_too_large_for_memory_is_refused_before_it_is_allocated():
     with pytest.raises(ConfigError, match=r"hidden\[0\]=10000000 .*needs about 364 TiB for "
                        r"the network's float32 parameters"):
         models.mlp(6, (10**7, 10**7), 3)
+
+
+class _IntegerLogits(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(6, 3)
+
+    def forward(self, x):
+        return self.linear(x).long()
+
+
+def test_a_network_whose_logits_are_integers_is_refused_before_training():
+    gen = torch.Generator().manual_seed(0)
+    data = fs.data.from_arrays(list(torch.rand(2, 4, 6, generator=gen)),
+                               list(torch.randint(0, 3, (2, 4), generator=gen)))
+    with pytest.raises(ConfigError, match=r"module='_IntegerLogits' is invalid: returns logits "
+                       "of dtype int64"):
+        fs.problems.neural(_IntegerLogits()).check_data(data)

@@ -234,7 +234,8 @@ def resolve_runs(config: dict) -> list[dict]:
     """
     check_config(config)
     defaults = config.get("defaults", {})
-    out, seen = [], set()
+    out: list[dict] = []
+    seen: dict[str, dict] = {}  # folder name -> the run that has it
     for i, run in enumerate(config["runs"]):
         run = deep_merge(defaults, run)
         for key in run:
@@ -275,8 +276,16 @@ def resolve_runs(config: dict) -> list[dict]:
             "device", config.get("device", DEFAULT_DEVICE)))
         slug = slugify(f"{run['panel']}-{run['label']}" if run["panel"] else run["label"])
         if slug in seen:
-            raise ConfigError(f"runs[{i}]: two runs share panel and label ({slug!r})")
-        seen.add(slug)
+            other = seen[slug]
+            same = (other["panel"], other["label"]) == (run["panel"], run["label"])
+            raise ConfigError(
+                f"runs[{i}]: two runs share panel and label ({run['panel']!r}, {run['label']!r})"
+                if same else
+                f"runs[{i}]: its panel and label ({run['panel']!r}, {run['label']!r}) give "
+                f"the folder name {slug!r}, as those of another run ({other['panel']!r}, "
+                f"{other['label']!r}) do (folder names keep only letters and digits): "
+                "change one label")
+        seen[slug] = run
         run["slug"] = slug
         out.append(run)
     compare = config.get("compare")

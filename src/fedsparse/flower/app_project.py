@@ -298,7 +298,12 @@ def write_app_project(config: dict | Job, out: str | Path, *, run: str | int | N
     _check_address(names[1], sim_address)
     if root_certificates is not None:
         root_certificates = _checked_certificate(names[2], root_certificates)
-    name = _slug(name or f"fedsparse-{job.algorithm['kind']}")
+    if name is not None and not (isinstance(name, str) and name.strip()):
+        raise fail("--name" if cli else "name", name, "must be a non-empty project name")
+    given, name = name, _slug(name or f"fedsparse-{job.algorithm['kind']}")
+    if given is not None and given != name:
+        say(f"the project name {given!r} is written {name!r}: a Flower app name starts with "
+            "a letter and has letters, digits and hyphens, at most 32")
     created = not out.exists()
     kept = prepare_project_dir(out, overwrite, force)
     if kept:

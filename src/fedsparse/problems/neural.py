@@ -286,6 +286,10 @@ class NeuralProblem(Problem):
                        f"the model {self.module_name} returns outputs of shape "
                        f"{tuple(logits.shape)} for a batch of 2; it must return logits "
                        "(batch, num_classes) with num_classes >= 2")
+        if not logits.is_floating_point():  # no gradient flows through an integer
+            raise fail("module", self.module_name, f"returns logits of dtype "
+                       f"{str(logits.dtype).removeprefix('torch.')}; they must be floating "
+                       "point (a .long() or .round() in the forward stops the gradient)")
         self.num_classes = int(logits.shape[1])
         self.feature_shape = shape
         check_labels(data, {float(c) for c in range(self.num_classes)}, repr(self),

@@ -128,6 +128,11 @@ def _leaf_file(f: Path, dtype: np.dtype, origin: dict):
                                or not all(_is_count(c) for c in counts)):
         raise DataFormatError(f"{where}: 'num_samples' must be a list of {len(names)} "
                               "integers, one per user")
+    unlisted = sorted(set(data) - set(names), key=str)
+    if unlisted:  # a damaged or hand-edited file: its examples would vanish unsaid
+        raise DataFormatError(f"{where}: user_data holds {len(unlisted)} writer(s) that "
+                              f"'users' does not list, e.g. {unlisted[0]!r}; expected each "
+                              "writer of user_data in 'users'")
     for k, u in enumerate(names):
         if u in origin:
             raise DataFormatError(f"{where}: user {u!r} also appears in {str(origin[u])!r}; "
