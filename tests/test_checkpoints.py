@@ -254,6 +254,26 @@ def test_a_sound_checkpoint_resumes_to_the_uninterrupted_run(saved, tmp_path, ki
         assert torch.equal(resumed.personal_models, full.personal_models)
 
 
+def test_a_resume_with_probabilities_the_printout_rounds_alike_is_refused(tmp_path):
+    def run(probabilities, rounds, resume=False):
+        return fs.simulate(fs.algorithms.fed_avg(step_size=0.05, local_steps=1),
+                           fs.problems.softmax(), _cls_data(), rounds=rounds, seed=1,
+                           channel=fs.channels.BernoulliChannel(probabilities),
+                           checkpoint=tmp_path / "c.pt", checkpoint_every=1, resume=resume)
+
+    run([0.18, 0.6, 0.6, 0.6, 0.6], rounds=2)
+    # torch prints both as 0.1800: the channel's repr alone cannot tell them apart
+    with pytest.raises(ConfigError, match="belongs to another run; differences .*"
+                       "channel_probabilities"):
+        run([0.18001, 0.6, 0.6, 0.6, 0.6], rounds=3, resume=True)
+    # a checkpoint written before the digest was kept resumes as it did
+    ckpt = dict(read_checkpoint(tmp_path / "c.pt"))
+    ckpt["fingerprint"] = {k: v for k, v in ckpt["fingerprint"].items()
+                           if k != "channel_probabilities"}
+    save_checkpoint(tmp_path / "c.pt", ckpt)
+    assert len(run([0.18, 0.6, 0.6, 0.6, 0.6], rounds=3, resume=True).records) == 3
+
+
 def test_records_are_saved_as_json_lines_and_format_3_lists_still_resume(saved, tmp_path):
     raw, full = saved["fedmac"]
     src = tmp_path / "src.pt"

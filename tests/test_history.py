@@ -177,7 +177,6 @@ def test_load_run_names_a_damaged_summary(tmp_path):
     a, _ = _two_runs(tmp_path)
     for text, message in [('{"runs": [', "summary.json: not valid JSON"),
                           ("[1, 2]", "summary.json: holds a JSON list"),
-                          ('{"runs": 3}', "runs must be a list of objects"),
                           ('{"runs": [{"dir": "run", "label": 1}]}', r"runs\[0\]\.label=1"),
                           ('{"runs": [{"dir": "run", "label": "x", "seeds": {"seeds": ["0"]}}]}',
                            "seeds are a list of whole numbers")]:
@@ -191,8 +190,10 @@ def test_load_run_reads_the_run_folders_of_a_summary_that_lists_none(tmp_path):
     a, _ = _two_runs(tmp_path)
     (a / "summary.json").write_text(json.dumps({"runs": [{"label": "beta 1", "best": 0.8}]}))
     assert list(fs.load_run(a)) == ["run"]
-    (a / "summary.json").write_text(json.dumps({"table": [1, 2]}))
-    assert list(fs.load_run(a)) == ["run"]
+    for table in ({"table": [1, 2]}, {"runs": {"0": {"seconds": 1.5}}}):  # scale-million's
+        (a / "summary.json").write_text(json.dumps(table))
+        assert list(fs.load_run(a)) == ["run"]
+        assert main(["report", str(a)]) == 0
 
 
 @pytest.mark.parametrize("edit,message", [
@@ -215,6 +216,26 @@ def test_records_unlike_fedsparse_s_are_refused_naming_the_line(tmp_path, edit, 
     with pytest.raises(ConfigError, match=re.escape(message)):
         fs.load_run(tmp_path / "run")
     assert main(["report", str(tmp_path / "run")]) == 2
+
+
+def test_an_accuracy_a_hair_above_one_from_rounding_is_read_back(tmp_path):
+    # 13 examples weighted 1/13 each, all classified right: the sum rounds above 1
+    gen = torch.Generator().manual_seed(0)
+    X = torch.randn(13, 4, generator=gen, dtype=torch.float64)
+    truth = torch.tensor([1.0, -2.0, 0.5, 3.0], dtype=torch.float64)
+    data = fs.data.from_arrays([X], [(X @ truth > 0).double()], dtype=torch.float64)
+    problem = fs.problems.logistic()
+    accuracy = fs.metrics.evaluate(problem, data, 10 * truth)["accuracy"]
+    assert accuracy >= 1.0  # 1.0000000000000002 with torch 2.13
+    h = History(records=[{"round": 1, "accuracy": accuracy},
+                         {"round": 2, "accuracy": 1.0000001192092896}],  # float32's
+                initial={"round": 0, "accuracy": 0.5})
+    h.save(tmp_path / "run")
+    assert History.load(tmp_path / "run").records == h.records
+    h.records[1]["accuracy"] = 95.0  # a percentage is no fraction
+    h.save(tmp_path / "run2")
+    with pytest.raises(ConfigError, match="accuracy=95.0 is invalid: must be a fraction"):
+        History.load(tmp_path / "run2")
 
 
 def test_a_history_that_is_not_text_is_named(tmp_path):

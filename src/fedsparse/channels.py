@@ -128,15 +128,9 @@ class BernoulliChannel:
         # callable is named by its code, not by where it sits in memory
         if callable(self.probability):
             return f"BernoulliChannel({_callable_shown(self.probability)})"
-        p = self.probability
-        if p.numel() > SHOWN_ENTRIES:
-            return f"BernoulliChannel({_shown(p)})"
-        if torch.equal(p, torch.round(p, decimals=4)):
-            return f"BernoulliChannel({p!r})"
-        # torch prints 4 decimals: 0.18 and 0.18001 would read the same (the digest is
-        # added only here, so the fingerprints of earlier checkpoints stay as they were)
-        digest = hashlib.sha1(p.contiguous().numpy().tobytes()).hexdigest()[:12]
-        return f"BernoulliChannel({p!r}, sha1={digest})"
+        if self.probability.numel() > SHOWN_ENTRIES:
+            return f"BernoulliChannel({_shown(self.probability)})"
+        return f"BernoulliChannel({self.probability!r})"
 
 
 class ScheduledChannel:
@@ -254,6 +248,19 @@ class GroupChannel:
         return (f"GroupChannel({self.channel!r}, groups={_shown(self.groups)}, "
                 f"at_least_one_per_group={self.at_least_one_per_group}, "
                 f"full_first_round={self.full_first_round})")
+
+
+def probability_digest(channel) -> str | None:
+    """A digest of the exact probabilities of a Bernoulli channel (also as a group
+    channel's base), or None for another channel. A checkpoint's fingerprint holds it
+    beside the channel's repr, which prints them to four decimals (0.18 and 0.18001
+    alike)."""
+    while isinstance(channel, GroupChannel):
+        channel = channel.channel
+    p = channel.probability if isinstance(channel, BernoulliChannel) else None
+    if not isinstance(p, torch.Tensor):
+        return None
+    return hashlib.sha1(p.cpu().contiguous().numpy().tobytes()).hexdigest()[:12]
 
 
 def safari_channel(probability, groups, *, at_least_one_per_group: bool = True,

@@ -42,6 +42,7 @@ from pathlib import Path
 import torch
 
 from ._validation import ConfigError
+from .channels import probability_digest
 
 # the file layer (fedsparse.checkpoint_file): its names stay importable from here
 from .checkpoint_file import _trailer, read_checkpoint, save_checkpoint  # noqa: F401
@@ -64,17 +65,18 @@ _OTHER_STATE_LAYOUT = ("fedsparse-checkpoint-2",)
 
 #: Fingerprint entries added after checkpoints were first written: a checkpoint without
 #: one resumes as before (it cannot be compared), one with it must match.
-ADDED_KEYS = frozenset({"problem_config", "data_digest"})
+ADDED_KEYS = frozenset({"problem_config", "data_digest", "channel_probabilities"})
 #: Every key a checkpoint holds.
 CHECKPOINT_KEYS = ("format", "round", "state", "client_state", "records", "initial",
                    "fingerprint")
 
 
-def contents_fingerprint(problem, data) -> dict:
+def contents_fingerprint(problem, data, channel=None) -> dict:
     """The fingerprint entries a checkpoint adds to the run's (:data:`ADDED_KEYS`): the
-    problem's settings (a network's layers, not only its name) and a digest of the data
-    (:func:`fedsparse.data.digest.data_digest`), so that a resume on another data set,
-    seed or loss is refused."""
+    problem's settings (a network's layers, not only its name), a digest of the data
+    (:func:`fedsparse.data.digest.data_digest`) and of a Bernoulli channel's exact
+    probabilities (:func:`fedsparse.channels.probability_digest`), so that a resume on
+    another data set, seed, loss or delivery probability is refused."""
     config = repr(problem)
     if type(problem).__repr__ is object.__repr__:  # an address, new with every object
         config = f"{type(problem).__qualname__}({problem.name})"
@@ -82,7 +84,11 @@ def contents_fingerprint(problem, data) -> dict:
     if isinstance(module, torch.nn.Module):
         layers = hashlib.blake2b(str(module).encode(), digest_size=8).hexdigest()
         config = f"{config} layers={layers}"
-    return {"problem_config": config, "data_digest": data_digest(data)}
+    out = {"problem_config": config, "data_digest": data_digest(data)}
+    probabilities = probability_digest(channel)
+    if probabilities is not None:
+        out["channel_probabilities"] = probabilities
+    return out
 
 
 def load_checkpoint(path: Path, fingerprint: dict, *, map_location="cpu") -> dict:

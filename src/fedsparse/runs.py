@@ -74,7 +74,8 @@ def load_run(directory: str | Path) -> dict[str, History]:
 
 
 def summary_rows(directory: Path, summary: dict) -> list[dict]:
-    """The ``runs`` of a run folder's ``summary.json``, each checked to name its own
+    """The ``runs`` of a run folder's ``summary.json`` that are objects (none where
+    ``runs`` is not a list: a Python experiment's own table), each checked to name its own
     sub-folder: a ``dir`` (where given) that is a relative path inside ``directory`` (an
     edited or foreign summary must not point the reader at another run's files), a string
     label and whole-number seeds.
@@ -86,10 +87,10 @@ def summary_rows(directory: Path, summary: dict) -> list[dict]:
     """
     where = directory / "summary.json"
     rows = summary.get("runs", [])
-    if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
-        raise ConfigError(f"{where}: runs must be a list of objects, one per run")
+    if not isinstance(rows, list):  # a Python experiment's own table (scale-million's)
+        return []
     for i, row in enumerate(rows):
-        if "dir" not in row:
+        if not isinstance(row, dict) or "dir" not in row:
             continue  # a Python experiment's own table: its rows name no folder
         folder = row["dir"]
         if not isinstance(folder, str) or not folder or PurePath(folder).is_absolute() \
@@ -105,7 +106,7 @@ def summary_rows(directory: Path, summary: dict) -> list[dict]:
                 isinstance(s, int) and not isinstance(s, bool) for s in listed)):
             raise ConfigError(f"{where}: runs[{i}].seeds is invalid: must be an object "
                               "whose seeds are a list of whole numbers")
-    return rows
+    return [row for row in rows if isinstance(row, dict)]
 
 
 def _load(run_dir: Path, seeds: dict | None = None) -> History:

@@ -140,15 +140,18 @@ def _auto_client_batch(problem: Problem, data: FederatedDataset, clients: int) -
     return None if chunk >= clients else chunk
 
 
-def _takes_two(fn) -> bool:
-    """Whether ``fn(record, state)`` can be called (True where Python cannot tell)."""
+def _signature_refusing_two(fn) -> inspect.Signature | None:
+    """``fn``'s signature where it cannot be called as ``fn(record, state)``, else None
+    (also where Python cannot tell: a builtin without a signature)."""
     try:
-        inspect.signature(fn).bind(None, None)
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return None
+    try:
+        signature.bind(None, None)
     except TypeError:
-        return False
-    except ValueError:  # a builtin without a signature
-        pass
-    return True
+        return signature
+    return None
 
 
 def _check_arguments(algorithm, problem, data, channel, dtype, device, eval_every,
@@ -182,10 +185,11 @@ def _check_arguments(algorithm, problem, data, channel, dtype, device, eval_ever
     if callback is not None and not callable(callback):
         raise fail("callback", shown(callback), "must be a function callback(record, state) "
                    "or None")
-    if callback is not None and not _takes_two(callback):
+    refusing = None if callback is None else _signature_refusing_two(callback)
+    if refusing is not None:
         raise fail("callback", getattr(callback, "__name__", shown(callback)),
-                   f"takes {inspect.signature(callback)}, but is called as "
-                   "callback(record, state) after every round")
+                   f"takes {refusing}, but is called as callback(record, state) after every "
+                   "round")
     if checkpoint is not None and not isinstance(checkpoint, str | Path):
         raise fail("checkpoint", shown(checkpoint), "must be a file path (str or Path) or None")
     check_bool("resume", resume)
@@ -368,7 +372,7 @@ def simulate(algorithm: Algorithm, problem: Problem, data: FederatedDataset, *, 
                                eval_clients)
     history = History(config={**fingerprint, "rounds": rounds})
     if checkpoint is not None:  # what only a checkpoint needs: the data and problem compared
-        fingerprint = {**fingerprint, **contents_fingerprint(problem, data)}
+        fingerprint = {**fingerprint, **contents_fingerprint(problem, data, channel)}
 
     sampled = make_evaluator(problem, data, seed, eval_clients)
 

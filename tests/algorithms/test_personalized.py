@@ -297,7 +297,6 @@ def test_density_and_bit_cost_are_recorded_every_round():
     assert fedmac_bits(79510, 0.5, 0.5) / (2 * 64 * 79510) == 66 / 128
 
 
-
 def test_fedmac_bits_count_only_the_uploads_that_arrived():
     # d = 6; the broadcast w^t = (1, 0, 0, 0, 0, 0) has density 1/6; only the first upload
     # (density 3/6 = 1/2) arrived, the dense second one was lost, so s_up = 1/2:
@@ -319,6 +318,7 @@ def test_fedmac_bits_count_only_the_uploads_that_arrived():
     assert new["fedmac_bits"] == pytest.approx(fedmac_bits(6, 1 / 2, 1 / 6))
 
 # -- Per-FedAvg -------------------------------------------------------------------------
+
 
 def test_per_fedavg_round_by_hand():
     # alpha = 1, beta_m = 1/2, R = 1, full batches, from 0:

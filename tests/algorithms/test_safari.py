@@ -99,7 +99,6 @@ def test_fed_prox_aggregator_pulls_towards_the_broadcast():
     assert (prox - payload).norm() < (avg - payload).norm()
 
 
-
 def test_fed_avg_ignores_mu_and_only_fed_prox_uses_it():
     # mu weighs FedProx's term mu (x - x^t); with aggregator="fed_avg" there is none, so
     # the uploads of one round are the same bits for any mu
@@ -111,6 +110,7 @@ def test_fed_avg_ignores_mu_and_only_fed_prox_uses_it():
     prox = _one_round(fs.algorithms.safari(**kw, aggregator="fed_prox", mu=0.5), problem,
                       data)[3]
     assert not torch.equal(small, prox)
+
 
 def test_aggregation_renormalises_over_what_arrived():
     problem, data = _mlp(), _mlp_data()

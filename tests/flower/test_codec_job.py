@@ -292,8 +292,11 @@ def test_the_client_app_names_what_the_server_sent_wrong(content, match, task_id
 
     job = job_from_config(JOB)
     assert not _client_reply(job, MessageType.TRAIN, _train_content()).has_error()
-    # a step size the server resolved as a tensor travels as an array
-    steps = _train_content(arrays={"step_size": torch.tensor([0.01])})
+    # a step size the server resolved as a tensor travels as an array, and so do a custom
+    # algorithm's indices and masks
+    steps = _train_content(arrays={"step_size": torch.tensor([0.01]),
+                                   "support": torch.tensor([0, 3, 5]),
+                                   "mask": torch.ones(12, dtype=torch.bool)})
     assert not _client_reply(job, MessageType.TRAIN, steps).has_error()
     with pytest.raises(ConfigError, match=match):
         _client_reply(job, MessageType.TRAIN, content())

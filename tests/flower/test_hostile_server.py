@@ -502,7 +502,6 @@ def test_a_malformed_handshake_refuses_only_that_node(fake_grid, name, caplog):
     assert history.config["nodes"] == 3
 
 
-
 def test_num_partitions_true_is_no_count_even_for_a_one_client_job():
     # True == 1 in Python, but a boolean is no partition count
     node = {"partition_id": 0, "num_partitions": 1, "count": 10, "weight": 1.0,
@@ -526,6 +525,7 @@ def test_a_tie_between_two_feature_shapes_refuses_every_node(fake_grid):
     assert table == {}
     assert sorted(refusals.reasons) == [1000, 1001, 1002, 1003]
     assert all("is not the run's None" in why for why in refusals.reasons.values())
+
 
 def test_a_handshake_with_a_huge_weight_cannot_take_over_the_average(fake_grid):
     """Weights are self-reported: a node may claim its whole example count as weight.
@@ -717,3 +717,18 @@ def test_a_late_node_with_a_malformed_handshake_is_asked_once(fake_grid):
     _check_server_record(history, honest, job, rejected=[1] * ROUNDS,
                          delivered=[[0, 1, 2]] * ROUNDS)
     assert [kind for kind, _, node in grid.sent if node == 3003] == ["query"]
+
+
+def test_an_accuracy_a_hair_above_one_from_rounding_is_an_honest_reply():
+    # a node's accuracy is a weighted sum: 13 weights of 1/13 sum to 1.0000000000000002
+    from fedsparse.flower.replies import evaluation
+
+    node = {"weight": 0.5, "count": 13}
+
+    def reply(accuracy):
+        return RecordDict({"metrics": MetricRecord({"weight": 0.5, "num-examples": 13,
+                                                    "objective": 0.1, "accuracy": accuracy})})
+
+    assert evaluation(reply(1.0000000000000002), node, False)["accuracy"] > 1.0
+    with pytest.raises(Refused, match="accuracy"):
+        evaluation(reply(2.0), node, False)

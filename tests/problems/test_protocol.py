@@ -41,13 +41,13 @@ def test_scalar_link_derivatives_are_those_of_its_value(link):
     assert float(link.curvature(zz, torch.zeros_like(zz)).max()) <= link.curvature_bound + 1e-15
 
 
-
 def test_a_logistic_score_of_exactly_zero_predicts_class_zero():
     # sigmoid(0) = 1/2 is no majority for class 1: z = 0 predicts 0, right for y = 0 and
     # wrong for y = 1; z = 1 > 0 predicts 1
     z = torch.tensor([0.0, 0.0, 1.0])
     y = torch.tensor([0.0, 1.0, 1.0])
     assert BinaryLogistic().correct(z, y).tolist() == [True, False, True]
+
 
 def test_softmax_link_derivatives_are_those_of_its_value():
     link = SoftmaxCrossEntropy(4)

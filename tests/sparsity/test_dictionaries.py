@@ -63,7 +63,6 @@ def test_coefficient_rule_keeps_sparse_models_fixed():
     assert torch.allclose(coef2, a, atol=1e-12) and res.item() < 1e-12
 
 
-
 def test_coefficient_rule_ranks_atoms_by_coefficient_times_atom_norm():
     # A = [[2, 0], [0, 1]], a = (1, 1.5): |a_0| ||A_0|| = 2 beats |a_1| ||A_1|| = 1.5, so
     # tau = 1 keeps atom 0; the model A a = (2, 1.5) projected on it is (2, 0): a = (1, 0),
@@ -74,6 +73,7 @@ def test_coefficient_rule_ranks_atoms_by_coefficient_times_atom_norm():
     assert index.tolist() == [0]
     assert torch.allclose(coef, torch.tensor([1.0, 0.0], dtype=DT), atol=1e-12)
     assert res.item() == pytest.approx(1.5, abs=1e-12)
+
 
 def test_as_dictionary_specs_and_errors(tmp_path):
     assert as_dictionary(None, dim=5) is None
@@ -195,7 +195,6 @@ def test_omp_recovers_exactly_sparse_codes():
     assert torch.allclose(est, codes, atol=1e-9)
 
 
-
 def test_omp_picks_atoms_by_normalised_correlation():
     # atoms (2, 0) and (0, 1), signal (1, 1.2): the correlations over the atom norms are
     # 2 / 2 = 1 and 1.2 / 1 = 1.2, so one step picks atom 1 with code 1.2 (the raw
@@ -203,6 +202,7 @@ def test_omp_picks_atoms_by_normalised_correlation():
     D = torch.tensor([[2.0, 0.0], [0.0, 1.0]], dtype=DT)
     est = fs.sparsity.omp(D, torch.tensor([[1.0, 1.2]], dtype=DT), 1)
     assert torch.allclose(est, torch.tensor([[0.0, 1.2]], dtype=DT), atol=1e-9)
+
 
 def _signals(n=120, d=20, atoms=12, s=3, seed=0):
     g = torch.Generator().manual_seed(seed)

@@ -82,7 +82,6 @@ def test_zero_small_keeps_the_threshold_itself_and_rounds_the_floor_up():
     assert torch.equal(out, torch.tensor([[0.0, 0.01, 0.01]]))
 
 
-
 def test_zero_small_floor_times_d_a_hair_above_an_integer_keeps_that_integer():
     # floor * d = 0.28 * 25 is 7.000000000000001 in floating point, but 7 entries are the
     # floor: all 25 entries are below the threshold, so exactly the 7 largest stay
@@ -90,6 +89,7 @@ def test_zero_small_floor_times_d_a_hair_above_an_integer_keeps_that_integer():
     out = zero_small(x, 1.0, floor=0.28)
     assert out.nonzero().flatten().tolist() == list(range(18, 25))
     assert torch.equal(out[18:], x[18:])
+
 
 def test_zero_small_rows_are_independent_and_never_unzeroed():
     x = torch.tensor([[0.01, 0.01, 0.01, 0.01],    # all small: only 2 may go

@@ -57,16 +57,21 @@ def check_seeds(seeds) -> int:
     return check_int("seeds", seeds, minimum=1)
 
 
-def check_replicates(runs: list[dict], seeds: int) -> None:
+def check_replicates(runs: list[dict], seeds: int, kept: list[dict] | None = None) -> None:
     """Refuse, before any run, ``seeds`` replicates of ``runs`` that cannot be made: more
     rounds in all than could end within a year, more round records than memory holds
-    (every replicate's records are kept for the mean), or seeds that the last replicate
-    would push past the largest seed (its run and data seeds are the first ones plus
-    ``seeds - 1``)."""
-    rounds = seeds * sum(int(run.get("rounds", 1)) for run in runs)
-    check_work(rounds, f"seeds={seeds} replicates of {len(runs)} run(s)", what="rounds in all")
-    check_memory({"the replicates' round records": rounds * RECORD_BYTES}, {"seeds": seeds},
-                 hint="Every replicate's records are kept for the mean over seeds")
+    (every replicate's records of the runs ``kept`` together, by default all of ``runs``,
+    are kept for their mean; a sweep keeps one point's at a time), or seeds that the last
+    replicate would push past the largest seed (its run and data seeds are the first ones
+    plus ``seeds - 1``)."""
+    def rounds(some: list[dict]) -> int:
+        return seeds * sum(int(run.get("rounds", 1)) for run in some)
+
+    check_work(rounds(runs), f"seeds={seeds} replicates of {len(runs)} run(s)",
+               what="rounds in all")
+    check_memory({"the replicates' round records": rounds(kept or runs) * RECORD_BYTES},
+                 {"seeds": seeds}, hint="Every replicate's records are kept for the mean "
+                 "over seeds")
     for run in runs:
         last = with_seed(run, seeds - 1)
         check_seed(f"run {run['label']!r}: seed + seeds - 1", last["seed"])

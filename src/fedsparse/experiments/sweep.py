@@ -103,7 +103,8 @@ def run_sweep(config: dict, grid: dict[str, list], *, out: str | Path | None = N
     cache: dict = {}
     point_runs = [_runs_at(config, point, cache, metric) for point in points]
     if seeds:
-        check_replicates([run for runs in point_runs for run in runs], n_seeds)
+        check_replicates([run for runs in point_runs for run in runs], n_seeds,
+                         kept=max(point_runs, key=lambda runs: sum(r["rounds"] for r in runs)))
     tasks = [(p, i, with_seed(run, k) if seeds else run)
              for p, runs in enumerate(point_runs) for i, run in enumerate(runs)
              for k in range(n_seeds)]

@@ -166,7 +166,7 @@ def _config(content: RecordDict, device: torch.device) -> dict:
     """The algorithm's client config: scalars from :data:`~fedsparse.flower.codec.CONFIG`,
     tensors (moved to ``device``) from :data:`~fedsparse.flower.codec.CONFIG_ARRAYS`.
     The server is not trusted either: a number must be finite, a step size one positive
-    number."""
+    number (other tensors, a custom algorithm's indices or masks, pass as they are)."""
     config = dict(content[codec.CONFIG]) if codec.CONFIG in content else {}
     for key, value in config.items():
         number = isinstance(value, Real) and not isinstance(value, bool)
@@ -179,7 +179,7 @@ def _config(content: RecordDict, device: torch.device) -> dict:
     for key, value in arrays.items():
         shown = value.tolist() if value.numel() <= 8 else \
             f"<{value.dtype} tensor of shape {tuple(value.shape)}>"
-        if not (value.is_floating_point() and torch.isfinite(value).all()):
+        if value.is_floating_point() and not torch.isfinite(value).all():
             raise fail(f"server config {key}", shown, "must hold finite numbers")
         if key == "step_size" and not (value.numel() == 1 and value.item() > 0):
             raise fail("server config step_size", shown, "must be one positive number")
@@ -297,7 +297,7 @@ def make_client_app(job: Job | None = None) -> ClientApp:
         for key in ("objective", "accuracy", "test_objective", "test_accuracy"):
             if measured[key] is not None:
                 metrics[key] = float(measured[key])
-        personal = _personal_model(rt, context, model.to(rt.job.torch_dtype))
+        personal = _personal_model(rt, context, model)
         if personal is not None:
             mine = evaluate_personal(rt.problem, _local_dataset(rt.node), personal[None])
             metrics.update({k: float(v) for k, v in mine.items() if v is not None})
