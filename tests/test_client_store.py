@@ -165,3 +165,11 @@ def test_a_checkpoint_resumes_whichever_side_of_the_budget_the_state_is_on(tmp_p
         resumed = _run(STATEFUL["per_fedavg"](), data, rounds=5, checkpoint=ckpt,
                        resume=True, client_state_memory=then)
         _same(straight, resumed)
+
+
+def test_a_state_of_exactly_the_memory_budget_stays_in_memory():
+    algo = STATEFUL["pfedme"]().bind(PROBLEM, _data())
+    probe = algo.init_clients(PROBLEM, torch.arange(1), 0)
+    need = 12 * sum(v[0].numel() * v.element_size() for v in probe.values())  # N rows
+    assert not open_client_store(algo, PROBLEM, 12, 0, memory=need).on_disk
+    assert open_client_store(algo, PROBLEM, 12, 0, memory=need - 1).on_disk

@@ -218,3 +218,116 @@ def test_the_initial_record_has_zero_traffic_and_the_every_round_fields(data):
 def test_eval_every_below_minus_one_is_refused(data):
     with pytest.raises(ConfigError, match="eval_every"):
         _schedule_loop(Scripted(), data, -2)
+
+
+# ------------------------------------------- sampling, resuming, divergence and checkpoints
+
+
+def test_the_sampled_clients_are_those_with_the_smallest_keys_in_ascending_order():
+    from fedsparse import rng
+    from fedsparse.rounds import sample_clients
+
+    keys = rng.uniform(5, rng.CLIENT_SAMPLE, 3, torch.arange(10))
+    # the 4 ids whose uniform keys are smallest, listed by id
+    want = sorted(torch.argsort(keys)[:4].tolist())
+    assert sample_clients(5, 3, 10, 4).tolist() == want
+
+
+def test_a_resumed_loop_tells_the_whole_run_length_and_keeps_the_clock(data):
+    loop, bound, _ = _schedule_loop(Scripted(), data, -1)
+    told, execute = [], loop.execute
+
+    def noting(t, clients, payload, config, rows):
+        told.append((t, config["total_rounds"]))
+        return execute(t, clients, payload, config, rows)
+
+    loop.execute = noting
+    history = fs.History(records=[{"round": 2, "bytes_up_total": 0, "bytes_down_total": 0,
+                                   "elapsed": 100.0}])
+    loop.run(bound.init(fs.problems.least_squares()), history, 2, 4, progress=False)
+    assert told == [(2, 4), (3, 4)]  # T = 4 in every round, not the 2 rounds left
+    assert [r["round"] for r in history.records] == [2, 3, 4]
+    assert all(r["elapsed"] >= 100.0 for r in history.records[1:])  # 100 s + this run's
+
+
+def test_the_loop_saves_every_checkpoint_every_rounds_and_at_the_last(data):
+    loop, bound, _ = _schedule_loop(Scripted(), data, -1)
+    saved = []
+    loop.run(bound.init(fs.problems.least_squares()), fs.History(), 0, 5,
+             save=lambda done, state: saved.append(done), checkpoint_every=2, progress=False)
+    assert saved == [2, 4, 5]  # rounds 2 and 4, then the last, 5
+
+
+class _BlowsUpInRound2(Scripted):
+    """Scripted whose aggregate returns a NaN model in round 2 (0-based 1)."""
+
+    def aggregate(self, state, uploads, cohort):
+        new = super().aggregate(state, uploads, cohort)
+        if cohort.round == 1:
+            new["model"] = torch.full_like(new["model"], float("nan"))
+        return new
+
+
+def test_divergence_keeps_the_last_finite_model(data):
+    with pytest.raises(fs.DivergenceError) as caught:
+        _run(_BlowsUpInRound2(), data)
+    # round 1 from the zero model: uploads 0.01, 0.02, 0.03 in every entry, weights 1/3
+    # each (10 examples per client), so the round-1 model is 0.02 everywhere
+    assert caught.value.round == 2
+    assert torch.allclose(caught.value.history.model, torch.full((8,), 0.02, dtype=torch.float64))
+
+
+def test_flower_diagnostics_are_the_mean_over_the_accepted_uploads_that_sent_them(data):
+    from fedsparse.rounds import Replies
+
+    loop, bound, _ = _schedule_loop(Scripted(declared=("score",)), data, -1)
+
+    def execute(t, clients, payload, config, rows):
+        uploads = payload.expand(3, -1).clone()
+        uploads[2] += 1e6  # farther than max_update_norm: rejected
+        return Replies(uploads=uploads, received=torch.ones(3, dtype=torch.bool), bytes_up=0,
+                       info_rows={0: {"score": 1.0}, 1: {"score": 3.0}, 2: {"score": 100.0}})
+
+    loop.execute, loop.max_update_norm = execute, 1.0
+    history = fs.History()
+    loop.run(bound.init(fs.problems.least_squares()), history, 0, 1, progress=False)
+    # clients 0 and 1 accepted: (1 + 3) / 2; the rejected client's 100 is not counted
+    assert history.records[0]["rejected"] == 1
+    assert history.records[0]["score"] == 2.0
+
+
+def test_a_ratio_bound_of_exactly_one_is_accepted(data):
+    assert _run(Scripted(), data, max_update_ratio=1.0).column("round") == [1, 2, 3]
+
+
+def test_every_client_per_round_and_the_algorithms_own_cohort_size(data):
+    assert _run(Scripted(), data, clients_per_round=3).column("clients_sampled") == [3, 3, 3]
+    two = Scripted()
+    two.clients_per_round = 2  # what the algorithm asks for when simulate is not told
+    assert _run(two, data).column("clients_sampled") == [2, 2, 2]
+
+
+def test_weighted_mean_renormalises_over_the_delivered_rows():
+    from fedsparse.algorithms import Cohort
+
+    uploads = torch.tensor([[1.0, 0.0], [100.0, 100.0], [0.0, 1.0]], dtype=torch.float64)
+    cohort = Cohort(0, torch.arange(3), torch.tensor([0.5, 0.3, 0.2], dtype=torch.float64),
+                    torch.tensor([True, False, True]))
+    # (0.5 * [1, 0] + 0.2 * [0, 1]) / (0.5 + 0.2)
+    assert torch.allclose(weighted_mean(uploads, cohort),
+                          torch.tensor([5 / 7, 2 / 7], dtype=torch.float64))
+
+
+def test_payload_rows_are_a_copy_each_client_may_change():
+    payload = torch.zeros(3)
+    rows = payload_rows(payload, 2)
+    rows[0, 0] = 5.0
+    assert payload.tolist() == [0.0, 0.0, 0.0] and rows[1].tolist() == [0.0, 0.0, 0.0]
+
+
+def test_auto_step_size_is_one_over_the_largest_reported_lipschitz_constant():
+    from fedsparse.algorithms.base import resolve_step_size
+
+    # L_i = 1 and 4, and a client that reported nothing (NaN): 1 / max(1, 4)
+    stats = {"lipschitz": torch.tensor([1.0, 4.0, math.nan], dtype=torch.float64)}
+    assert resolve_step_size("auto", stats) == 0.25

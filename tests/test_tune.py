@@ -316,3 +316,15 @@ def test_tune_against_the_readme_grid_on_the_default_experiment(tmp_path):
     assert len(_trials(tmp_path / "tune")) == 6 * 9  # as many trials as grid points
     ratios = {run: tuned[run]["value"] / grid_best[run]["value"] for run in grid_best}
     assert all(r <= 1 for r in ratios.values()), ratios
+
+
+def test_an_empty_range_is_refused():
+    with pytest.raises(fs.ConfigError, match="needs LOW < HIGH"):
+        parse_space("uniform(1, 1)")
+
+
+def test_refinement_of_an_incumbent_in_the_middle_steps_right():
+    # the incumbent lies at 0.5 with the range's ends as its bracket: both sides are 0.5
+    # long, and a tie goes to the right: 0.5 + GOLDEN * 0.5
+    point = refine_point({"x": Space("uniform", 0.0, 1.0)}, [({"x": 0.5}, 1.0)], "x")
+    assert point["x"] == pytest.approx(0.5 + GOLDEN * 0.5)

@@ -72,3 +72,22 @@ def test_prefetched_draws_are_the_step_by_step_draws(monkeypatch, uneven, steps_
     # a step outside the plan, or another batch size, is drawn on its own
     assert torch.equal(ahead.batch_index(9, b)[0], by_step._draw_steps([9], b)[0][0])
     assert torch.equal(ahead.batch_index(3, 5)[0], by_step._draw_steps([3], 5)[0][0])
+
+
+def _two_clients():
+    """Clients of 2 and 5 examples."""
+    data = fs.data.from_arrays([torch.randn(2, 3), torch.randn(5, 3)],
+                               [torch.zeros(2), torch.zeros(5)], layout="padded")
+    return ClientContext(fs.problems.least_squares(), data.train, torch.tensor([0, 1]), 0, 3)
+
+
+def test_a_client_with_fewer_examples_than_the_batch_weights_all_of_its_own_equally():
+    _, w = _two_clients().batch_index(0, 4)
+    # client 0: both of its 2 examples, 1/2 each, and 2 padding slots; client 1: 4 of 5
+    assert sorted(w[0].tolist()) == [0.0, 0.0, 0.5, 0.5]
+    assert w[1].tolist() == [0.25] * 4
+
+
+def test_a_batch_as_large_as_the_largest_client_is_the_full_batch():
+    ctx = _two_clients()
+    assert ctx.is_full_batch(5) and ctx.is_full_batch(None) and not ctx.is_full_batch(4)

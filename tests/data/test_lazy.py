@@ -177,3 +177,33 @@ def test_personal_metrics_of_lazy_data_in_chunks_and_sampled(monkeypatch):
                     eval_clients=30)
     assert c.records[-1]["personal_accuracy"] != a.records[-1]["personal_accuracy"]
     assert 0 <= c.records[-1]["personal_accuracy"] <= 1
+
+
+def test_auto_layout_pools_only_when_padding_more_than_doubles_the_memory():
+    from fedsparse.data.lazy import auto_pooled
+
+    # counts 1, 1, 4: padded 3 * 4 = 12 rows, exactly twice the 6 real ones: not pooled
+    assert not auto_pooled((3,), torch.tensor([1, 1, 4]), None)
+    # counts 1, 1, 5: 15 padded rows, more than twice the 7 real ones
+    assert auto_pooled((3,), torch.tensor([1, 1, 5]), None)
+
+
+def test_a_lazy_subset_renormalises_its_weights():
+    data = fs.data.fedprox_synthetic(num_clients=10, dim=8, num_classes=3, seed=2, lazy=True)
+    sub = data.subset(torch.tensor([0, 3]))
+    # p_0 and p_3 divided by p_0 + p_3
+    want = data.weights[[0, 3]] / data.weights[[0, 3]].sum()
+    assert torch.allclose(sub.weights, want) and float(sub.weights.sum()) == pytest.approx(1.0)
+
+
+def test_a_client_id_equal_to_n_is_the_sources_missing_client():
+    from fedsparse.data.lazy import ClientSource
+
+    def read(i):
+        return torch.zeros(2, 3), torch.zeros(2), None, None
+
+    source = ClientSource(read, (torch.tensor([2, 2]), None), (3,), torch.float32, False,
+                          missing=lambda i: ConfigError(f"client {i} is not in the folder"))
+    data = LazyFederatedDataset.from_source(source, dtype=torch.float32, name="two")
+    with pytest.raises(ConfigError, match="client 2 is not in the folder"):
+        data.subset(torch.tensor([2]))  # ids 0..1: 2 = N is missing

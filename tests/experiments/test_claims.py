@@ -139,3 +139,16 @@ def test_default_experiment_prints_a_verdict(tmp_path):
     summary = run_experiment(config, tmp_path, progress=False, log=lines.append)
     assert [c["verdict"] for c in summary["claims"]] == [HOLDS]
     assert any(line.startswith("  HOLDS: FedIter-HT needs at most half") for line in lines)
+
+
+def test_reaching_the_target_exactly_at_the_claimed_round_holds():
+    # REF's round-4 objective is 5; this run first reaches it at round 3, the claim's
+    on_time = verdicts([REACHES], {"": {"ref": REF, "fast": _history([9, 7, 5])}})[0]
+    assert on_time["verdict"] == HOLDS
+
+
+def test_a_final_value_that_is_not_a_number_ranks_last():
+    runs = {"a": _history([1, float("nan")]), "b": _history([2, 2])}
+    order = {"text": "b below a", "kind": "order", "runs": ["b", "a"]}
+    assert verdicts([order], {"": runs})[0]["verdict"] == HOLDS  # 2 < a's (none: last)
+    assert verdicts([{**order, "runs": ["a", "b"]}], {"": runs})[0]["verdict"] == FAILS

@@ -141,3 +141,47 @@ def test_cli_run_seeds(tmp_path, capsys):
 def test_seeds_must_be_positive(config, tmp_path):
     with pytest.raises(ConfigError, match="seeds=0 is invalid"):
         run_experiment(config, tmp_path, seeds=0, progress=False)
+
+
+def _seeded(seed, values, step=10):
+    return History(records=[{"round": t + 1, "objective": v, "bytes_total": step * (t + 1)}
+                            for t, v in enumerate(values)], config={"seed": seed})
+
+
+def test_mean_history_is_as_long_as_the_shortest_kept_seed_and_averages_counters():
+    mean = mean_history([_seeded(0, [3.0, 1.0, 2.0]), _seeded(1, [5.0, 3.0], step=20)],
+                        [None, None])
+    assert [r["round"] for r in mean.records] == [1, 2]  # the shorter seed's 2 rounds
+    # bytes 10 and 20 at round 1 differ: their mean 15, not the first seed's 10
+    assert mean.records[0]["bytes_total"] == 15.0
+
+
+def test_a_non_finite_initial_objective_is_divergence_at_round_0():
+    h = History(initial={"round": 0, "objective": math.inf},
+                records=[{"round": 1, "objective": 1.0}])
+    assert divergence(h, None) == 0
+
+
+def test_report_row_takes_the_mean_final_value_and_the_first_divergence():
+    from fedsparse.experiments.seeds import report_row
+
+    a, b = _seeded(0, [3.0, 1.0, 2.0]), _seeded(1, [5.0, 3.0, 4.0])
+    row = report_row({"label": "x", "objective": 9.0}, {}, mean_history([a, b], [None, None]),
+                     None)
+    # final values 2 and 4 (not the best ones, 1 and 3): mean 3
+    assert row["objective"] == 3.0 and row["rounds"] == 3 and not row["diverged"]
+    c, d = _seeded(2, [1e9]), _seeded(3, [1.0, 1.0, 1.0])
+    gone = report_row({"label": "x", "objective": 9.0}, {},
+                      mean_history([a, b, c, d], [None, None, 2, 4]), None)
+    # seeds diverged at rounds 2 and 4: the first is 2; the longest seed ran 3 rounds
+    assert gone["diverged_round"] == 2 and gone["rounds"] == 3
+    assert gone["objective"] is None
+
+
+def test_best_direction_follows_the_override_else_the_metric():
+    from fedsparse.experiments.seeds import best_direction
+
+    assert best_direction("objective", True) is True
+    assert best_direction("test_accuracy", False) is False
+    assert best_direction("test_accuracy", None) is True
+    assert best_direction("objective", None) is False

@@ -211,3 +211,23 @@ def test_sweep_plot_uses_a_log_axis_for_values_of_different_scales():
                       {"x": 1.0, "value": 0.2, "diverged": False}]}
     assert sweep_figure(negative, field="s", metric="objective").axes[0].get_yscale() == \
         "linear"
+
+
+def test_a_point_over_seeds_counts_every_seed_and_its_first_divergence():
+    from fedsparse.experiments.sweep import _row
+
+    results = [{"value": 1.0, "diverged_round": None}, {"value": None, "diverged_round": 5},
+               {"value": None, "diverged_round": 3}]
+    row = _row("run", {"algorithm.step_size": 0.1}, "objective", results, True)
+    assert row["n_seeds"] == 3 and row["diverged_seeds"] == 2
+    assert row["diverged_round"] == 3 and row["objective"] is None
+
+
+def test_equal_values_go_to_the_earlier_grid_point():
+    from fedsparse.experiments.sweep import _best
+
+    cells = [({"s": 1}, {"objective": 3.0}), ({"s": 2}, {"objective": 2.0}),
+             ({"s": 3}, {"objective": 2.0})]
+    assert _best(cells, "objective", False, False) == {"params": {"s": 2}, "value": 2.0}
+    cells = [({"s": 1}, {"acc": 0.5}), ({"s": 2}, {"acc": 0.5})]
+    assert _best(cells, "acc", True, False)["params"] == {"s": 1}
