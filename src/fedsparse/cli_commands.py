@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from ._validation import ConfigError
-from .cli_common import DEFAULT_EXPERIMENT, resolve_experiment, suggest
+from .cli_common import DEFAULT_EXPERIMENT, check_count_options, resolve_experiment, suggest
 from .cli_run import (
     INTERRUPTED,
     _apply_overrides,
@@ -17,7 +17,6 @@ from .cli_run import (
     _check_log,
     _guarded,
     _seeds_text,
-    check_count_options,
 )
 
 

@@ -15,7 +15,8 @@ import re
 import tomllib
 from pathlib import Path
 
-from ._validation import ConfigError, fail
+from ._resources import check_work
+from ._validation import ConfigError, check_int, fail
 
 #: What ``fedsparse run`` runs without a name.
 DEFAULT_EXPERIMENT = "fedht-default"
@@ -132,3 +133,24 @@ def resolve_experiment(name_or_path: str | None) -> tuple[str, dict | None, obje
     raise ConfigError(f"experiment {name!r} is neither a config file nor a named experiment."
                       f"{folder}{suggest(name, [*tomls, *pythons])} `fedsparse list` shows "
                       "them all.")
+
+
+#: The integer options of ``run``, ``sweep`` and ``tune`` that become a config value or
+#: a run's parameter, with the least value each takes: the rule of the config key or
+#: parameter it sets (``runs[i].rounds``, ``seeds``, ``jobs``, ``trials``,
+#: ``sampler_seed``), checked here so that an error names the option the user typed.
+_COUNT_OPTIONS = (("rounds", "--rounds", 1), ("seeds", "--seeds", 1), ("jobs", "--jobs", 1),
+                  ("trials", "--trials", 1), ("sampler_seed", "--sampler-seed", 0))
+
+
+def check_count_options(args) -> None:
+    """Refuse a count option (``--rounds``, ``--seeds``, ``--jobs``, ``--trials``,
+    ``--sampler-seed``) out of its range, naming the option, before anything runs."""
+    for attr, option, minimum in _COUNT_OPTIONS:
+        value = getattr(args, attr, None)
+        if value is not None:
+            check_int(option, value, minimum=minimum)
+    seeds, rounds = getattr(args, "seeds", None), getattr(args, "rounds", None)
+    if seeds is not None:  # each replicate is a round at least (a run's own check: later)
+        check_work(seeds * (rounds or 1), f"--seeds {seeds}" + (
+            f" of --rounds {rounds}" if rounds else ""), what="rounds in all")

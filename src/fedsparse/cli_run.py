@@ -15,7 +15,7 @@ from pathlib import Path
 
 from ._signals import as_interrupted, sigterm_raises
 from ._validation import ConfigError
-from .cli_common import resolve_experiment
+from .cli_common import check_count_options, resolve_experiment
 
 #: What a command run under :func:`_guarded` returns when Ctrl-C stopped it.
 INTERRUPTED = object()
@@ -40,30 +40,6 @@ def _check_device(args) -> str | None:
     from .devices import check_device_spec
 
     return check_device_spec("--device", spec)
-
-
-#: The integer options of ``run``, ``sweep`` and ``tune`` that become a config value or
-#: a run's parameter, with the least value each takes: the rule of the config key or
-#: parameter it sets (``runs[i].rounds``, ``seeds``, ``jobs``, ``trials``,
-#: ``sampler_seed``), checked here so that an error names the option the user typed.
-_COUNT_OPTIONS = (("rounds", "--rounds", 1), ("seeds", "--seeds", 1), ("jobs", "--jobs", 1),
-                  ("trials", "--trials", 1), ("sampler_seed", "--sampler-seed", 0))
-
-
-def check_count_options(args) -> None:
-    """Refuse a count option (``--rounds``, ``--seeds``, ``--jobs``, ``--trials``,
-    ``--sampler-seed``) out of its range, naming the option, before anything runs."""
-    from ._resources import check_work
-    from ._validation import check_int
-
-    for attr, option, minimum in _COUNT_OPTIONS:
-        value = getattr(args, attr, None)
-        if value is not None:
-            check_int(option, value, minimum=minimum)
-    seeds, rounds = getattr(args, "seeds", None), getattr(args, "rounds", None)
-    if seeds is not None:  # each replicate is a round at least (a run's own check: later)
-        check_work(seeds * (rounds or 1), f"--seeds {seeds}" + (
-            f" of --rounds {rounds}" if rounds else ""), what="rounds in all")
 
 
 #: Options of ``run`` a Python experiment cannot take: it is not a list of config runs.

@@ -52,6 +52,7 @@ from .._memory import client_chunk, eval_chunk
 from .._validation import ConfigError, check_choice, check_dtype, check_int, fail
 from ..models.layout import ParamLayout
 from ._mlp import mlp_descend_, mlp_grad, mlp_layers
+from ._module_checks import check_module_tensors, vmap_refusal, vmap_refused
 from ._neural_paths import (
     EVERY,
     PATHS,
@@ -135,7 +136,7 @@ class NeuralProblem(Problem):
         self.path = check_choice("path", path, ("auto", "vmap", "loop", "mlp", "stacked"))
         self.chunk_clients = check_int("chunk_clients", chunk_clients, minimum=1,
                                        allow_none=True)
-        _check_module_tensors(module)
+        check_module_tensors(module)
         template = copy.deepcopy(module)
         self._layout = ParamLayout.from_module(template)
         if len(self._layout) == 0:
@@ -530,9 +531,9 @@ class NeuralProblem(Problem):
                     try:
                         res = run(net, self._layout, kind, p, Xr, yr, wr, low)
                     except RuntimeError as exc:
-                        what = _vmap_refusal(exc) if method == "vmap" else None
+                        what = vmap_refusal(exc) if method == "vmap" else None
                         if what is not None:
-                            raise _vmap_refused(what, exc, self._template) from None
+                            raise vmap_refused(what, exc, self._template) from None
                         raise
                 if differentiable:
                     pieces.append(res)
@@ -555,45 +556,6 @@ class NeuralProblem(Problem):
             perm = torch.cat(order)
             return torch.cat(pieces)[torch.argsort(perm)]
         return out
-
-
-def _check_module_tensors(module: nn.Module) -> None:
-    """Refuse a network whose tensors have no values (the meta device) or whose parameters
-    are not floating point, which fedsparse could neither copy nor train."""
-    name = type(module).__name__
-    for key, t in [*module.named_parameters(), *module.named_buffers()]:
-        if t.is_meta:
-            raise fail("module", name, f"has tensors with no values ({key!r} is on the meta "
-                       "device): make them real first, e.g. module.to_empty(device=\"cpu\") "
-                       "and initialise them")
-    for key, t in module.named_parameters():
-        if not t.is_floating_point():
-            raise fail("module", name, f"has the parameter {key!r} of dtype "
-                       f"{str(t.dtype).removeprefix('torch.')}: fedsparse trains floating-point "
-                       "parameters; keep a constant as a buffer (module.register_buffer)")
-
-
-#: What ``torch.func.vmap`` refuses in a forward, by a phrase of its message, said as what
-#: the network does.
-_VMAP_REFUSALS = (
-    ("vmap: It looks like you're", "reads a tensor's value in its forward (.item(), or a "
-     "tensor in an if or a loop)"),
-    ("vmap: called random operation", "draws random numbers in its forward"),
-    ("mutate a captured Tensor", "changes a tensor it holds in its forward (an in-place "
-     "update of a buffer or an attribute)"),
-)
-
-
-def _vmap_refusal(exc: RuntimeError) -> str | None:
-    """What the network does that made ``torch.func.vmap`` refuse it, or None."""
-    return next((what for phrase, what in _VMAP_REFUSALS if phrase in str(exc)), None)
-
-
-def _vmap_refused(what: str, exc: RuntimeError, module: nn.Module) -> ConfigError:
-    return ConfigError(
-        f"the network {type(module).__name__} {what}, which torch.func.vmap cannot do for "
-        "all clients at once: give fs.problems.neural(module, path=\"loop\") (one client "
-        f"at a time), or write the forward without it. torch said: {str(exc)[:100]}...")
 
 
 def neural(module: nn.Module, *, dtype: torch.dtype | None = None, path: str = "auto",
