@@ -25,13 +25,18 @@ from ._validation import ConfigError, _is_bool, check_bool, fail
 SHOWN_ENTRIES = 1000
 
 
+def _digest(values: torch.Tensor) -> str:
+    """The first 12 hex digits of the SHA-1 of a tensor's bytes: its exact values in a
+    repr or a fingerprint."""
+    return hashlib.sha1(values.cpu().contiguous().numpy().tobytes()).hexdigest()[:12]
+
+
 def _shown(values: torch.Tensor) -> str:
     """``values`` for a repr: in full up to :data:`SHOWN_ENTRIES` entries, else their
     number and a digest of their bytes."""
     if values.numel() <= SHOWN_ENTRIES:
         return repr(values.tolist())
-    digest = hashlib.sha1(values.contiguous().numpy().tobytes()).hexdigest()[:12]
-    return f"<{values.numel()} values, sha1={digest}>"
+    return f"<{values.numel()} values, sha1={_digest(values)}>"
 
 
 def _callable_shown(fn) -> str:
@@ -184,8 +189,8 @@ class ScheduledChannel:
     def __repr__(self):
         T, N = self.schedule.shape
         # Part of a checkpoint's fingerprint: the schedule's content, not only its shape.
-        digest = hashlib.sha1(self.schedule.numpy().tobytes()).hexdigest()[:12]
-        return f"ScheduledChannel(rounds={T}, clients={N}, sha1={digest}, cycle={self.cycle})"
+        return (f"ScheduledChannel(rounds={T}, clients={N}, sha1={_digest(self.schedule)}, "
+                f"cycle={self.cycle})")
 
 
 class GroupChannel:
@@ -260,7 +265,7 @@ def probability_digest(channel) -> str | None:
     p = channel.probability if isinstance(channel, BernoulliChannel) else None
     if not isinstance(p, torch.Tensor):
         return None
-    return hashlib.sha1(p.cpu().contiguous().numpy().tobytes()).hexdigest()[:12]
+    return _digest(p)
 
 
 def safari_channel(probability, groups, *, at_least_one_per_group: bool = True,
