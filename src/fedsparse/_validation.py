@@ -39,6 +39,17 @@ def _is_bool(value) -> bool:
     return numpy is not None and isinstance(value, numpy.bool_)
 
 
+def shown(value) -> str:
+    """``repr(value)`` for a short scalar; else its type (the repr of a memo-shared
+    nested list from a hostile file could be gigabytes long)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 256:
+        return f"<an int of {value.bit_length()} bits>"
+    if value is None or isinstance(value, (bool, int, float, str, bytes)):
+        text = repr(value[:120] if isinstance(value, (str, bytes)) else value)
+        return text if len(text) <= 120 else text[:117] + "..."
+    return f"<{type(value).__name__}>"
+
+
 def fail(name: str, value, allowed: str) -> ConfigError:
     return ConfigError(f"{name}={value!r} is invalid: {allowed}")
 

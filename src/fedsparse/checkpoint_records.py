@@ -4,7 +4,8 @@ Records are saved as one string of JSON lines (:class:`RecordLines`: torch.save 
 through a Python callback per object, which made a long run of cheap rounds spend most
 of its time rewriting its records) and checked on resume (:func:`checked_records`), as
 are the lists of dicts that checkpoints of format 3 and earlier held. :class:`Unlike`,
-:func:`shown` and :func:`kind` serve every check of :mod:`fedsparse.checkpoints`.
+:func:`kind` and :func:`~fedsparse._validation.shown` (imported here) serve every check of
+:mod:`fedsparse.checkpoints`.
 """
 
 from __future__ import annotations
@@ -14,19 +15,8 @@ import json
 import numpy as np
 import torch
 
-from ._validation import ConfigError
+from ._validation import ConfigError, shown
 from .metric_names import record_problem
-
-
-def shown(value) -> str:
-    """``repr(value)`` for a short scalar; else its type (the repr of a memo-shared
-    nested list from a hostile file could be gigabytes long)."""
-    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 256:
-        return f"<an int of {value.bit_length()} bits>"
-    if value is None or isinstance(value, (bool, int, float, str, bytes)):
-        text = repr(value[:120] if isinstance(value, (str, bytes)) else value)
-        return text if len(text) <= 120 else text[:117] + "..."
-    return f"<{type(value).__name__}>"
 
 
 class Unlike(Exception):

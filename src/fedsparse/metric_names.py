@@ -8,6 +8,8 @@ the report).
 
 from __future__ import annotations
 
+from ._validation import shown
+
 __all__ = ["HIGHER_IS_BETTER_WORDS", "METRICS", "higher_is_better", "record_problem"]
 
 #: Every numeric field a round record can hold (:func:`fedsparse.metrics.evaluate`, the
@@ -59,25 +61,15 @@ def record_problem(record: dict) -> str | None:
     """
     rnd = record.get("round")
     if not isinstance(rnd, int) or isinstance(rnd, bool) or rnd < 0:
-        return f"round={_short(rnd)} is invalid: must be a whole number 0, 1, 2, ..."
+        return f"round={shown(rnd)} is invalid: must be a whole number 0, 1, 2, ..."
     for name in METRICS:
         value = record.get(name)
         if value is None or name == "round":
             continue
         if not isinstance(value, int | float) or isinstance(value, bool):
-            return f"{name}={_short(value)} is invalid: must be a number or null"
+            return f"{name}={shown(value)} is invalid: must be a number or null"
         if name in NON_NEGATIVE and value < 0:
-            return f"{name}={_short(value)} is invalid: must not be negative"
+            return f"{name}={shown(value)} is invalid: must not be negative"
         if name in FRACTIONS and not 0 <= value <= 1 + FRACTION_SLACK and value == value:
-            return f"{name}={_short(value)} is invalid: must be a fraction between 0 and 1"
+            return f"{name}={shown(value)} is invalid: must be a fraction between 0 and 1"
     return None
-
-
-def _short(value) -> str:
-    """A scalar's repr, cut to 60 characters; a list or object by its type alone."""
-    if not isinstance(value, bool | int | float | str | type(None)):
-        return f"<{type(value).__name__}>"
-    if isinstance(value, int) and value.bit_length() > 64:
-        return f"<an int of {value.bit_length()} bits>"
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
