@@ -146,6 +146,10 @@ def test_a_damaged_or_missing_history_is_named_not_a_traceback(tmp_path):
     (tmp_path / "run" / "model.npy").write_bytes(b"not an array")
     with pytest.raises(ConfigError, match=r"model\.npy: not a NumPy array file"):
         History.load(tmp_path / "run")
+    _history().save(tmp_path / "run2")
+    (tmp_path / "run2" / "config.json").write_text('["seed", 0]')
+    with pytest.raises(ConfigError, match=r"config\.json: holds a JSON list"):
+        History.load(tmp_path / "run2")
 
 
 def _two_runs(tmp_path) -> tuple:

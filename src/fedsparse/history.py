@@ -253,11 +253,7 @@ class History:
                                                     mmap_mode="c"))
         config = {}
         if (directory / "config.json").exists():
-            try:
-                config = json.loads((directory / "config.json").read_text())
-            except ValueError as exc:
-                raise ConfigError(f"{directory / 'config.json'}: not valid JSON ({exc})"
-                                  ) from None
+            config = read_json_object(directory / "config.json")
         return cls(records=rows, initial=initial, model=model, personal_models=personal,
                    config=config)
 

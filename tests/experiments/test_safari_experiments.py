@@ -208,3 +208,10 @@ def test_tiny_safari_fmnist_run_writes_its_plots(tmp_path):
     assert ratio is not None and ratio > 0
     # round 0 delivers everything, so the record is full: every pair was measured
     assert analysis["distances"][panel]["per_seed"][0]["measured_pairs"] == 50 * 49 // 2
+
+
+def test_redrawing_a_folder_with_a_damaged_summary_names_the_file(tmp_path):
+    (tmp_path / "summary.json").write_text('"done"')
+    b = S.Budget(rounds=7, seeds=1)
+    with pytest.raises(ConfigError, match=r"summary\.json: holds a JSON str"):
+        S.finish_safari(S.fig2_config(b), tmp_path, b)

@@ -90,6 +90,18 @@ def test_collect_adds_up_the_attempts_of_a_resumed_run(tmp_path):
     assert "100 s wall clock;" in RP.setting_line(record)
 
 
+def test_collect_names_a_damaged_summary_or_analysis(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "summary.json").write_text('{"rounds": 3,')
+    with pytest.raises(ConfigError, match=r"summary\.json: not valid JSON"):
+        RP.collect("fedmac-fig3", out, runs=tmp_path / "runs")
+    (out / "summary.json").write_text(json.dumps({"rounds": 3, "seeds": 1}))
+    (out / "safari.json").write_text("[]")
+    with pytest.raises(ConfigError, match=r"safari\.json: holds a JSON list"):
+        RP.collect("fedmac-fig3", out, runs=tmp_path / "runs")
+
+
 def test_a_gpu_run_says_how_its_float32_products_were_rounded(tmp_path):
     run = RUNS["fedmac-fig3"]
     summary = {"rounds": run["rounds"], "seeds": run["seeds"], "device": "cuda",

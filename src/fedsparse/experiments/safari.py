@@ -48,6 +48,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from .._validation import check_int
+from ..history import read_json_object
 from .registry import register_experiment
 from .runner import run_experiment
 from .safari_analysis import (
@@ -176,7 +177,7 @@ def finish_safari(config: dict, out, budget: Budget, summary: dict | None = None
     """
     out = Path(out)
     if summary is None:
-        summary = json.loads((out / "summary.json").read_text())
+        summary = read_json_object(out / "summary.json")
     summary["plots"] = [p for p in summary.get("plots", [])
                         if not p.startswith(("test_", "distances-", "score_vs_"))]
     summary["plots"] += draw_figures(config, out, config.get("title", ""))

@@ -31,6 +31,7 @@ from pathlib import Path
 
 from .._validation import ConfigError
 from ..experiments.output import attempts_so_far, marker_info
+from ..history import read_json_object
 
 ROOT = Path(__file__).resolve().parents[3]
 RESULTS = ROOT / "docs" / "results"
@@ -64,7 +65,7 @@ def collect(experiment: str, run_dir: str | Path, *, command: str | None = None,
     run_dir = Path(run_dir)
     if not (run_dir / "summary.json").is_file():
         raise ConfigError(f"{run_dir}: no summary.json; give the --out folder of a finished run")
-    summary = json.loads((run_dir / "summary.json").read_text())
+    summary = read_json_object(run_dir / "summary.json")
     marker = marker_info(run_dir)
     if marker.get("experiment", experiment) != experiment:
         raise ConfigError(f"{run_dir} holds a run of {marker['experiment']!r}, not of "
@@ -87,7 +88,7 @@ def collect(experiment: str, run_dir: str | Path, *, command: str | None = None,
         record.update(wall_clock_s=seconds, attempts=attempts)
     safari = run_dir / "safari.json"
     if safari.exists():
-        analysis = json.loads(safari.read_text())
+        analysis = read_json_object(safari)
         budget = analysis["budget"]
         record.update(rounds=budget["rounds"], seeds=budget["seeds"], kind="safari",
                       model=budget["model"], max_examples=budget["max_examples"],
