@@ -134,7 +134,8 @@ def test_idx_refuses_nan_empty_and_non_integer_labels(tmp_path):
     imgs = write(tmp_path / "imgs", idx_bytes(np.zeros((3, 2, 2), np.uint8)))
     for name, lab, pattern in [("half", [0, 1.5, 2], "label 1.5 at index 1"),
                                ("lnan", [0, np.nan, 2], "NaN or infinite"),
-                               ("big", [0, 1, 2.0**70], "integer class labels")]:
+                               ("big", [0, 1, 2.0**70], "not a class label"),
+                               ("minus", [0, -1.0, 2], "label -1.0 at index 1")]:
         lp = write(tmp_path / name, idx_bytes(np.array(lab, np.float64)))
         with pytest.raises(DataFormatError, match=f"{name}.*{pattern}"):
             load_idx(imgs, lp)

@@ -129,3 +129,20 @@ def _check_finite(arr: np.ndarray, where: str, what: str = "value") -> None:
         raise DataFormatError(f"{where} holds a NaN or infinite {what} ({arr[pos]}{at}); "
                               "expected finite numbers")
 
+
+#: Labels are class indices 0 .. MAX_CLASS_LABEL (FEMNIST has 62 classes): a label of
+#: -1 or 1e30 is a corrupt file, not a class, and would fail deep inside a loss.
+MAX_CLASS_LABEL = 2**31 - 1
+
+
+def class_labels(y: np.ndarray, where: str, shown=None) -> np.ndarray:
+    """The finite labels ``y`` as int64 class labels, refusing fractions, negatives and
+    absurd values, naming the first (as ``shown[i]``, the value the file wrote, if given)."""
+    bad = (y != np.round(y)) | (y < 0) | (y > MAX_CLASS_LABEL)
+    if bad.any():
+        i = int(np.argmax(bad))
+        value = shown[i] if shown is not None else y[i].item()
+        raise DataFormatError(f"{where}: label {value!r:.40} at index {i} is not a class "
+                              f"label; expected whole numbers 0..{MAX_CLASS_LABEL}")
+    return y.astype(np.int64)
+

@@ -14,7 +14,14 @@ import os
 import numpy as np
 
 from ..._validation import check_bool
-from ._common import DataFormatError, _check_file, _check_finite, _read_upto, _Stream
+from ._common import (
+    DataFormatError,
+    _check_file,
+    _check_finite,
+    _read_upto,
+    _Stream,
+    class_labels,
+)
 
 __all__ = ["load_idx", "read_idx"]
 
@@ -124,17 +131,13 @@ _MAX_EXPANSION = 1032
 
 
 def _integer_labels(y: np.ndarray, where: str) -> np.ndarray:
-    """``y`` as int64, refusing floats that do not hold integers (1.5, NaN, inf)."""
-    if y.dtype.kind in "iu":
-        return y.astype(np.int64)
+    """``y`` as int64 class labels, refusing non-integer types, fractions, NaN, inf and
+    negatives."""
+    if y.dtype.kind not in "iuf":
+        raise DataFormatError(f"{where} holds labels of type {y.dtype}; expected integers")
     if y.dtype.kind == "f":
         _check_finite(y, where, "label")
-        if np.any(y != np.round(y)) or np.any(np.abs(y) >= 2**62):
-            first = int(np.flatnonzero((y != np.round(y)) | (np.abs(y) >= 2**62))[0])
-            raise DataFormatError(f"{where} holds label {float(y[first])} at index {first}; "
-                                  "expected integer class labels")
-        return y.astype(np.int64)
-    raise DataFormatError(f"{where} holds labels of type {y.dtype}; expected integers")
+    return class_labels(y, where)
 
 
 def load_idx(images_path, labels_path=None, *, flatten: bool = True, scale: bool = True):

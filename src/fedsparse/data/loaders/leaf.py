@@ -14,7 +14,14 @@ from pathlib import Path
 import numpy as np
 
 from ..._validation import fail
-from ._common import DataFormatError, _check_file, _check_finite, _float_dtype, _read_text
+from ._common import (
+    DataFormatError,
+    _check_file,
+    _check_finite,
+    _float_dtype,
+    _read_text,
+    class_labels,
+)
 
 __all__ = ["load_leaf"]
 
@@ -158,7 +165,7 @@ def _leaf_file(f: Path, dtype: np.dtype, origin: dict):
         if counts is not None and counts[k] != X.shape[0]:
             raise DataFormatError(f"{where}: user {u!r} has {X.shape[0]} examples but "
                                   f"num_samples says {counts[k]}")
-        yield u, X, _leaf_labels(yv, entry["y"], f"{where}: user {u!r} labels 'y'")
+        yield u, X, class_labels(yv, f"{where}: user {u!r} labels 'y'", entry["y"])
 
 
 def _is_count(c) -> bool:
@@ -167,20 +174,6 @@ def _is_count(c) -> bool:
         isinstance(c, float) and c.is_integer())
 
 
-#: Labels are class indices 0 .. _LEAF_LABELS - 1 (FEMNIST has 62 classes): a label
-#: of 1e30 is a corrupt file, not a class.
-_LEAF_LABELS = 2**31
-
-
-def _leaf_labels(y: np.ndarray, given: list, where: str) -> np.ndarray:
-    """The finite float64 labels ``y`` (read from the JSON list ``given``) as int64 class
-    labels, refusing fractions, negatives and absurd values, naming the first."""
-    bad = (y != np.round(y)) | (y < 0) | (y >= _LEAF_LABELS)
-    if bad.any():
-        i = int(np.argmax(bad))
-        raise DataFormatError(f"{where} hold {given[i]!r:.40} at index {i}; expected integer "
-                              f"class labels 0..{_LEAF_LABELS - 1}")
-    return y.astype(np.int64)
 
 
 def _refuse_booleans(value, where: str) -> None:
