@@ -101,6 +101,17 @@ def test_refinement_takes_a_golden_section_step_into_the_longer_side():
     assert refine_point(space, [({"s": 1e-3}, None)], "s") is None  # no incumbent yet
 
 
+def test_the_bracket_is_made_of_trials_on_the_line_only():
+    space = {"x": Space("uniform", 0.0, 1.0), "y": Space("uniform", 0.0, 1.0)}
+    # the incumbent (0.5, 0.5); a worse trial at x = 0.6 lies off the line (y = 0.9), so
+    # the bracket along x is the whole range, and the step goes right (the sides tie)
+    tried = [({"x": 0.5, "y": 0.5}, 1.0), ({"x": 0.6, "y": 0.9}, 2.0)]
+    assert refine_point(space, tried, "x")["x"] == pytest.approx(0.5 + GOLDEN * 0.5)
+    # on the line, the same trial ends the bracket: the left side is now the longer
+    tried[1] = ({"x": 0.6, "y": 0.5}, 2.0)
+    assert refine_point(space, tried, "x")["x"] == pytest.approx(0.5 - GOLDEN * 0.5)
+
+
 def test_refinement_keeps_the_other_fields_and_rounds_integers():
     space = {"s": Space("uniform", 0.0, 1.0), "k": Space("int", 1, 4),
              "c": Space("choice", choices=("a", "b"))}

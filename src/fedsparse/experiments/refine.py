@@ -9,9 +9,11 @@ Minimization without Derivatives*, chapter 5):
 
 * each field is measured on the scale the sampler uses: its logarithm for ``log`` and
   ``logint`` spaces, the value for ``uniform`` and ``int``; the range maps to [0, 1];
-* the bracket is the nearest tried value of the field on each side of the incumbent's
-  (the range's end where no trial lies beyond it); trials still running count as tried,
-  so a batch of ``jobs`` refinement trials splits the bracket further;
+* the bracket is the nearest value of the field tried on the line on each side of the
+  incumbent's (the range's end where no trial lies beyond it): only trials that share
+  the incumbent's other values count, as a trial off the line says nothing of the
+  objective along it; trials still running count as tried, so a batch of ``jobs``
+  refinement trials splits the bracket further;
 * the next value lies a fraction :data:`GOLDEN` of the way from the incumbent into the
   longer side of the bracket. Every bracket end is no better than the incumbent (or is
   the range's end, or a diverged trial), so the bracket holds a local minimum and the
@@ -94,10 +96,12 @@ def refine_point(space: dict, tried: list[tuple[dict, float | None]], field: str
     best, y_best = min(done, key=lambda t: t[1])  # min keeps the earliest of equal scores
     s = space[field]
     u_best = to_unit(s, best[field])
-    others = [(p, y) for p, y in tried] + [(p, None) for p in pending]
-    line = [p for p, _ in others if all(p[n] == best[n] for n in space if n != field)]
-    sides = [to_unit(s, p[field]) for p, _ in others]
-    # the nearest tried value on each side, or the range's end
+    # the trials on the line: a trial elsewhere says nothing of the objective along it,
+    # so it cannot end a bracket that must hold a local minimum of the line
+    line = [p for p in [p for p, _ in tried] + list(pending)
+            if all(p[n] == best[n] for n in space if n != field)]
+    sides = [to_unit(s, p[field]) for p in line]
+    # the nearest value tried on the line on each side, or the range's end
     left = max((u for u in sides if u < u_best), default=0.0)
     right = min((u for u in sides if u > u_best), default=1.0)
     if right - left <= MIN_GAP:
