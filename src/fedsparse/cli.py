@@ -74,6 +74,11 @@ def _leaf_parser(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.A
     return parser
 
 
+#: Options that one command spells another way: ``run`` and ``flower app`` replace an
+#: earlier run with --force, ``data write`` an earlier data set with --overwrite.
+_SYNONYMS = {"--force": "--overwrite", "--overwrite": "--force"}
+
+
 def _unknown_options(parser: argparse.ArgumentParser, extra: list[str],
                      argv: list[str]) -> str:
     """"unrecognized arguments: ..." with, for each unknown option, the options it may
@@ -86,6 +91,10 @@ def _unknown_options(parser: argparse.ArgumentParser, extra: list[str],
         name = token.split("=", 1)[0]
         close = [o for o in options if o.startswith(name)] or \
             difflib.get_close_matches(name, options, n=2, cutoff=0.6)
+        if _SYNONYMS.get(name) in options:
+            notes.append(f"{name} is not an option of this command; it says "
+                         f"{_SYNONYMS[name]}")
+            continue
         if name == "--seed" and "--seeds" in options:
             after = argv[argv.index(token) + 1:argv.index(token) + 2]
             value = token.split("=", 1)[1] if "=" in token else (
