@@ -7,7 +7,7 @@ import torch
 import fedsparse as fs
 from fedsparse._validation import ConfigError
 from fedsparse.problems.base import Problem
-from fedsparse.problems.restricted import mask_to_index
+from fedsparse.problems.restricted import mask_to_index, restricted_loss_grad
 
 DT = torch.float64
 
@@ -203,3 +203,25 @@ def test_fedgradmp_logistic_on_separable_float32_clients_runs():
     history = fs.simulate(fs.algorithms.fed_grad_mp(sparsity=10, batch_size=8),
                           fs.problems.logistic(), data, rounds=3, seed=1)
     assert len(history.records) == 3 and torch.isfinite(history.model).all()
+
+
+def test_newton_stops_where_float32_rounding_stops_the_loss_falling():
+    # separable float32 clients: the minimiser lies at infinity and the loss soon stops
+    # falling in float32; Newton stops there (every client ran out its 100 iterations
+    # before: a step relative to the coefficients of 1e-10 is below float32's resolution)
+    data = fs.data.fedht_simulation("classification", seed=0, num_clients=10,
+                                    samples_per_client=30, dim=50, support_size=10)
+    X, y = data.train.X, data.train.y
+    w = torch.full(y.shape, 1 / y.shape[1])
+    index, valid = torch.arange(10).repeat(10, 1), torch.ones(10, 10, dtype=torch.bool)
+    prob = fs.problems.logistic()
+    coef, info = prob.restricted_solve(index, valid, X, y, w)
+    assert torch.isfinite(coef).all() and info["inner_iterations"] < 50
+    Z, cls = prob.restricted_features(index, X)
+
+    def loss(c):
+        return restricted_loss_grad(prob, c, Z, cls, y, w, None)[0]
+
+    assert (loss(coef) < loss(torch.zeros_like(coef))).all()
+    again, _ = prob.restricted_solve(index, valid, X, y, w, init=coef)
+    assert (loss(again) <= loss(coef)).all()

@@ -23,7 +23,9 @@ Solvers (all batched over the S clients, no Python loop over clients):
   squares, Cholesky on the normal equations plus one refinement step, falling back per
   client to LAPACK ``gelsd`` (SVD, minimum-norm) when the Gram matrix is singular or
   ill-conditioned; any other link: damped Newton to 1e-10.
-* ``newton`` — damped Newton with a backtracking (Armijo) line search.
+* ``newton`` — damped Newton with a backtracking (Armijo) line search, until a step
+  relative to the coefficients is at most ``tol`` or the dtype's resolution (float32's
+  1.2e-7), whichever is larger.
 * ``gd`` — gradient descent with step ``1 / L_restricted`` (L by power iteration on the
   restricted Hessian bound) until the step is at most ``tol`` (Jeong et al. 2024, Sec. IV-A).
 
@@ -162,6 +164,9 @@ def _lstsq_exact(Z, y, w, valid):
 
 def _newton(problem, c, Z, cls, y, w, valid, metric, tol, max_iter):
     vmask = valid.to(Z.dtype)
+    # a step below the dtype's resolution of the coefficients changes none of them: a
+    # separable float32 client would otherwise run out max_iter once its loss stops falling
+    tol = max(tol, torch.finfo(Z.dtype).eps)
     eye = torch.eye(c.shape[-1], dtype=Z.dtype, device=Z.device)
     iters = torch.zeros(c.shape[0], dtype=torch.int64, device=Z.device)
     active = torch.ones(c.shape[0], dtype=torch.bool, device=Z.device)
