@@ -24,7 +24,7 @@ Named experiments (``fedsparse run NAME --device cuda``):
 Each takes ``--rounds`` and ``--seeds`` and resumes with ``--resume``: a run longer than
 one sitting is continued, in as many calls as it needs, from its checkpoints (every 10
 rounds), and ends with the summary of an uninterrupted run. ``--quick`` runs 2 rounds on
-2,000 images, to check the set-up on a CPU.
+400 images, to check the set-up on a CPU.
 """
 
 from __future__ import annotations
