@@ -243,7 +243,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                           help="search config fields with Optuna (needs fedsparse[tune])",
                           description="Tune fields of every run of a "
                           "TOML experiment with Optuna: one study per run, --trials trials "
-                          "each; writes trials.csv, best.json, tune.png and tuned.toml "
+                          "each; writes trials.csv, best.json, tune.json (the search's "
+                          "settings), tune.png and tuned.toml "
                           "(fedsparse run tuned.toml reruns the winners). The trials "
                           "start spread over the space, the sampler proposes the next "
                           "and the last refine the best so far by a golden-section line "
