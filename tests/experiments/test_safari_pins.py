@@ -58,6 +58,22 @@ def test_markdown_rows_by_hand():
 
 
 @needs_fashion
+def test_the_table_of_commands_quotes_the_committed_runs():
+    # seeds, rounds and wall clock (to the half minute) of each committed run
+    runs = PAGE.parent / "runs"
+    rows = [line.split("|") for line in PAGE.read_text().splitlines()
+            if line.startswith("|") and "`fedsparse run safari-" in line
+            and line.rstrip().endswith("min |")]
+    assert len(rows) == 6
+    for cells in rows:
+        name = cells[2].strip().strip("`").split()[-1]
+        summary = json.loads((runs / name / "summary.json").read_text())
+        _, seeds, rounds = (int(v.split(",")[0]) for v in cells[3].split(" x "))
+        assert (seeds, rounds) == (summary["seeds"], summary["rounds"]), name
+        minutes = round(summary["wall_clock_s"] / 30) / 2
+        assert cells[4].strip() == f"{minutes:g} min", name
+
+
 def test_distance_record_sees_the_groups_on_a_tiny_run(tmp_path):
     # Figure 5: after three rounds the compensated run's record already holds smaller
     # distances within a label group than between the groups (ratio 0.58-0.60 for data
