@@ -98,8 +98,8 @@ def refine_point(space: dict, tried: list[tuple[dict, float | None]], field: str
     u_best = to_unit(s, best[field])
     # the trials on the line: a trial elsewhere says nothing of the objective along it,
     # so it cannot end a bracket that must hold a local minimum of the line
-    line = [p for p in [p for p, _ in tried] + list(pending)
-            if all(p[n] == best[n] for n in space if n != field)]
+    points = [p for p, _ in tried] + list(pending)
+    line = [p for p in points if all(p[n] == best[n] for n in space if n != field)]
     sides = [to_unit(s, p[field]) for p in line]
     # the nearest value tried on the line on each side, or the range's end
     left = max((u for u in sides if u < u_best), default=0.0)

@@ -269,4 +269,3 @@ def solve_restricted(problem, index: torch.Tensor, valid: torch.Tensor, X: torch
     else:
         coef, iters = _gd(problem, c0, Z, cls, y, w, valid, metric, tol, max_iter)
     return coef, {"inner_iterations": float(iters.to(torch.float64).mean())}
-

@@ -145,4 +145,3 @@ def class_labels(y: np.ndarray, where: str, shown=None) -> np.ndarray:
         raise DataFormatError(f"{where}: label {value!r:.40} at index {i} is not a class "
                               f"label; expected whole numbers 0..{MAX_CLASS_LABEL}")
     return y.astype(np.int64)
-

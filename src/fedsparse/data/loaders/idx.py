@@ -201,4 +201,3 @@ def load_idx(images_path, labels_path=None, *, flatten: bool = True, scale: bool
                                   "expected one label per image")
         y = _integer_labels(y, lwhere)
     return X, y
-

@@ -174,8 +174,6 @@ def _is_count(c) -> bool:
         isinstance(c, float) and c.is_integer())
 
 
-
-
 def _refuse_booleans(value, where: str) -> None:
     """Refuse a true or false anywhere in the JSON lists ``value``, naming the example."""
     if not isinstance(value, list):
