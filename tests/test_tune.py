@@ -67,6 +67,11 @@ def test_spaces_parse(text, space):
     ("normal(0, 1)", "must be one of log(LOW, HIGH)"),
     ("0.1", "must be one of log(LOW, HIGH)"),
     ("choice()", "needs at least one value"),
+    ("int(1, " + "9" * 400 + ")", "takes two finite numbers"),
+    ("log(1, 1e999)", "takes two finite numbers"),
+    ("uniform(-1e308, 1e308)", "needs HIGH - LOW to be a finite number"),
+    ("choice(0.1, , 0.3)", "has an empty value between commas"),
+    ("choice(,)", "has an empty value between commas"),
 ])
 def test_bad_spaces_are_refused_by_name(text, message):
     with pytest.raises(fs.ConfigError, match=r"^--param a\.b=.* is invalid: .*" +

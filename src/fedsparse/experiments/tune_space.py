@@ -81,24 +81,39 @@ def parse_space(text: str, name: str = "param") -> Space:
     if not match:
         raise fail(name, text, f"must be one of {forms}")
     kind, inner = match.groups()
-    args = [parse_value(a) for a in _split_args(inner)]
+    raw = _split_args(inner)
+    if "" in raw:  # choice(1,,2) or a comma at an end: a value left out, not ''
+        raise fail(name, text, f"{kind}(...) has an empty value between commas")
+    args = [parse_value(a) for a in raw]
     if kind == "choice":
         if not args:
             raise fail(name, text, "choice(...) needs at least one value")
         if not all(isinstance(a, bool | int | float | str) for a in args):
             raise fail(name, text, "choice values must be numbers, booleans or text")
         return Space("choice", choices=tuple(args))
-    if len(args) != 2 or not all(isinstance(a, int | float) and not isinstance(a, bool)
-                                 and math.isfinite(a) for a in args):
+    if len(args) != 2 or not all(_finite(a) for a in args):
         raise fail(name, text, f"{kind}(LOW, HIGH) takes two finite numbers")
     low, high = args
     if not low < high:
         raise fail(name, text, "needs LOW < HIGH")
+    if not math.isfinite(float(high) - float(low)):  # the start points divide the width
+        raise fail(name, text, f"{kind}(LOW, HIGH) needs HIGH - LOW to be a finite number")
     if kind in ("log", "logint") and low <= 0:
         raise fail(name, text, f"{kind}(...) needs LOW > 0")
     if kind in ("int", "logint") and not (float(low).is_integer() and float(high).is_integer()):
         raise fail(name, text, f"{kind}(...) takes integer bounds")
     return Space(kind, float(low), float(high))
+
+
+def _finite(value) -> bool:
+    """A number (not a boolean) that a float holds finitely: an integer too large for a
+    float (``10**400``) is not one."""
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
 
 
 def _split_args(inner: str) -> list[str]:
