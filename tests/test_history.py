@@ -210,6 +210,13 @@ def test_load_run_reads_the_run_folders_of_a_summary_that_lists_none(tmp_path):
     (lambda rows: rows[3].update(support_f1=1.5), "line 4: support_f1=1.5 is invalid: must be "
      "a fraction"),
     (lambda rows: rows[3].update(objective=[1, 2]), "line 4: objective=<list> is invalid"),
+    # an integer no float holds: the report's plots and means would raise OverflowError
+    (lambda rows: rows[0].update(objective=10**400), "line 1: objective=<an int of 1329 bits> "
+     "is invalid: must be a float or an integer from -2**63 to 2**63 - 1"),
+    (lambda rows: rows[1].update(bytes_total=2**64), "line 2: bytes_total=18446744073709551616 "
+     "is invalid: must be a float or an integer"),
+    (lambda rows: rows[1].update(round=2**63), "line 2: round=9223372036854775808 is invalid: "
+     "must be at most 2**63 - 1"),
 ])
 def test_records_unlike_fedsparse_s_are_refused_naming_the_line(tmp_path, edit, message):
     _history().save(tmp_path / "run")

@@ -8,7 +8,7 @@ the report).
 
 from __future__ import annotations
 
-from ._validation import shown
+from ._validation import INT64_MAX, shown
 
 __all__ = ["HIGHER_IS_BETTER_WORDS", "METRICS", "higher_is_better", "record_problem"]
 
@@ -56,12 +56,15 @@ def record_problem(record: dict) -> str | None:
 
     ``round`` must be a whole number from 0, every metric of :data:`METRICS` a number
     (NaN and infinities included: a diverged round records them) or None, counts never
-    negative and fractions within [0, 1] (a percentage is not one). Other fields (a
-    callback's own) are not checked.
+    negative and fractions within [0, 1] (a percentage is not one). An integer must be a
+    64-bit one (as every count fedsparse writes): a larger one has no float, so no plot,
+    mean or comparison could read it. Other fields (a callback's own) are not checked.
     """
     rnd = record.get("round")
     if not isinstance(rnd, int) or isinstance(rnd, bool) or rnd < 0:
         return f"round={shown(rnd)} is invalid: must be a whole number 0, 1, 2, ..."
+    if rnd > INT64_MAX:
+        return f"round={shown(rnd)} is invalid: must be at most 2**63 - 1"
     for name in METRICS:
         value = record.get(name)
         if value is None or name == "round":
@@ -72,4 +75,7 @@ def record_problem(record: dict) -> str | None:
             return f"{name}={shown(value)} is invalid: must not be negative"
         if name in FRACTIONS and not 0 <= value <= 1 + FRACTION_SLACK and value == value:
             return f"{name}={shown(value)} is invalid: must be a fraction between 0 and 1"
+        if isinstance(value, int) and not -INT64_MAX - 1 <= value <= INT64_MAX:
+            return (f"{name}={shown(value)} is invalid: must be a float or an integer from "
+                    "-2**63 to 2**63 - 1")
     return None
