@@ -183,7 +183,16 @@ def test_load_run_names_a_damaged_summary(tmp_path):
                           ("[1, 2]", "summary.json: holds a JSON list"),
                           ('{"runs": [{"dir": "run", "label": 1}]}', r"runs\[0\]\.label=1"),
                           ('{"runs": [{"dir": "run", "label": "x", "seeds": {"seeds": ["0"]}}]}',
-                           "seeds are a list of whole numbers")]:
+                           "seeds are a list of whole numbers"),
+                          # a TypeError from {**params}, a KeyError from row['panel']
+                          ('{"runs": [{"dir": "run", "label": "x", "params": [1]}]}',
+                           r"runs\[0\]\.params=<list> is invalid: must be an object"),
+                          ('{"runs": [{"dir": "run", "label": "x", "panel": 3}]}',
+                           r"runs\[0\]\.panel=3 is invalid: must be a string"),
+                          # one of the two was silently left out of load_run's dict
+                          ('{"runs": [{"dir": "run", "label": "x"}, {"dir": "run", "label": '
+                           '"x"}]}', r"runs\[1\] is invalid: it shares panel and label \('', "
+                           r"'x'\) with runs\[0\]")]:
         (a / "summary.json").write_text(text)
         with pytest.raises(ConfigError, match=message):
             fs.load_run(a)

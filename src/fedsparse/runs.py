@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path, PurePath
 
-from ._validation import ConfigError, fail
+from ._validation import ConfigError, fail, shown
 from .history import History, read_json_object
 
 
@@ -61,7 +61,7 @@ def load_run(directory: str | Path) -> dict[str, History]:
     out: dict[str, History] = {}
     for row in rows:
         key = row["label"] if labels.count(row["label"]) == 1 else \
-            f"{row['panel']} / {row['label']}"
+            f"{row.get('panel', '')} / {row['label']}"
         history = _load(directory / row["dir"], row.get("seeds"))
         history.config = {**row.get("params", {}), "label": row["label"],
                           "panel": row.get("panel", ""), "diverged": row.get("diverged"),
@@ -78,7 +78,8 @@ def summary_rows(directory: Path, summary: dict) -> list[dict]:
     ``runs`` is not a list: a Python experiment's own table), each checked to name its own
     sub-folder: a ``dir`` (where given) that is a relative path inside ``directory`` (an
     edited or foreign summary must not point the reader at another run's files), a string
-    label and whole-number seeds.
+    label, a string panel and an object of params where given, a panel and label that no
+    other run has (:func:`load_run` keys the runs by them) and whole-number seeds.
 
     Raises
     ------
@@ -89,6 +90,7 @@ def summary_rows(directory: Path, summary: dict) -> list[dict]:
     rows = summary.get("runs", [])
     if not isinstance(rows, list):  # a Python experiment's own table (scale-million's)
         return []
+    seen: dict[tuple, int] = {}
     for i, row in enumerate(rows):
         if not isinstance(row, dict) or "dir" not in row:
             continue  # a Python experiment's own table: its rows name no folder
@@ -100,6 +102,18 @@ def summary_rows(directory: Path, summary: dict) -> list[dict]:
         if not isinstance(row.get("label"), str):
             raise ConfigError(f"{where}: runs[{i}].label={row.get('label')!r} is invalid: "
                               "must be a string")
+        if not isinstance(row.get("panel", ""), str):
+            raise ConfigError(f"{where}: runs[{i}].panel={shown(row['panel'])} is invalid: "
+                              "must be a string")
+        if not isinstance(row.get("params", {}), dict):
+            raise ConfigError(f"{where}: runs[{i}].params={shown(row['params'])} is invalid: "
+                              "must be an object of the run's parameters")
+        key = (row.get("panel", ""), row["label"])
+        if key in seen:
+            raise ConfigError(f"{where}: runs[{i}] is invalid: it shares panel and label "
+                              f"{key!r} with runs[{seen[key]}]; a run folder's runs have "
+                              "one each")
+        seen[key] = i
         seeds = row.get("seeds")
         listed = seeds.get("seeds", []) if isinstance(seeds, dict) else None
         if seeds is not None and not (isinstance(listed, list) and all(
