@@ -180,6 +180,19 @@ def test_a_missing_extra_is_named_and_nothing_is_written(tmp_path, tiny, monkeyp
         fs.simulate(algo, problem, data, rounds=2, loggers="mlflow")
 
 
+def test_an_unknown_wandb_mode_is_refused_before_any_run(tmp_path, tiny, monkeypatch, capsys):
+    with pytest.raises(fs.ConfigError, match="mode='ofline' is invalid: must be one of "
+                                             "offline, online, disabled"):
+        fs.loggers.WandbLogger(tmp_path, mode="ofline")
+    pytest.importorskip("wandb")
+    monkeypatch.setenv("WANDB_MODE", "ofline")  # was a pydantic traceback from wandb.init
+    out = tmp_path / "out"
+    assert main(["run", str(tiny), "--out", str(out), "--log", "wandb"]) == 2
+    err = capsys.readouterr().err
+    assert "$WANDB_MODE='ofline' is invalid: must be one of offline, online" in err
+    assert "Traceback" not in err and not out.exists()
+
+
 def test_log_is_refused_for_a_python_experiment(tmp_path, capsys):
     assert main(["run", "fig6-libsvm", "--quick", "--out", str(tmp_path / "o"),
                  "--log", "tensorboard"]) == 2

@@ -7,7 +7,12 @@ from pathlib import Path
 
 import numpy as np
 
+from .._validation import fail
 from .base import Logger, as_path
+
+#: The modes ``wandb.init`` takes: the three :class:`WandbLogger` documents, then W&B's
+#: own others (a shared run, and the old names of offline and online).
+MODES = ("offline", "online", "disabled", "shared", "dryrun", "run")
 
 
 class WandbLogger(Logger):
@@ -19,7 +24,7 @@ class WandbLogger(Logger):
     experiment : the W&B project.
     mode : "offline" (default unless ``$WANDB_MODE`` says otherwise: nothing leaves the
         machine; ``wandb sync DIR/wandb/offline-run-*`` uploads later), "online" or
-        "disabled".
+        "disabled" (or W&B's "shared", "dryrun", "run").
 
     Metrics go to the run's history at step = round, the hyper-parameters to its
     config, tags (device, GPU) and final values to its summary, and the final model to
@@ -37,6 +42,9 @@ class WandbLogger(Logger):
         super().__init__(experiment)
         self.dir = as_path(dir)
         self.mode = mode or os.environ.get("WANDB_MODE") or "offline"
+        if self.mode not in MODES:  # else a pydantic traceback from wandb.init, mid-run
+            raise fail("mode" if mode else "$WANDB_MODE", self.mode,
+                       "must be one of " + ", ".join(MODES))
         self._run = None
 
     def start(self, name: str, params: dict) -> None:
