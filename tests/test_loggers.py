@@ -303,6 +303,21 @@ def test_mlflow_local_store_reads_back_records_params_and_model(tmp_path, tiny, 
             np.mean([runs[f"{slug}/seed-{s}"].data.metrics["final/objective"] for s in (0, 1)]))
 
 
+def test_a_tracking_uri_mlflow_cannot_open_is_named(tmp_path, tiny, monkeypatch, capsys):
+    pytest.importorskip("mlflow")
+    algo, problem, data = _tiny_run()
+    logger = fs.loggers.MLflowLogger(tracking_uri="bogus://x")
+    with pytest.raises(fs.ConfigError, match="tracking_uri='bogus://x' is invalid: MLflow "
+                                             "cannot open it: .*unsupported URI"):
+        fs.simulate(algo, problem, data, rounds=2, seed=0, loggers=logger)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "bogus://x")  # was MLflow's traceback
+    out = tmp_path / "out"
+    assert main(["run", str(tiny), "--out", str(out), "--log", "mlflow"]) == 2
+    err = capsys.readouterr().err
+    assert "$MLFLOW_TRACKING_URI='bogus://x' is invalid: MLflow cannot open it" in err
+    assert "Traceback" not in err and not out.exists()
+
+
 def test_mlflow_file_store_through_the_python_api(tmp_path, monkeypatch):
     pytest.importorskip("mlflow")
     monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # MLflow 3 asks to opt in

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .._validation import ConfigError
 from .base import STOPPED_TAG, Logger, as_path
 
 #: MLflow's limits per ``log_batch`` call.
@@ -56,6 +57,9 @@ class MLflowLogger(Logger):
         self.store_dir = as_path(store_dir)
         self.tracking_uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or \
             f"sqlite:///{self.store_dir.absolute() / 'mlflow.db'}"
+        #: Where the tracking URI came from, as a refusal names it.
+        self._uri_from = "tracking_uri" if tracking_uri else "$MLFLOW_TRACKING_URI" \
+            if os.environ.get("MLFLOW_TRACKING_URI") else "store_dir"
         self._client = None
         self.run_id: str | None = None
         #: {metric: steps} the reopened run already holds (None: a new run holds none).
@@ -76,12 +80,28 @@ class MLflowLogger(Logger):
                 # the database set-up logs a line per migration step at INFO
                 logging.getLogger("mlflow.store.db.utils").setLevel(logging.WARNING)
                 logging.getLogger("alembic").setLevel(logging.WARNING)
-            self._client = MlflowClient(tracking_uri=self.tracking_uri)
+            try:
+                self._client = MlflowClient(tracking_uri=self.tracking_uri)
+            except Exception as exc:
+                raise self._unusable(exc) from None
         return self._client
+
+    def _unusable(self, exc: Exception) -> ConfigError:
+        """The refusal of a store MLflow cannot open (an unknown scheme, a file store
+        MLflow 3 refuses), naming the setting it came from instead of MLflow's traceback."""
+        reason = " ".join(str(exc).split()) or type(exc).__name__
+        if self._uri_from == "store_dir":
+            return ConfigError(f"store_dir={str(self.store_dir)!r} is invalid: MLflow cannot "
+                               f"open the tracking store {self.tracking_uri!r}: {reason}")
+        return ConfigError(f"{self._uri_from}={self.tracking_uri!r} is invalid: MLflow cannot "
+                           f"open it: {reason}")
 
     def _experiment_id(self) -> str:
         client = self._connect()
-        found = client.get_experiment_by_name(self.experiment)
+        try:
+            found = client.get_experiment_by_name(self.experiment)
+        except Exception as exc:
+            raise self._unusable(exc) from None
         if found is not None:
             return found.experiment_id
         where = (self.store_dir.absolute() / "artifacts").as_uri() if self.local else None
