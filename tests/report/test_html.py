@@ -193,6 +193,21 @@ def test_report_on_a_sweep_folder_and_on_a_folder_of_folders(tmp_path, capsys):
     assert "report.html" not in capsys.readouterr().out
 
 
+def test_a_sweep_csv_edited_to_hold_a_number_no_float_holds_is_no_traceback(tmp_path, capsys):
+    (tmp_path / "tiny.toml").write_text(TINY.replace("rounds = 3", "rounds = 1"))
+    sw = tmp_path / "sw"
+    assert main(["sweep", str(tmp_path / "tiny.toml"), "--grid",
+                 "algorithm.step_size=[0.1, 0.01]", "--out", str(sw), "--quiet"]) == 0
+    lines = (sw / "sweep.csv").read_text().splitlines()
+    head, first = lines[0].split(","), lines[1].split(",")
+    first[head.index("objective")] = "9" * 400  # was an OverflowError from math.isfinite
+    (sw / "sweep.csv").write_text("\n".join([lines[0], ",".join(first), *lines[2:]]) + "\n")
+    capsys.readouterr()
+    assert main(["report", str(sw)]) == 0
+    assert "Traceback" not in capsys.readouterr().err
+    assert (sw / "report.html").is_file()
+
+
 def test_report_refuses_a_folder_fedsparse_did_not_write(tmp_path, capsys):
     (tmp_path / "notes.txt").write_text("x")
     assert main(["report", str(tmp_path)]) == 2

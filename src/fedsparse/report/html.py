@@ -117,7 +117,8 @@ def render(folder: str | Path) -> str:
         raise fail("DIR", str(folder), "is not a fedsparse run, sweep or tuning folder")
     try:
         return run_page(folder) if kind == "run" else sweep_page(folder, kind)
-    except (ValueError, TypeError, AttributeError, KeyError, IndexError) as exc:
+    except (ValueError, TypeError, AttributeError, KeyError, IndexError,
+            ArithmeticError) as exc:
         if isinstance(exc, ConfigError):
             raise
         # a file of the right syntax but another shape (a copied or edited folder)

@@ -131,7 +131,14 @@ def _read_toml(path: Path) -> tuple[str, dict]:
 
 
 def _number(v) -> bool:
-    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+    """A finite number that a float holds: an integer of 400 digits (an edited file's)
+    is not one, nor NaN or an infinity."""
+    if not isinstance(v, int | float) or isinstance(v, bool):
+        return False
+    try:
+        return math.isfinite(v)
+    except OverflowError:
+        return False
 
 
 def _spans(values, decades: float) -> bool:
