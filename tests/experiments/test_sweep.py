@@ -2,6 +2,7 @@
 
 import csv
 import json
+import time
 import tomllib
 
 import pytest
@@ -9,7 +10,7 @@ import pytest
 from fedsparse import ConfigError
 from fedsparse.cli import main
 from fedsparse.experiments.config import load_config
-from fedsparse.experiments.sweep import run_sweep
+from fedsparse.experiments.sweep import run_in_workers, run_sweep
 
 REGRESSION = """
 title = "tiny regression"
@@ -167,6 +168,16 @@ def test_parallel_jobs_give_the_serial_results(regression):
     parallel = run_sweep(config, grid, jobs=2, log=_quiet)
     assert parallel["rows"] == serial["rows"]
     assert parallel["best"] == serial["best"]
+
+
+def test_a_failed_or_stopped_parallel_sweep_does_not_run_its_queued_points_first():
+    # the pool's own wind-down ran every queued call before the error (or a Ctrl-C or
+    # SIGTERM, which end the wait the same way) went on: here 6 sleeps of 10 s on 2
+    # workers, for a sweep of 100 points all of them, and then nothing was kept
+    start = time.monotonic()
+    with pytest.raises(ValueError, match="non-negative"):
+        run_in_workers(time.sleep, [(-1,)] + [(10,)] * 6, 2, 1)
+    assert time.monotonic() - start < 20
 
 
 def test_seeds_compare_means_and_a_diverging_seed_disqualifies(regression):

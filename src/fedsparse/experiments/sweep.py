@@ -189,12 +189,32 @@ def _execute(runs: list[dict], metric: str, jobs: int, cache: dict, loggers=()) 
     jobs = min(jobs, len(runs))
     cache.clear()  # the workers build their own data; free the copies the checks built
     threads = max(1, (os.cpu_count() or 1) // jobs)
+    return run_in_workers(_evaluate, [(run, metric, None, loggers) for run in runs], jobs,
+                          threads)
+
+
+def run_in_workers(fn, calls: list[tuple], workers: int, threads: int) -> list:
+    """``[fn(*args) for args in calls]``, in ``workers`` spawned processes of ``threads``
+    torch threads each.
+
+    On the first error, or Ctrl-C or SIGTERM while waiting, the calls not started are
+    cancelled and the workers stopped before it propagates: a pool left to wind down by
+    itself runs every queued call first (a stopped sweep of 100 points would run them
+    all, then keep nothing).
+    """
     # spawn, not fork: a forked child inherits torch's thread pool in an undefined state
     context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=context, initializer=_init_worker,
-                             initargs=(threads,)) as pool:
-        futures = [pool.submit(_evaluate, run, metric, None, loggers) for run in runs]
-        return [f.result() for f in futures]
+    with ProcessPoolExecutor(max_workers=workers, mp_context=context,
+                             initializer=_init_worker, initargs=(threads,)) as pool:
+        futures = [pool.submit(fn, *args) for args in calls]
+        try:
+            return [f.result() for f in futures]
+        except BaseException:
+            # Python 3.14's terminate_workers(), by hand: 3.11 has no public way
+            for process in list((getattr(pool, "_processes", None) or {}).values()):
+                process.terminate()
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise
 
 
 def _init_worker(threads: int) -> None:

@@ -47,10 +47,8 @@ from __future__ import annotations
 import csv
 import json
 import math
-import multiprocessing
 import os
 import warnings
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import tomli_w
@@ -312,14 +310,11 @@ def _execute(runs: list[dict], metric: str, jobs: int, cache: dict, loggers,
         return [_evaluate(run, metric, cache, loggers, where)
                 for run, where in zip(runs, wheres, strict=True)]
     threads = max(1, (os.cpu_count() or 1) // jobs)
-    context = multiprocessing.get_context("spawn")  # as the sweep: no forked torch pools
-    from .sweep import _init_worker
+    from .sweep import run_in_workers  # as the sweep: stopped at once by Ctrl-C or SIGTERM
 
-    with ProcessPoolExecutor(max_workers=min(jobs, len(runs)), mp_context=context,
-                             initializer=_init_worker, initargs=(threads,)) as pool:
-        futures = [pool.submit(_evaluate, run, metric, None, loggers, where)
-                   for run, where in zip(runs, wheres, strict=True)]
-        return [f.result() for f in futures]
+    return run_in_workers(_evaluate, [(run, metric, None, loggers, where) for run, where
+                                      in zip(runs, wheres, strict=True)],
+                          min(jobs, len(runs)), threads)
 
 
 def _trial_where(space: dict, key: str, number: int, point: dict) -> str:
