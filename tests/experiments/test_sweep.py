@@ -6,6 +6,7 @@ import time
 import tomllib
 
 import pytest
+import torch
 
 from fedsparse import ConfigError
 from fedsparse.cli import main
@@ -178,6 +179,28 @@ def test_a_failed_or_stopped_parallel_sweep_does_not_run_its_queued_points_first
     with pytest.raises(ValueError, match="non-negative"):
         run_in_workers(time.sleep, [(-1,)] + [(10,)] * 6, 2, 1)
     assert time.monotonic() - start < 20
+
+
+def test_a_worker_s_progress_bars_hold_no_semaphore_a_stopped_worker_would_leak(monkeypatch):
+    # a worker stopped by run_in_workers runs no clean-up: a multiprocessing lock it made
+    # (tqdm's default, even for a disabled bar) is reported as leaked when fedsparse exits
+    import multiprocessing.synchronize
+
+    import tqdm.std
+    from tqdm.auto import tqdm as bar
+
+    from fedsparse.experiments.sweep import _init_worker
+
+    # a fresh worker's tqdm: no lock made yet
+    monkeypatch.delattr(tqdm.std.TqdmDefaultWriteLock, "mp_lock", raising=False)
+    for cls in bar.__mro__:
+        if "_lock" in vars(cls):
+            monkeypatch.delattr(cls, "_lock")
+    monkeypatch.setattr(torch, "set_num_threads", lambda n: None)
+    _init_worker(1)
+    with bar(total=1, disable=True) as progress:  # as the round loop's
+        locks = getattr(progress.get_lock(), "locks", [progress.get_lock()])
+    assert not any(isinstance(lock, multiprocessing.synchronize.SemLock) for lock in locks)
 
 
 def test_seeds_compare_means_and_a_diverging_seed_disqualifies(regression):

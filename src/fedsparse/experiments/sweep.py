@@ -218,9 +218,15 @@ def run_in_workers(fn, calls: list[tuple], workers: int, threads: int) -> list:
 
 
 def _init_worker(threads: int) -> None:
+    import threading
+
     import torch
+    from tqdm.auto import tqdm  # the round loop's bar
 
     torch.set_num_threads(threads)
+    # a thread lock for tqdm's (disabled) bars, not its default cross-process one: a
+    # worker stopped by run_in_workers leaves no semaphore for Python to report as leaked
+    tqdm.set_lock(threading.RLock())
 
 
 def _evaluate(run: dict, metric: str, cache: dict | None = None, loggers=()) -> dict:
