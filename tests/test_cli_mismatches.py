@@ -272,11 +272,14 @@ def _damage(folder: Path, how: str) -> None:
         (folder / "config.toml").write_text("x = [")
     elif how == "bad history":
         next(folder.rglob("history.jsonl")).write_text("{nope\n")
+    elif how == "page folder":
+        (folder / "report.html").mkdir()
 
 
 @pytest.mark.parametrize("how, expected", [
     ("bad json", "summary.json: not valid JSON"), ("list", "holds a JSON list"),
-    ("bad toml", "config.toml: not valid TOML"), ("bad history", "line 1: not valid JSON")])
+    ("bad toml", "config.toml: not valid TOML"), ("bad history", "line 1: not valid JSON"),
+    ("page folder", "report.html is a folder, where the report writes its page")])
 def test_report_names_the_damaged_file_and_still_writes_the_others(tiny, tmp_path, how,
                                                                    expected, cli):
     runs = tmp_path / "runs"
@@ -287,7 +290,7 @@ def test_report_names_the_damaged_file_and_still_writes_the_others(tiny, tmp_pat
     assert code == 2 and "Traceback" not in err
     assert expected in err and "no report for 1 folder(s)" in err
     assert (runs / "good" / "report.html").is_file()
-    assert not (runs / "bad" / "report.html").exists()
+    assert not (runs / "bad" / "report.html").is_file()
 
 
 def test_a_damaged_manifest_is_named_as_damaged(tiny, tmp_path, cli):

@@ -83,14 +83,17 @@ def write_reports(path: str | Path, on_error=None) -> list[Path]:
     does not stop the others' pages."""
     pages = []
     for folder in report_folders(path):
+        page = folder / PAGE
         try:
+            if page.is_dir():
+                raise ConfigError(f"{page} is a folder, where the report writes its page; "
+                                  "rename or move that folder")
             text = render(folder)
         except ConfigError as exc:
             if on_error is None:
                 raise
             on_error(folder, exc)
             continue
-        page = folder / PAGE
         page.write_text(text, encoding="utf-8")
         _record(page)
         pages.append(page)
