@@ -70,6 +70,8 @@ def test_plot_draws_on_given_axes_and_refuses_unrecorded_metrics():
         _history().plot("accuracy", ax=ax)
     with pytest.raises(ConfigError, match="x='bytes'.*it records round, objective"):
         _history().plot("objective", x="bytes", ax=ax)
+    with pytest.raises(ConfigError, match=r"'objectve'.* \(did you mean 'objective'\?\)"):
+        _history().plot("objectve", ax=ax)
     with pytest.raises(ConfigError, match=r"y='support_f1'.*plot\(metric='support_f1'"):
         _history().plot(y="support_f1", ax=ax)
     with pytest.raises(ConfigError, match="ax=3 is invalid: must be a matplotlib Axes"):

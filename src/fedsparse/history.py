@@ -170,7 +170,10 @@ class History:
                        f"(plot(metric={kwargs['y']!r}, x=...))")
         for name, value in (("metric", metric), ("x", x)):
             if value not in self.recorded():
-                raise fail(name, value, "is not recorded by this run; it records "
+                from .experiments.config_checks import did_you_mean
+
+                raise fail(name, value, "is not recorded by this run"
+                           f"{did_you_mean(value, self.recorded())}; it records "
                            + ", ".join(self.recorded()))
         if band not in (None, "std", "ci95"):
             raise fail("band", band, '"std", "ci95" or None')
