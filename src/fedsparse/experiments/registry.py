@@ -167,10 +167,10 @@ TIMED = " on an H100, estimated"
 
 INFO: dict[str, ExperimentInfo] = {
     "fedht-default": ExperimentInfo("fedht", "Figure 3", "10 s"),
-    "fedht-fig1": ExperimentInfo("fedht", "Figure 1", "4 min"),
-    "fedht-fig2": ExperimentInfo("fedht", "Figure 2", "3 min"),
-    "fedht-fig3": ExperimentInfo("fedht", "Figure 3", "1 min"),
-    "fedht-fig3-auto": ExperimentInfo("fedht", "Figure 3 (equal step)", "1 min"),
+    "fedht-fig1": ExperimentInfo("fedht", "Figure 1", "75 s"),
+    "fedht-fig2": ExperimentInfo("fedht", "Figure 2", "55 s"),
+    "fedht-fig3": ExperimentInfo("fedht", "Figure 3", "35 s"),
+    "fedht-fig3-auto": ExperimentInfo("fedht", "Figure 3 (equal step)", "40 s"),
     "fedht-fig3-literal-loss": ExperimentInfo("fedht", "Figure 3 (literal loss)", "1 min"),
     "fedht-fig3-minibatch": ExperimentInfo("fedht", "Figure 3 (mini-batches)", "2 min"),
     "fedht-fig3-one-over-n": ExperimentInfo("fedht", "Figure 3 (1/n objective)", "1.5 min"),
