@@ -39,6 +39,17 @@ def _is_bool(value) -> bool:
     return numpy is not None and isinstance(value, numpy.bool_)
 
 
+def finite_number(value) -> bool:
+    """A number, not a boolean, that a float holds finitely: not NaN, an infinity or an
+    integer too large for a float (``10**400``, as an edited file may hold)."""
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
+
+
 def shown(value) -> str:
     """``repr(value)`` for a short scalar; else its type (the repr of a memo-shared
     nested list from a hostile file could be gigabytes long)."""

@@ -8,7 +8,7 @@ import math
 import re
 from dataclasses import dataclass
 
-from .._validation import fail
+from .._validation import fail, finite_number
 from ..cli_common import parse_value
 from .config import RUN_KEYS
 
@@ -91,7 +91,7 @@ def parse_space(text: str, name: str = "param") -> Space:
         if not all(isinstance(a, bool | int | float | str) for a in args):
             raise fail(name, text, "choice values must be numbers, booleans or text")
         return Space("choice", choices=tuple(args))
-    if len(args) != 2 or not all(_finite(a) for a in args):
+    if len(args) != 2 or not all(finite_number(a) for a in args):
         raise fail(name, text, f"{kind}(LOW, HIGH) takes two finite numbers")
     low, high = args
     if not low < high:
@@ -103,17 +103,6 @@ def parse_space(text: str, name: str = "param") -> Space:
     if kind in ("int", "logint") and not (float(low).is_integer() and float(high).is_integer()):
         raise fail(name, text, f"{kind}(...) takes integer bounds")
     return Space(kind, float(low), float(high))
-
-
-def _finite(value) -> bool:
-    """A number (not a boolean) that a float holds finitely: an integer too large for a
-    float (``10**400``) is not one."""
-    if not isinstance(value, int | float) or isinstance(value, bool):
-        return False
-    try:
-        return math.isfinite(value)
-    except OverflowError:
-        return False
 
 
 def _split_args(inner: str) -> list[str]:

@@ -16,6 +16,7 @@ from typing import Protocol
 import numpy as np
 from matplotlib.ticker import FuncFormatter, MaxNLocator, NullFormatter
 
+from .._validation import finite_number
 from ..metric_names import higher_is_better
 
 __all__ = [
@@ -107,7 +108,7 @@ def spans_decades(values, decades: float) -> bool:
 def auto_log(metric: str, values, decades: float = VALUE_LOG_DECADES) -> bool:
     """True when ``metric``'s ``values`` (None and non-finite ones ignored) are all positive
     and span ``decades`` or more, and the metric is not accuracy-like."""
-    finite = [float(v) for v in values if _finite(v)]
+    finite = [float(v) for v in values if finite_number(v)]
     return (not higher_is_better(metric) and bool(finite) and min(finite) > 0
             and spans_decades(finite, decades))
 
@@ -181,11 +182,11 @@ def _series(history: RunHistory, x: str, y: str, logy: bool = False):
     ys = history.column(y, with_initial=True)
     ss = history.column(f"{y}_std", with_initial=True) if history.seeds else [None] * len(ys)
     keep = [(a, b, s) for a, b, s in zip(xs, ys, ss, strict=True)
-            if _finite(a) and _finite(b) and (not logy or b > 0)]
+            if finite_number(a) and finite_number(b) and (not logy or b > 0)]
     if not keep:
         return np.empty(0), np.empty(0), None
     a, b, s = zip(*keep, strict=True)
-    stds = np.array([v if _finite(v) else 0.0 for v in s], dtype=float) \
+    stds = np.array([v if finite_number(v) else 0.0 for v in s], dtype=float) \
         if history.seeds else None
     return np.asarray(a, dtype=float), np.asarray(b, dtype=float), stds
 
@@ -207,10 +208,6 @@ def band_halfwidth(stds: np.ndarray, n: int, band: str) -> np.ndarray:
 
     return t.ppf(0.975, n - 1) * stds / math.sqrt(n)
 
-
-
-def _finite(v) -> bool:
-    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
 
 
 def seed_note(history: RunHistory) -> str:

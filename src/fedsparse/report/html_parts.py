@@ -130,17 +130,6 @@ def _read_toml(path: Path) -> tuple[str, dict]:
         raise ConfigError(f"{path}: not valid TOML ({exc})") from None
 
 
-def _number(v) -> bool:
-    """A finite number that a float holds: an integer of 400 digits (an edited file's)
-    is not one, nor NaN or an infinity."""
-    if not isinstance(v, int | float) or isinstance(v, bool):
-        return False
-    try:
-        return math.isfinite(v)
-    except OverflowError:
-        return False
-
-
 def _spans(values, decades: float) -> bool:
     pos = [v for v in values if v > 0]
     return len(pos) >= 2 and math.log10(max(pos) / min(pos)) >= decades

@@ -27,6 +27,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib.ticker import FuncFormatter, MaxNLocator  # noqa: E402
 
+from .._validation import finite_number  # noqa: E402
 from ..history import History  # noqa: E402
 from ..metric_names import higher_is_better  # noqa: E402
 
@@ -38,7 +39,6 @@ from .axes import (  # noqa: E402
     LINESTYLES,
     MARKERS,
     VALUE_LOG_DECADES,
-    _finite,
     _seed_counts,
     _series,
     auto_log,
@@ -244,8 +244,8 @@ def sweep_figure(table: dict[str, list[dict]], *, field: str, metric: str,
     """
     up = higher_is_better(metric) if maximize is None else maximize
     xs_all = [p["x"] for pts in table.values() for p in pts]
-    numeric = all(_finite(v) for v in xs_all)
-    if not any(_finite(p["value"]) for pts in table.values() for p in pts):
+    numeric = all(finite_number(v) for v in xs_all)
+    if not any(finite_number(p["value"]) for pts in table.values() for p in pts):
         return None
     categories = list(dict.fromkeys(repr(v) if not isinstance(v, str) else v for v in xs_all))
     log_y = not up and auto_log(metric, [p["value"] for pts in table.values() for p in pts],
@@ -257,7 +257,7 @@ def sweep_figure(table: dict[str, list[dict]], *, field: str, metric: str,
         pos = [float(p["x"]) if numeric else
                categories.index(repr(p["x"]) if not isinstance(p["x"], str) else p["x"])
                for p in pts]
-        ok = [(a, p) for a, p in zip(pos, pts, strict=True) if _finite(p["value"])]
+        ok = [(a, p) for a, p in zip(pos, pts, strict=True) if finite_number(p["value"])]
         style = line_style(i, max(len(pts), 1), len(table)) | {"markevery": None}
         if ok:
             a = np.array([q[0] for q in ok])

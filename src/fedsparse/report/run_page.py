@@ -8,13 +8,13 @@ import datetime
 import json
 from pathlib import Path
 
+from .._validation import finite_number
 from ..history import read_json_object, read_records
 from ..runs import summary_rows
 from .html_parts import (
     COLORS,
     DASHES,
     _charts_html,
-    _number,
     _read_toml,
     _spans,
     cell,
@@ -45,7 +45,7 @@ def _numeric_fields(records: list[dict]) -> list[str]:
     names: dict[str, None] = {}
     for r in records:
         for k, v in r.items():
-            if _number(v):
+            if finite_number(v):
                 names[k] = None
     return list(names)
 
@@ -86,7 +86,8 @@ def run_page(folder: Path) -> str:
             ("runs", str(len(rows)) if rows else ""),
             ("seeds", str(summary.get("seeds", "")) if summary.get("seeds", 1) != 1 else ""),
             ("device", _devices(summary, rows)),
-            ("took", f"{summary['seconds']:.1f} s" if _number(summary.get("seconds")) else ""),
+            ("took", f"{summary['seconds']:.1f} s" if finite_number(summary.get("seconds"))
+             else ""),
             ("report", datetime.datetime.now().isoformat(timespec="minutes"))]
     return page(title, config.get("description", ""), meta, sections, {"charts": charts})
 
@@ -214,10 +215,10 @@ def _charts(rows: list[dict], histories: dict[int, list[dict]], config: dict) ->
                     pts, band = [], []
                     for rec in histories[i]:
                         a, b = rec.get(x), rec.get(y)
-                        if _number(a) and _number(b):
+                        if finite_number(a) and finite_number(b):
                             pts.append([a, b])
                             sd = rec.get(f"{y}_std")
-                            if _number(sd):
+                            if finite_number(sd):
                                 band.append([a, b - sd, b + sd])
                     if pts:
                         series.append({"name": rows[i].get("label", ""), "points": pts,

@@ -7,12 +7,12 @@ import csv
 import datetime
 from pathlib import Path
 
+from .._validation import finite_number
 from ..history import read_json_object
 from .html_parts import (
     COLORS,
     DASHES,
     _charts_html,
-    _number,
     _read_toml,
     _spans,
     cell,
@@ -123,18 +123,19 @@ def _sweep_charts(rows: list[dict], fields: list[str], metric: str | None,
     charts = []
     for field in fields:
         xs = [r.get(field) for r in rows]
-        if not all(_number(v) for v in xs):
+        if not all(finite_number(v) for v in xs):
             continue
         series = []
         for k, run in enumerate(dict.fromkeys(r.get("run") for r in rows)):
             pts = sorted([r[field], r[metric]] for r in rows
-                         if r.get("run") == run and _number(r.get(metric)))
+                         if r.get("run") == run and finite_number(r.get(metric)))
             if pts:
                 star = (best.get(run) or {}).get("params") or {}
+                starred = field in star and finite_number(best[run].get("value"))
                 series.append({"name": str(run), "points": pts, "band": [],
                                "color": COLORS[k % len(COLORS)], "dash": DASHES[k % len(DASHES)],
-                               "markers": True, "star": [star[field], best[run]["value"]]
-                               if field in star and _number(best[run].get("value")) else None})
+                               "markers": True,
+                               "star": [star[field], best[run]["value"]] if starred else None})
         if series:
             charts.append({"id": f"chart-{len(charts)}", "x": field, "y": metric,
                            "title": f"{metric} vs {field}", "series": series,
