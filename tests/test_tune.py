@@ -72,6 +72,10 @@ def test_spaces_parse(text, space):
     ("uniform(-1e308, 1e308)", "needs HIGH - LOW to be a finite number"),
     ("choice(0.1, , 0.3)", "has an empty value between commas"),
     ("choice(,)", "has an empty value between commas"),
+    # the list form takes what choice(...) takes, no more
+    ("choice(0.1, nan)", "choice values must be finite numbers, booleans or text"),
+    ("[0.1, nan]", "choice values must be finite numbers, booleans or text"),
+    ("[[1, 2]]", "choice values must be finite numbers, booleans or text"),
 ])
 def test_bad_spaces_are_refused_by_name(text, message):
     with pytest.raises(fs.ConfigError, match=r"^--param a\.b=.* is invalid: .*" +

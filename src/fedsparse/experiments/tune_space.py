@@ -76,7 +76,7 @@ def parse_space(text: str, name: str = "param") -> Space:
         values = parse_value(stripped)
         if not isinstance(values, list) or not values:
             raise fail(name, text, f"must be one of {forms}")
-        return Space("choice", choices=tuple(values))
+        return _choice(values, name, text)
     match = _SPACE.match(stripped)
     if not match:
         raise fail(name, text, f"must be one of {forms}")
@@ -88,9 +88,7 @@ def parse_space(text: str, name: str = "param") -> Space:
     if kind == "choice":
         if not args:
             raise fail(name, text, "choice(...) needs at least one value")
-        if not all(isinstance(a, bool | int | float | str) for a in args):
-            raise fail(name, text, "choice values must be numbers, booleans or text")
-        return Space("choice", choices=tuple(args))
+        return _choice(args, name, text)
     if len(args) != 2 or not all(finite_number(a) for a in args):
         raise fail(name, text, f"{kind}(LOW, HIGH) takes two finite numbers")
     low, high = args
@@ -103,6 +101,14 @@ def parse_space(text: str, name: str = "param") -> Space:
     if kind in ("int", "logint") and not (float(low).is_integer() and float(high).is_integer()):
         raise fail(name, text, f"{kind}(...) takes integer bounds")
     return Space(kind, float(low), float(high))
+
+
+def _choice(values: list, name: str, text: str) -> Space:
+    """The choice among ``values`` (of ``choice(...)`` or ``[...]`` alike): each a finite
+    number, a boolean or text."""
+    if not all(isinstance(v, bool | str) or finite_number(v) for v in values):
+        raise fail(name, text, "choice values must be finite numbers, booleans or text")
+    return Space("choice", choices=tuple(values))
 
 
 def _split_args(inner: str) -> list[str]:
