@@ -228,7 +228,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     sweep.add_argument("--seeds", type=int, metavar="N",
                        help="run each point over N seeds and compare the mean")
     sweep.add_argument("--jobs", type=int, default=1, metavar="N",
-                       help="run grid points in N processes (same results as serial)")
+                       help="run grid points in N processes, at most one per CPU (same results "
+                       "as serial)")
     _add_search_overrides(sweep, "grid point", "a grid", "runs/NAME-sweep")
     sweep.add_argument("--quiet", action="store_true",
                        help="no line per grid point (the table and the files are printed)")
@@ -267,8 +268,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     tune.add_argument("--seeds", type=int, metavar="N",
                       help="run each trial over N seeds and compare the mean")
     tune.add_argument("--jobs", type=int, default=1, metavar="N",
-                      help="run N trials at once in N processes (the sampler proposes N "
-                      "at a time; repeatable for a given N)")
+                      help="run N trials at once, in up to N processes (at most one per "
+                      "CPU; the sampler proposes N at a time; repeatable for a given N)")
     tune.add_argument("--sampler", choices=("tpe", "gp", "random"), default="tpe",
                       help="Optuna's sampler between the start and the refinement "
                       "(default tpe; random: every trial at random, no phases)")

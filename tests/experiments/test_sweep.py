@@ -181,6 +181,26 @@ def test_a_failed_or_stopped_parallel_sweep_does_not_run_its_queued_points_first
     assert time.monotonic() - start < 20
 
 
+def test_workers_are_never_more_than_the_cpus(monkeypatch):
+    # --jobs 100 on two cores would start 100 processes, each with its own torch
+    import os
+    from concurrent.futures import ProcessPoolExecutor
+
+    from fedsparse.experiments import sweep
+
+    started = []
+
+    class Counted(ProcessPoolExecutor):
+        def __init__(self, *args, max_workers, **kwargs):
+            started.append(max_workers)
+            super().__init__(*args, max_workers=max_workers, **kwargs)
+
+    monkeypatch.setattr(sweep, "ProcessPoolExecutor", Counted)
+    monkeypatch.setattr(os, "cpu_count", lambda: 1)
+    assert run_in_workers(abs, [(-1,), (2,), (-3,)], 3, 1) == [1, 2, 3]
+    assert started == [1]
+
+
 def test_a_worker_s_progress_bars_hold_no_semaphore_a_stopped_worker_would_leak(monkeypatch):
     # a worker stopped by run_in_workers runs no clean-up: a multiprocessing lock it made
     # (tqdm's default, even for a disabled bar) is reported as leaked when fedsparse exits

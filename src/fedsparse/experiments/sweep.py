@@ -68,9 +68,9 @@ def run_sweep(config: dict, grid: dict[str, list], *, out: str | Path | None = N
         (accuracy, f1, precision, recall: maximised; the rest minimised).
     seeds : run each point over this many seeds (:func:`.seeds.with_seed`) and compare
         the mean; a point diverged if any seed diverged.
-    jobs : grid points run in this many worker processes (spawned; each uses
-        ``cpu_count // jobs`` torch threads). Every point is a function of its config and
-        seeds only, so the results are those of a serial sweep.
+    jobs : grid points run in this many worker processes (spawned, at most one per
+        CPU; each uses ``cpu_count // jobs`` torch threads). Every point is a function of
+        its config and seeds only, so the results are those of a serial sweep.
     log : called with each progress line and the pivot table.
     loggers : experiment trackers (:func:`fedsparse.loggers.resolve_loggers`) that get
         every run at every point (and seed) as a run named ``<run>/<field>=<value>``,
@@ -195,7 +195,8 @@ def _execute(runs: list[dict], metric: str, jobs: int, cache: dict, loggers=()) 
 
 def run_in_workers(fn, calls: list[tuple], workers: int, threads: int) -> list:
     """``[fn(*args) for args in calls]``, in ``workers`` spawned processes of ``threads``
-    torch threads each.
+    torch threads each, but never more processes than CPUs: more cannot run faster, and
+    each holds its own torch and data (``--jobs 100`` on two cores would start 100).
 
     On the first error, or Ctrl-C or SIGTERM while waiting, the calls not started are
     cancelled and the workers stopped before it propagates: a pool left to wind down by
@@ -204,6 +205,7 @@ def run_in_workers(fn, calls: list[tuple], workers: int, threads: int) -> list:
     """
     # spawn, not fork: a forked child inherits torch's thread pool in an undefined state
     context = multiprocessing.get_context("spawn")
+    workers = min(workers, os.cpu_count() or 1)
     with ProcessPoolExecutor(max_workers=workers, mp_context=context,
                              initializer=_init_worker, initargs=(threads,)) as pool:
         futures = [pool.submit(fn, *args) for args in calls]

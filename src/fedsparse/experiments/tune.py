@@ -107,7 +107,8 @@ def run_tune(config: dict, space: dict[str, Space | str], *, trials: int,
     metric : record field compared at the last round.
     maximize : True / False; None = by the metric's name (as in a sweep).
     seeds : run each trial over this many seeds and compare the mean.
-    jobs : trials run in batches of this many, in parallel processes.
+    jobs : trials run in batches of this many, in parallel processes (at most one per
+        CPU; the batches, and so the trials, are the same on any machine).
     sampler : "tpe" (default), "gp" or "random".
     sampler_seed : the sampler's seed (run i's study uses ``sampler_seed + i``).
     log : called with each trial's line and the final table.
