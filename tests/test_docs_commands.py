@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from fedsparse.cli import _leaf_parser, build_parser
+from fedsparse.cli import build_parser
+from fedsparse.cli_common import leaf_parser
 from fedsparse.cli_run import _apply_overrides
 from fedsparse.data import GENERATORS
 from fedsparse.experiments.builders import (
@@ -107,7 +108,7 @@ def _check_buildable_without_data(run: dict) -> None:
 def _names_a_command(parser, argv: list[str]) -> bool:
     """Whether ``argv`` is only the names of nested sub-commands, as prose mentions them."""
     for word in argv:
-        leaf = _leaf_parser(parser, [word])
+        leaf = leaf_parser(parser, [word])
         if leaf is parser:
             return False
         parser = leaf

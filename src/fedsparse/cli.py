@@ -8,7 +8,6 @@ are only built when one of them runs, so ``fedsparse --help`` answers at once.
 from __future__ import annotations
 
 import argparse
-import difflib
 import importlib.util
 import os
 import select
@@ -22,9 +21,11 @@ from .cli_commands import cmd_list, cmd_report, cmd_show, cmd_sweep, cmd_tune
 from .cli_common import (
     DEFAULT_EXPERIMENT,
     folder,
+    leaf_parser,
     name_typed_options,
     parse_value,
     resolve_experiment,
+    unknown_options,
 )
 from .cli_run import _apply_overrides as _apply_overrides  # (tests import it from here)
 from .cli_run import cmd_run
@@ -63,49 +64,6 @@ class _Parser(argparse.ArgumentParser):
     def __init__(self, *args, **kwargs):
         kwargs.setdefault("allow_abbrev", False)
         super().__init__(*args, **kwargs)
-
-
-def _leaf_parser(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.ArgumentParser:
-    """The sub-command parser that ``argv`` reaches (``fedsparse flower app ...`` -> app)."""
-    for token in argv:
-        subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
-        if subs and token in subs[0].choices:
-            parser = subs[0].choices[token]
-    return parser
-
-
-#: Options that one command spells another way: ``run`` and ``flower app`` replace an
-#: earlier run with --force, ``data write`` an earlier data set with --overwrite.
-_SYNONYMS = {"--force": "--overwrite", "--overwrite": "--force"}
-
-
-def _unknown_options(parser: argparse.ArgumentParser, extra: list[str],
-                     argv: list[str]) -> str:
-    """"unrecognized arguments: ..." with, for each unknown option, the options it may
-    have meant."""
-    options = [o for a in parser._actions for o in a.option_strings if o.startswith("--")]
-    notes = []
-    for token in extra:
-        if not token.startswith("--"):
-            continue
-        name = token.split("=", 1)[0]
-        close = [o for o in options if o.startswith(name)] or \
-            difflib.get_close_matches(name, options, n=2, cutoff=0.6)
-        if _SYNONYMS.get(name) in options:
-            notes.append(f"{name} is not an option of this command; it says "
-                         f"{_SYNONYMS[name]}")
-            continue
-        if name == "--seed" and "--seeds" in options:
-            after = argv[argv.index(token) + 1:argv.index(token) + 2]
-            value = token.split("=", 1)[1] if "=" in token else (
-                after[0] if after and after[0].isdigit() else "N")
-            notes.append(f"{name} is not an option (options are never abbreviated): the run "
-                         f"seed is --set seed={value}, the data seed --set data.seed={value}; "
-                         "--seeds N repeats every run over N seeds")
-        elif close:
-            notes.append(f"{name} is not an option (options are never abbreviated); did you "
-                         f"mean {' or '.join(close)}?")
-    return f"unrecognized arguments: {' '.join(extra)}" + "".join(f"\n  {n}" for n in notes)
 
 
 def _param(text: str) -> tuple[str, str]:
@@ -351,8 +309,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser(only=_command_of(argv))
     args, extra = parser.parse_known_args(argv)
     if extra:  # exits with status 2, naming the options the user may have meant
-        leaf = _leaf_parser(parser, argv)
-        leaf.error(_unknown_options(leaf, extra, argv))
+        leaf = leaf_parser(parser, argv)
+        leaf.error(unknown_options(leaf, extra, argv))
     args.argv = argv  # the exact command, for the messages that say how to go on
     try:
         with warnings.catch_warnings():

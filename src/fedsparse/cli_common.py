@@ -154,3 +154,46 @@ def check_count_options(args) -> None:
     if seeds is not None:  # each replicate is a round at least (a run's own check: later)
         check_work(seeds * (rounds or 1), f"--seeds {seeds}" + (
             f" of --rounds {rounds}" if rounds else ""), what="rounds in all")
+
+
+def leaf_parser(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.ArgumentParser:
+    """The sub-command parser that ``argv`` reaches (``fedsparse flower app ...`` -> app)."""
+    for token in argv:
+        subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        if subs and token in subs[0].choices:
+            parser = subs[0].choices[token]
+    return parser
+
+
+#: Options that one command spells another way: ``run`` and ``flower app`` replace an
+#: earlier run with --force, ``data write`` an earlier data set with --overwrite.
+_SYNONYMS = {"--force": "--overwrite", "--overwrite": "--force"}
+
+
+def unknown_options(parser: argparse.ArgumentParser, extra: list[str],
+                     argv: list[str]) -> str:
+    """"unrecognized arguments: ..." with, for each unknown option, the options it may
+    have meant."""
+    options = [o for a in parser._actions for o in a.option_strings if o.startswith("--")]
+    notes = []
+    for token in extra:
+        if not token.startswith("--"):
+            continue
+        name = token.split("=", 1)[0]
+        close = [o for o in options if o.startswith(name)] or \
+            difflib.get_close_matches(name, options, n=2, cutoff=0.6)
+        if _SYNONYMS.get(name) in options:
+            notes.append(f"{name} is not an option of this command; it says "
+                         f"{_SYNONYMS[name]}")
+            continue
+        if name == "--seed" and "--seeds" in options:
+            after = argv[argv.index(token) + 1:argv.index(token) + 2]
+            value = token.split("=", 1)[1] if "=" in token else (
+                after[0] if after and after[0].isdigit() else "N")
+            notes.append(f"{name} is not an option (options are never abbreviated): the run "
+                         f"seed is --set seed={value}, the data seed --set data.seed={value}; "
+                         "--seeds N repeats every run over N seeds")
+        elif close:
+            notes.append(f"{name} is not an option (options are never abbreviated); did you "
+                         f"mean {' or '.join(close)}?")
+    return f"unrecognized arguments: {' '.join(extra)}" + "".join(f"\n  {n}" for n in notes)
