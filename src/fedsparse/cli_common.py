@@ -117,7 +117,6 @@ def resolve_experiment(name_or_path: str | None) -> tuple[str, dict | None, obje
     if not name.strip():
         raise fail("experiment", name, "must be a named experiment (`fedsparse list`) or a "
                    "TOML file; leave it out for the default, " + DEFAULT_EXPERIMENT)
-    tomls, pythons = toml_experiments(), python_experiments()
     if any(len(part.encode()) > 255 for part in Path(name).parts):  # (the OS would refuse)
         raise fail("experiment", f"{name[:60]}... ({len(name)} characters)", "must be a "
                    "named experiment (`fedsparse list`) or a TOML file, whose name is at "
@@ -125,6 +124,7 @@ def resolve_experiment(name_or_path: str | None) -> tuple[str, dict | None, obje
     # a folder of the experiment's name (an earlier run's --out) does not hide it
     if name.endswith(".toml") or "/" in name or Path(name).is_file():
         return Path(name).stem, load_config(name), None  # says what is wrong with the path
+    tomls, pythons = toml_experiments(), python_experiments()
     if name in tomls:
         return name, load_config(tomls[name]), None
     if name in pythons:
