@@ -14,6 +14,7 @@ from fedsparse.algorithms.personalized import (
     fedmac_bits,
 )
 from fedsparse.metrics import evaluate_personal
+from fedsparse.problems.neural import NeuralProblem
 
 F64 = torch.float64
 
@@ -477,6 +478,39 @@ def test_runs_on_a_neural_problem_and_records_both_models(name):
     assert min((personal[i] - personal[j]).abs().max() for i in trained for j in trained
                if j < i) > 1e-3
     assert repr(algo).startswith(name + "(")
+
+
+@pytest.mark.parametrize("name", ["fedmac", "pfedme"])
+def test_the_theta_step_block_by_block_is_the_whole_gradient_step_bit_for_bit(name):
+    # On the CPU an MLP takes the theta step one column block of the gradient at a time
+    # (eq. 9's terms built per block, by rows of two clients here); a problem whose
+    # gradient is its own takes it on the whole (S, P) gradient: the same bits, float32
+    # and with both smoothed-l1 terms on
+    class WholeGradient(NeuralProblem):
+        def grad(self, params, X, y, w):
+            return super().grad(params, X, y, w)
+
+    data = label_skew(N=5, C=3, d=6, seed=2, layout="pooled")
+    blockwise = fs.problems.neural(fs.models.mlp(6, (7,), 3), chunk_clients=2)
+    whole = WholeGradient(fs.models.mlp(6, (7,), 3), chunk_clients=2)
+    extra = {"gamma_w": 0.5} if name == "fedmac" else {}
+    algo = getattr(fs.algorithms, name)(lam=0.5, step_size=0.1, personal_step_size=0.2,
+                                        gamma=0.3, rho=0.5, local_steps=3, batch_size=4,
+                                        **extra)
+    results = []
+    for problem in (blockwise, whole):
+        bound = algo.bind(problem, data)
+        state = bound.init(problem, seed=1)
+        state["model"] = torch.randn(problem.param_dim(),
+                                     generator=torch.Generator().manual_seed(3))
+        clients = torch.arange(5)
+        ctx = ClientContext(problem, data.train, clients, 0, 0)
+        uploads, personal, _ = bound.client_update(bound.broadcast(state, clients), ctx)
+        results.append((uploads, personal))
+    (w_block, theta_block), (w_whole, theta_whole) = results
+    assert torch.equal(w_block, w_whole)
+    assert torch.equal(theta_block["personal"], theta_whole["personal"])
+    assert (theta_block["personal"] == 0).any()  # rule Z zeroed entries: gamma was on
 
 
 def test_fedmac_pm_beats_its_gm_on_label_skewed_data():

@@ -12,9 +12,9 @@ from fedsparse._validation import ConfigError
 from fedsparse.problems._neural_paths import auto_path
 from fedsparse.problems.neural import NeuralProblem
 from fedsparse.problems.neural_spec import neural_from_spec
+from fedsparse.problems.protocol import proximal_term
 
 F64 = torch.float64
-
 
 
 def _conv_net(norm):
@@ -591,7 +591,7 @@ def test_a_step_in_place_is_the_gradient_step_bit_for_bit(layout, anchor):
         g.add_(params - pull, alpha=mu)
     expected = params.clone().sub_(g, alpha=0.3)
     before = store.clone()
-    stepped = problem.descend_(params, X, y, w, 0.3, mu=mu, anchor=pull)
+    stepped = problem.descend_(params, X, y, w, 0.3, term=proximal_term(params, mu, pull))
     assert stepped is params and torch.equal(params, expected)
     if layout == "rows at an offset":  # the rows outside the view are left alone
         assert torch.equal(store[:2], before[:2])

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from .._validation import check_choice, check_float, check_int, fail
-from ..problems.protocol import proximal_grad
+from ..problems.protocol import proximal_grad, proximal_term
 from .base import ClientContext
 
 OPTIMIZERS = ("sgd", "adam")
@@ -110,10 +110,11 @@ def local_train(opt: LocalOptimizer, x: torch.Tensor, ctx: ClientContext, *,
     b1, b2 = opt.betas
     ctx.prefetch(range(first_step, first_step + opt.local_steps), opt.batch_size)
     plain = m is None and opt.optimizer == "sgd" and not opt.momentum
+    proximal = proximal_term(x, mu, anchor) if plain else None
     for k in range(opt.local_steps):
         X, y, w = ctx.batch(first_step + k, opt.batch_size)
         if plain:  # x -= eta (g + mu (x - anchor)): a problem may do it without forming g
-            ctx.problem.descend_(x, X, y, w, opt.step_size, mu=mu, anchor=anchor)
+            ctx.problem.descend_(x, X, y, w, opt.step_size, term=proximal)
             continue
         g = proximal_grad(ctx.problem, x, X, y, w, mu, anchor)  # new: updated in place below
         if m is not None:

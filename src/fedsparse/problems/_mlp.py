@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from ..models.layout import ParamLayout
+from .protocol import WHOLE
 
 
 def mlp_layers(module: nn.Module, layout: ParamLayout):
@@ -71,21 +72,22 @@ def mlp_grad(layers, p: torch.Tensor, X: torch.Tensor, y: torch.Tensor, w: torch
 
 
 def mlp_descend_(layers, p: torch.Tensor, X: torch.Tensor, y: torch.Tensor,
-                 w: torch.Tensor, step_size: float, mu: float = 0.0,
-                 anchor: torch.Tensor | None = None) -> torch.Tensor:
-    """``p -= step_size * (mlp_grad(layers, p, X, y, w) + mu (p - anchor))`` in place on
-    the (s, P) ``p`` (returned; ``anchor`` (P,) or (s, P)), each block of the gradient
-    subtracted from its slice of ``p``: no (s, P) gradient is written and read again, one
-    pass over s x P memory fewer a step (about a quarter of a CPU round of 100 clients of
-    the 784-100-10 MLP). The same bits as the step on the whole gradient: every entry is
-    computed by the same operations."""
+                 w: torch.Tensor, step_size: float, term=None, rows: slice = WHOLE[0]
+                 ) -> torch.Tensor:
+    """``p -= step_size * term(mlp_grad(layers, p, X, y, w))`` in place on the (s, P)
+    ``p`` (returned), each block of the gradient subtracted from its slice of ``p``: no
+    (s, P) gradient is written and read again, one pass over s x P memory fewer a step
+    (about a quarter of a CPU round of 100 clients of the 784-100-10 MLP). ``term`` (a
+    :data:`~fedsparse.problems.protocol.GradientTerm`, or None for the loss gradient)
+    gets each block with its place ``(rows, columns)``, ``rows`` being where ``p`` lies
+    in the caller's parameters. The same bits as the step on the whole gradient: every
+    entry is computed by the same operations."""
     blocks = _gradient_blocks(layers, p, X, y, w)  # all of them before p changes
     slices = [sl for weight, bias, _ in layers for sl in (weight, bias) if sl is not None]
     for sl, block in zip(slices, blocks, strict=True):
-        target = p[:, sl]
-        if mu:
-            block.add_(target - anchor[..., sl], alpha=mu)
-        target.sub_(block, alpha=step_size)
+        if term is not None:
+            block = term(block, (rows, sl))
+        p[:, sl].sub_(block, alpha=step_size)
     return p
 
 

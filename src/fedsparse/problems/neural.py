@@ -309,11 +309,10 @@ class NeuralProblem(Problem):
         """(S, P) gradient of each client's loss with respect to its parameters."""
         return self._run("grad", params, X, y, w)
 
-    def descend_(self, params, X, y, w, step_size: float, *, mu: float = 0.0,
-                 anchor: torch.Tensor | None = None) -> torch.Tensor:
-        """One local SGD step in place on the (S, P) ``params`` (returned), as
+    def descend_(self, params, X, y, w, step_size: float, *, term=None) -> torch.Tensor:
+        """One local step in place on the (S, P) ``params`` (returned), as
         :meth:`Problem.descend_`. On the CPU a plain ReLU MLP's closed form subtracts each
-        layer's gradient block (and proximal term) from its slice of ``params``
+        layer's gradient block (with ``term``'s part) from its slice of ``params``
         (:func:`mlp_descend_`): the same bits, with no (S, P) gradient written and read
         again. A GPU keeps the one subtraction: its round of small steps is bound by
         dispatched calls, not memory, and the blocks' slices and subtractions are six
@@ -323,21 +322,15 @@ class NeuralProblem(Problem):
                 or not isinstance(params, torch.Tensor) or params.ndim != 2 \
                 or params.device.type != "cpu" \
                 or params.shape != (S, self._layout.size) \
-                or y.shape != X.shape[:2] or w.shape != X.shape[:2] \
-                or (mu and not (isinstance(anchor, torch.Tensor) and anchor.shape in (
-                    params.shape, params.shape[1:]))):
-            # (grad checks the rest)
-            return super().descend_(params, X, y, w, step_size, mu=mu, anchor=anchor)
+                or y.shape != X.shape[:2] or w.shape != X.shape[:2]:
+            return super().descend_(params, X, y, w, step_size, term=term)  # (grad checks)
         device, dtype = params.device, params.dtype
         X, w, y = placed(X, device, dtype), placed(w, device, dtype), \
             placed(y, device, torch.long)
         for rows in chunks(S, None, self._chunk(X)) if S else []:
-            if rows is EVERY:
-                mlp_descend_(self._mlp, params, X, y, w, step_size, mu, anchor)
-            else:  # params[rows] is a view: the step lands in params
-                a = anchor[rows] if mu and anchor.ndim == 2 else anchor
-                mlp_descend_(self._mlp, params[rows], X[rows], y[rows], w[rows], step_size,
-                             mu, a)
+            # params[rows] is a view: the step lands in params
+            mlp_descend_(self._mlp, params[rows], X[rows], y[rows], w[rows], step_size,
+                         term, rows)
         return params
 
     def accuracy(self, params, X, y, w) -> torch.Tensor:

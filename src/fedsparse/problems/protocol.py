@@ -20,9 +20,21 @@ models (:class:`~fedsparse.problems.linear.LinearProblem`) add a Lipschitz bound
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from .._validation import ConfigError
+
+#: What a local objective adds to the loss gradient, column block by column block:
+#: ``term(block, at)`` returns the objective's gradient at ``params[at]`` given the loss
+#: gradient's ``block`` there (it may build it in ``block``), ``at`` a (rows, columns)
+#: pair of slices of the (S, P) parameters. It is called before ``params[at]`` changes,
+#: and may read any other tensor at ``at`` (FedMac's w_i, FedProx's anchor).
+GradientTerm = Callable[[torch.Tensor, tuple[slice, slice]], torch.Tensor]
+
+#: Every row and column: the ``at`` of a term applied to the whole (S, P) gradient.
+WHOLE = (slice(None), slice(None))
 
 #: Methods only linear-score problems define, and what each is for (said when it is missing).
 LINEAR_ONLY = {
@@ -97,13 +109,16 @@ class Problem:
         """(S, P) gradient of each client's loss."""
         raise NotImplementedError
 
-    def descend_(self, params, X, y, w, step_size: float, *, mu: float = 0.0,
-                 anchor: torch.Tensor | None = None) -> torch.Tensor:
-        """One gradient step in place on the (S, P) ``params`` (returned): local SGD's
-        ``params -= step_size * (grad(params, X, y, w) + mu (params - anchor))``, the
-        proximal term FedProx's (Li et al. 2020, eq. 2), ``anchor`` (P,) or (S, P). A
-        problem may take it without forming the (S, P) gradient, with the same result."""
-        return params.sub_(proximal_grad(self, params, X, y, w, mu, anchor), alpha=step_size)
+    def descend_(self, params, X, y, w, step_size: float, *,
+                 term: GradientTerm | None = None) -> torch.Tensor:
+        """One gradient step in place on the (S, P) ``params`` (returned):
+        ``params -= step_size * g``, g the loss gradient ``grad(params, X, y, w)`` or,
+        with ``term``, the local objective's gradient that ``term`` makes of it
+        (:data:`GradientTerm`: FedProx's proximal term, :func:`proximal_term`, or
+        FedMac's and pFedMe's coupling to w_i). A problem may take the step block by
+        block without forming the (S, P) gradient, with the same result."""
+        g = self.grad(params, X, y, w)
+        return params.sub_(g if term is None else term(g, WHOLE), alpha=step_size)
 
     def accuracy(self, params, X, y, w) -> torch.Tensor | None:
         """(S,) weighted accuracy per client, or None for regression."""
@@ -184,12 +199,34 @@ class Problem:
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
 
+def block_at(t: torch.Tensor, at: tuple[slice, slice]) -> torch.Tensor:
+    """The block ``at`` of an (S, P) tensor, or of a (P,) one's columns (shared by every
+    row); ``t`` itself for :data:`WHOLE`, without a dispatched call (a GPU's round of
+    small steps is bound by such calls)."""
+    if at is WHOLE:
+        return t
+    return t[..., at[1]] if t.ndim == 1 else t[at]
+
+
+def proximal_term(params: torch.Tensor, mu: float, anchor: torch.Tensor | None
+                  ) -> GradientTerm | None:
+    """FedProx's proximal term (Li et al. 2020, eq. 2) as a :data:`GradientTerm`: the
+    block of ``grad + mu (params - anchor)`` at ``params[at]``, ``params`` (S, P) and
+    ``anchor`` (P,) or (S, P); None (the plain gradient) when ``mu`` is 0."""
+    if not mu:
+        return None
+
+    def term(block: torch.Tensor, at: tuple[slice, slice]) -> torch.Tensor:
+        return block.add_(block_at(params, at) - block_at(anchor, at), alpha=mu)
+
+    return term
+
+
 def proximal_grad(problem: Problem, params, X, y, w, mu: float = 0.0,
                   anchor: torch.Tensor | None = None) -> torch.Tensor:
     """A new (S, P) tensor: ``problem.grad(params, X, y, w) + mu (params - anchor)``, the
     gradient of FedProx's local objective (Li et al. 2020, eq. 2), ``anchor`` (P,) or
     (S, P); the plain gradient when ``mu`` is 0."""
     g = problem.grad(params, X, y, w)
-    if mu:
-        g.add_(params - anchor, alpha=mu)
-    return g
+    term = proximal_term(params, mu, anchor)
+    return g if term is None else term(g, WHOLE)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import torch
 
 from ..._validation import check_float, check_int, fail
+from ...problems.protocol import block_at
 from ...sparsity.smooth import zero_small
 from ..base import ClientContext, Cohort, payload_rows
 from .base import PersonalizedAlgorithm, check_unit, density
@@ -151,14 +152,30 @@ class CoupledPersonalization(PersonalizedAlgorithm):
                           ) -> torch.Tensor:
         """The gradient (S, P) of the PMs' objective at theta (S, P), given the copies w
         (S, P) of the global model and ``grad`` (S, P) = grad l_i(theta; D), a fresh
-        tensor it may build the result in."""
+        tensor it may build the result in. It must be entry-wise: the round passes the
+        same column block (s, k) of all three where the problem steps block by block."""
         raise NotImplementedError
 
     def personal_step(self, theta: torch.Tensor, gradient: torch.Tensor) -> torch.Tensor:
         """theta <- Z(theta - eta_p gradient), Z with the shrink size eta_p gamma."""
-        eta_p = self.personal_step_size
-        return zero_small(theta.sub_(gradient, alpha=eta_p), eta_p * self.gamma,
+        return self._zero_personal(theta.sub_(gradient, alpha=self.personal_step_size))
+
+    def _zero_personal(self, theta: torch.Tensor) -> torch.Tensor:
+        """Z with the theta step's shrink size eta_p gamma."""
+        return zero_small(theta, self.personal_step_size * self.gamma,
                           floor=self.density_floor)
+
+    def _descend_personal(self, theta: torch.Tensor, w: torch.Tensor, X, y, weights,
+                          problem) -> torch.Tensor:
+        """The same step as ``personal_step(theta, personal_gradient(theta, w, grad))``,
+        with the gradient built column block by column block where the problem can
+        (:meth:`~fedsparse.problems.Problem.descend_`): the steps are entry-wise, so the
+        bits are the same, and no (S, P) gradient is written and read again."""
+        def gradient(block, at):
+            return self.personal_gradient(block_at(theta, at), block_at(w, at), block)
+
+        problem.descend_(theta, X, y, weights, self.personal_step_size, term=gradient)
+        return self._zero_personal(theta)
 
     def global_step(self, w: torch.Tensor, theta: torch.Tensor) -> torch.Tensor:
         """One step on the copies w (S, P) of the global model given the PMs theta."""
@@ -176,10 +193,10 @@ class CoupledPersonalization(PersonalizedAlgorithm):
         for r in range(self.local_steps):
             X, y, weights = ctx.batch(r, self.batch_size)
             for _ in range(self.inner_steps):
-                g = self.personal_gradient(theta, w, ctx.problem.grad(theta, X, y, weights))
                 if self.inner_tolerance is None:
-                    theta = self.personal_step(theta, g)
+                    theta = self._descend_personal(theta, w, X, y, weights, ctx.problem)
                     continue
+                g = self.personal_gradient(theta, w, ctx.problem.grad(theta, X, y, weights))
                 # nu: a client whose ||grad H~||^2 is within it takes no more steps on D
                 moving = (g * g).sum(-1) > self.inner_tolerance
                 if not bool(moving.any()):

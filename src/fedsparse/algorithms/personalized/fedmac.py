@@ -43,7 +43,8 @@ class FedMac(CoupledPersonalization):
     def personal_gradient(self, theta: torch.Tensor, w: torch.Tensor, grad: torch.Tensor
                           ) -> torch.Tensor:
         """Eq. (9)'s gradient grad H~_i = grad l_i(theta; D) + gamma tanh(theta / rho)
-        - lambda w_i, built in ``grad``; every argument (S, P)."""
+        - lambda w_i, built in ``grad``; every argument (S, P), or the same column block
+        of each."""
         if self.gamma:
             grad.add_(phi_rho_grad(theta, self.rho), alpha=self.gamma)
         return grad.sub_(w, alpha=self.lam)

@@ -32,7 +32,7 @@ class PFedMe(CoupledPersonalization):
     def personal_gradient(self, theta: torch.Tensor, w: torch.Tensor, grad: torch.Tensor
                           ) -> torch.Tensor:
         """grad l_i(theta; D) + gamma tanh(theta / rho) + lambda (theta - w_i), built in
-        ``grad``; every argument (S, P)."""
+        ``grad``; every argument (S, P), or the same column block of each."""
         lam = self.lam
         if self.gamma:
             grad.add_(phi_rho_grad(theta, self.rho), alpha=self.gamma)
