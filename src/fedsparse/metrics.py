@@ -3,7 +3,7 @@
 Two evaluation paths give the same numbers (up to float64 round-off):
 
 * linear problems on padded (or sparse) data evaluate every client at once with
-  ``problem.loss`` / ``problem.accuracy`` on the stacked (N, n_max, d) features;
+  ``problem.loss_and_accuracy`` on the stacked (N, n_max, d) features;
 * pooled data, and problems that declare ``pooled_ok`` (neural networks), walk the real
   examples in chunks of at most ``max_examples`` with ``problem.example_metrics`` and sum
   per-client losses and correct counts, so a CIFAR-sized test set never has all its
@@ -30,13 +30,12 @@ DEFAULT_MAX_EXAMPLES = 8192
 MODEL_FIELDS = ("objective", "accuracy", "test_objective", "test_accuracy", "rel_error",
                 "support_precision", "support_recall", "support_f1")
 
+
 def _split_metrics(problem: Problem, split: ClientSplit, model: torch.Tensor,
                    client_weights: torch.Tensor) -> tuple[float, float | None]:
     """Weighted objective and accuracy of ``model`` on one split (all clients at once)."""
-    w = split.mean_weights()
-    losses = problem.loss(model, split.X, split.y, w).to(torch.float64)
-    objective = float(client_weights @ losses)
-    acc = problem.accuracy(model, split.X, split.y, w)
+    losses, acc = problem.loss_and_accuracy(model, split.X, split.y, split.mean_weights())
+    objective = float(client_weights @ losses.to(torch.float64))
     accuracy = None if acc is None else float(client_weights @ acc.to(torch.float64))
     return objective, accuracy
 
@@ -172,8 +171,8 @@ def _personal_split(problem: Problem, split: ClientSplit, models: torch.Tensor,
         yc, w = part.y[:, :width], part.mean_weights()[:, :width]
         n = part.counts.to(torch.float64)
         with torch.no_grad():
-            loss = problem.loss(models[a:b], Xc, yc, w).to(torch.float64)
-            acc = problem.accuracy(models[a:b], Xc, yc, w)
+            loss, acc = problem.loss_and_accuracy(models[a:b], Xc, yc, w)
+        loss = loss.to(torch.float64)
         loss_sum = loss_sum + (n.to(loss.device) * loss).sum().cpu()
         if acc is None:
             correct_sum = None
@@ -191,7 +190,7 @@ def evaluate_personal(problem: Problem, data: FederatedDataset, models: torch.Te
     Micro-averaged over all examples (each client weighted by its number of examples),
     the usual report of personalised federated learning (FedMac, Liu et al. 2023).
     Clients are processed in consecutive groups whose padded batch holds at most
-    ``max_examples`` rows, with ``problem.loss`` / ``problem.accuracy``.
+    ``max_examples`` rows, with ``problem.loss_and_accuracy``.
 
     Parameters
     ----------

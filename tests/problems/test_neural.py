@@ -67,6 +67,26 @@ def _reference(build, params, X, y, w):
 
 
 @pytest.mark.parametrize("kind", list(TINY))
+@pytest.mark.parametrize("path", ["auto", "vmap", "loop", "stacked"])
+@pytest.mark.parametrize("models", ["per client", "shared", "chunks of two"])
+def test_loss_and_accuracy_from_one_forward_pass_are_loss_and_accuracy(kind, path, models):
+    # evaluation takes both from one forward pass: the same bits as the two calls, with
+    # batch statistics (clients with padding rows run alone) and in chunks of clients
+    build, shape = TINY[kind]
+    if path == "stacked" and kind == "mlp":
+        pytest.skip("an MLP has no convolutions to stack")
+    problem = fs.problems.neural(build(), path=path,
+                                 chunk_clients=2 if models == "chunks of two" else None)
+    X, y, w = _batch(shape, S=5, uneven=True, seed=3)
+    params = _params(problem, 5)
+    params = params[0] if models == "shared" else params
+    loss, accuracy = problem.loss_and_accuracy(params, X, y, w)
+    assert loss.shape == accuracy.shape == (5,)
+    assert torch.equal(loss, problem.loss(params, X, y, w))
+    assert torch.equal(accuracy, problem.accuracy(params, X, y, w))
+
+
+@pytest.mark.parametrize("kind", list(TINY))
 @pytest.mark.parametrize("path", ["vmap", "loop"])
 def test_grad_matches_autograd_on_per_client_modules(kind, path):
     build, shape = TINY[kind]

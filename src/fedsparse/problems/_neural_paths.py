@@ -81,9 +81,16 @@ def autocast_dtype(autocast: str | None, dtype: torch.dtype) -> torch.dtype | No
     return torch.bfloat16
 
 
+def weighted_metrics(logits: torch.Tensor, y: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """:func:`weighted_ce` and :func:`weighted_correct` of the same logits, stacked on a
+    last axis of 2."""
+    return torch.stack([weighted_ce(logits, y, w), weighted_correct(logits, y, w)], dim=-1)
+
+
 def reduction(kind: str):
-    """The per-client reduction of logits for a forward-only ``kind``."""
-    return weighted_ce if kind == "loss" else weighted_correct
+    """The per-client reduction of logits for a forward-only ``kind``: ``"loss"``,
+    ``"correct"`` or ``"metrics"`` (both)."""
+    return {"loss": weighted_ce, "correct": weighted_correct, "metrics": weighted_metrics}[kind]
 
 
 def single_client(module: nn.Module, layout: ParamLayout, kind: str, p, X, y, w,

@@ -338,6 +338,13 @@ class NeuralProblem(Problem):
         with torch.no_grad():
             return self._run("correct", params, X, y, w)
 
+    def loss_and_accuracy(self, params, X, y, w) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`loss` and :meth:`accuracy` (S,) each, not differentiable, from one
+        forward pass: the same numbers for half the work."""
+        with torch.no_grad():
+            both = self._run("metrics", params, X, y, w)
+        return both[:, 0], both[:, 1]
+
     def example_metrics(self, params, X, y) -> tuple[torch.Tensor, torch.Tensor]:
         """Per-example cross-entropy and correctness of one shared model on a chunk.
 
@@ -487,7 +494,7 @@ class NeuralProblem(Problem):
         X, w = placed(X, device, dtype), placed(w, device, dtype)
         y = placed(y, device, torch.long)
         module = self._module(device, dtype)
-        shape = (S, self._layout.size) if kind == "grad" else (S,)
+        shape = {"grad": (S, self._layout.size), "metrics": (S, 2)}.get(kind, (S,))
         differentiable = kind == "loss" and params.requires_grad
         if S == 0:
             return torch.zeros(shape, device=device, dtype=dtype)

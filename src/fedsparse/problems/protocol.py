@@ -124,6 +124,12 @@ class Problem:
         """(S,) weighted accuracy per client, or None for regression."""
         return None
 
+    def loss_and_accuracy(self, params, X, y, w) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """:meth:`loss` and :meth:`accuracy` of the same clients, (S,) each (the accuracy
+        None for regression), for evaluation. A problem may compute both from one
+        forward pass, with the same numbers."""
+        return self.loss(params, X, y, w), self.accuracy(params, X, y, w)
+
     def example_metrics(self, params, X, y) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Per-example loss and correctness of one shared model on a chunk of examples.
 
