@@ -152,6 +152,41 @@ def test_masked_adam_keeps_pruned_entries_exactly_zero():
     assert (x[:, mask] != 1).all()  # the kept entries did train
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("eps", [1e-8, 1e-3, 1e-14])
+def test_adams_zero_moments_raised_to_the_smallest_normal_leave_every_bit(dtype, eps,
+                                                                         monkeypatch):
+    # On the CPU the second moments go up to the smallest normal number before their
+    # square root (torch's is slow on zeros): the same bits as without, on a masked
+    # network whose moments are mostly zero, and no floor where eps cannot absorb it
+    from fedsparse.algorithms import local
+
+    floor = local._adam_floor(eps, torch.zeros(1, dtype=dtype))
+    absorbed = eps >= 1e-8 or dtype == torch.float64
+    assert floor == (torch.finfo(dtype).tiny if absorbed else None)
+    if floor is not None:  # every denominator sqrt(v) + eps keeps its bits
+        tiny = torch.finfo(dtype).tiny
+        v = torch.tensor([0.0, tiny / 2**20, tiny / 3, tiny, 2 * tiny, 1e-30, 1.0], dtype=dtype)
+        assert torch.equal(v.clamp_min(floor).sqrt() + eps, v.sqrt() + eps)
+    gen = torch.Generator().manual_seed(4)
+    data = fs.data.from_arrays(list(torch.randn(3, 12, 6, generator=gen)),
+                               list(torch.randint(0, 3, (3, 12), generator=gen).float()),
+                               dtype=dtype)
+    problem = fs.problems.neural(fs.models.mlp(6, (8,), 3), dtype=dtype)
+    opt = LocalOptimizer.checked(step_size=0.01, local_steps=4, batch_size=4,
+                                 optimizer="adam", eps=eps)
+    mask = torch.rand(3, problem.param_dim(), generator=gen) < 0.4
+    x0 = torch.randn(3, problem.param_dim(), generator=gen, dtype=dtype)
+
+    def train():
+        return local_train(opt, x0, ClientContext(problem, data.train, torch.arange(3), 0, 0),
+                           mask=mask)
+
+    floored = train()
+    monkeypatch.setattr(local, "_adam_floor", lambda eps, x: None)
+    assert torch.equal(floored, train())
+
+
 def test_masked_training_starts_from_the_masked_model():
     # Mao et al. 2022: x_{i,0} = x^t * M_i, so the first gradient is taken at the masked
     # model: one full-batch SGD step is M * (x^t M - eta grad f_i(x^t M))

@@ -70,6 +70,22 @@ class LocalOptimizer:
         return out
 
 
+def _adam_floor(eps: float, x: torch.Tensor) -> float | None:
+    """The smallest normal number of ``x``'s dtype, to which Adam's bias-corrected second
+    moments may be raised before their square root without changing any bit of the
+    denominators ``sqrt(v) + eps``: on the CPU, where torch's vectorised square root is
+    several times slower on zeros and subnormals than on normal numbers (4 million
+    float32 moments, two thirds of them 0 where a mask or a dead unit zeroes the
+    gradient: 6.9 ms against 0.7 ms on AVX-512). None where nothing is gained (a GPU),
+    or where ``eps`` does not absorb ``sqrt(floor)`` (it does from about 2e-12 in
+    float32; torch's default is 1e-8)."""
+    if x.device.type != "cpu" or not x.dtype.is_floating_point:
+        return None
+    tiny = torch.finfo(x.dtype).tiny
+    e = torch.tensor(eps, dtype=x.dtype)
+    return tiny if bool(torch.tensor(tiny, dtype=x.dtype).sqrt() + e == e) else None
+
+
 def local_train(opt: LocalOptimizer, x: torch.Tensor, ctx: ClientContext, *,
                 mu: float = 0.0, anchor: torch.Tensor | None = None,
                 mask: torch.Tensor | None = None, first_step: int = 0) -> torch.Tensor:
@@ -110,6 +126,7 @@ def local_train(opt: LocalOptimizer, x: torch.Tensor, ctx: ClientContext, *,
     b1, b2 = opt.betas
     ctx.prefetch(range(first_step, first_step + opt.local_steps), opt.batch_size)
     plain = m is None and opt.optimizer == "sgd" and not opt.momentum
+    floor = _adam_floor(opt.eps, x) if opt.optimizer == "adam" else None
     proximal = proximal_term(x, mu, anchor) if plain else None
     for k in range(opt.local_steps):
         X, y, w = ctx.batch(first_step + k, opt.batch_size)
@@ -125,7 +142,10 @@ def local_train(opt: LocalOptimizer, x: torch.Tensor, ctx: ClientContext, *,
             exp_avg.mul_(b1).add_(g, alpha=1 - b1)
             exp_sq.mul_(b2).addcmul_(g, g, value=1 - b2)
             step = k + 1
-            denom = (exp_sq / (1 - b2 ** step)).sqrt_().add_(opt.eps)
+            v = exp_sq / (1 - b2 ** step)
+            if floor is not None:
+                v.clamp_min_(floor)
+            denom = v.sqrt_().add_(opt.eps)
             x.addcdiv_(exp_avg, denom, value=-opt.step_size / (1 - b1 ** step))
         elif opt.momentum:
             buf = g if buf is None else buf.mul_(opt.momentum).add_(g)
