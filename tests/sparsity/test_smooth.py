@@ -137,3 +137,17 @@ def test_zero_small_matches_a_row_by_row_reference_with_many_ties(seed):
     expected = torch.tensor([_reference_zero_small(r, threshold, floor) for r in x.tolist()],
                             dtype=torch.float64)
     assert torch.equal(out, expected)
+
+
+def test_zero_small_cuts_each_row_at_its_own_budget():
+    # distinct |x| and a different number of zeros in every row: each row over its
+    # budget is cut at its own rank (one shared rank would cut the others wrongly)
+    gen = torch.Generator().manual_seed(7)
+    x = torch.randn(6, 200, generator=gen, dtype=torch.float64)
+    for r in range(6):
+        x[r, :10 * r] = 0.0
+    out = zero_small(x, 1.5, floor=0.3)
+    expected = torch.tensor([_reference_zero_small(r, 1.5, 0.3) for r in x.tolist()],
+                            dtype=torch.float64)
+    assert torch.equal(out, expected)
+    assert len({int((row == 0).sum()) for row in out}) == 1  # every row at the floor

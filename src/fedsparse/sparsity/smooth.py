@@ -148,12 +148,15 @@ def zero_small(x: torch.Tensor, threshold: float, *, floor: float = 0.5) -> torc
 def _kth_smallest(key: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
     """(R,) the ``k[r]``-th smallest (0-based) entry of each row of ``key`` (R, d)."""
     if key.device.type == "cpu":
-        # numpy's introselect places every requested rank in one pass: several times
-        # faster than torch.topk when the ranks reach thousands (a model at the floor
-        # re-zeroes tens of thousands of entries per step in FedMac's Figure 6 setting).
-        ranks = k.numpy()
-        part = np.partition(key.numpy(), np.unique(ranks), axis=-1)
-        return torch.from_numpy(part[np.arange(key.shape[0]), ranks])
+        # numpy's introselect, row by row at the row's own rank: torch.topk of the largest
+        # rank, or one np.partition of every row at all the rows' ranks, costs some 20
+        # times more when the ranks reach thousands and differ from row to row (a model at
+        # the floor re-zeroes tens of thousands of entries per step in FedMac's Figure 6
+        # setting: 1 ms against 22 ms for 20 rows of 79,510).
+        rows = key.numpy()
+        return torch.from_numpy(np.array([np.partition(row, rank)[rank] for row, rank
+                                          in zip(rows, k.tolist(), strict=True)],
+                                         dtype=rows.dtype).reshape(-1))
     smallest = torch.topk(key, int(k.max()) + 1, dim=-1, largest=False).values
     return smallest.gather(1, k[:, None])[:, 0]
 
