@@ -2,23 +2,24 @@
 
 One round of FedMac with the paper's Table 2 setting (R = 20 local steps, batch 20,
 K = 1 theta step per batch, eta = 3000, eta_p = 0.05, lambda = 1e-4, gamma = gamma_w = 0)
-on 20 clients with the paper's 79,510-parameter DNN (784-100-10), two ways:
+on 20 clients with the paper's 79,510-parameter DNN (784-100-10), four ways:
 
 * fedsparse: every client of the round at once (``FedMac.client_update`` on (20, P)
   tensors + the server's average of S = 10 of them);
+* fedsparse with the whole gradient: the same round, the theta step subtracting the
+  whole (S, P) gradient instead of each layer's block (what the CPU's closed form saves);
 * loop: one ``nn.Module`` per client in a Python loop, autograd for the gradient of
   theta and the same two updates by hand -- what per-client federated-learning code
   does -- on exactly the same mini-batches;
-* fedsparse with the whole gradient: the same round, the theta step subtracting the
-  whole (S, P) gradient instead of each layer's block (what the CPU's closed form saves);
 * merged: ONE model trained for 20 steps on the merged batch of all clients (20 x 20
   examples), the same forward/backward FLOPs with no per-client structure: the compute
   bound of the round.
 
-Both ways first run once and are checked to give the same uploads (to float32
-rounding), so the timings compare the same work; the three ways are then alternated and
-the best of each is kept. Targets (printed with "met" or "MISSED"): fedsparse >= 2x the
-loop with ``--device cpu`` (``--threads 2``), >= 20x with ``--device cuda``.
+The first three ways first run once and are checked to give the same uploads (to float32
+rounding; the two fedsparse ways bit for bit), so the timings compare the same work; the
+four ways are then alternated and the best of each is kept. Targets (printed with "met"
+or "MISSED"): fedsparse >= 2x the loop with ``--device cpu`` (``--threads 2``), >= 20x
+with ``--device cuda``.
 
 Run: ``python benchmarks/bench_fedmac.py --device cpu`` (a minute or two on 2 cores).
 ``--profile`` then profiles one fedsparse round and one merged round
