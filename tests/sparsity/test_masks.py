@@ -482,3 +482,28 @@ def test_fedspa_validation():
         fedspa_update(m, torch.zeros(3, 4), x, layout, 0, 5)
     with pytest.raises(ConfigError, match="grad"):
         fedspa_update(m, x, torch.zeros(2, 5), layout, 0, 5)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_selection_by_partition_chooses_what_the_stable_sort_chooses(dtype, monkeypatch):
+    # On the CPU the masks choose their top entries by one selection per row; the sort
+    # they replace (still taken on other devices) chooses the same entries, ties to the
+    # lower index, and a NaN score sends the choice back to the sort (which ranks NaN
+    # above every number)
+    from fedsparse.sparsity import _mask_common
+
+    gen = torch.Generator().manual_seed(3)
+    values = (torch.randint(-4, 5, (6, 300), generator=gen) / 2).to(dtype)  # many ties
+    valid = torch.rand(6, 300, generator=gen) < 0.6
+    count = torch.randint(0, 150, (6,), generator=gen)
+    layout = make_layout([200, 100], [True, True])
+    flat = values[0]
+    chosen = (_mask_common.rank_select(values, valid, count),
+              magnitude_mask(layout, flat, 0.37))
+    monkeypatch.setattr(_mask_common, "_selectable", lambda x: False)
+    assert torch.equal(chosen[0], _mask_common.rank_select(values, valid, count))
+    assert torch.equal(chosen[1], magnitude_mask(layout, flat, 0.37))
+    monkeypatch.undo()
+    with_nan = flat.clone()
+    with_nan[7] = float("nan")
+    assert magnitude_mask(layout, with_nan, 0.01)[7]  # ranked first, as the sort ranks it

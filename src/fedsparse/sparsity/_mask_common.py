@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from fractions import Fraction
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -113,7 +114,38 @@ def select(scores: torch.Tensor, layout, groups, density: float,
         if allowed is not None:
             idx = idx[allowed[idx]]
             k = min(k, idx.numel())
-        keep[idx[top_indices(scores[idx], k)]] = True
+        group = scores[idx]
+        if _selectable(group):
+            chosen = torch.from_numpy(_largest(group.detach().abs().numpy()[None], [k])[0])
+            keep[idx[chosen]] = True
+        else:
+            keep[idx[top_indices(group, k)]] = True
+    return keep
+
+
+def _selectable(x: torch.Tensor) -> bool:
+    """Whether :func:`_largest` may choose among ``x``: a CPU float tensor without NaN
+    (a sort puts NaN above every number, an order a selection does not keep)."""
+    return x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64) \
+        and not bool(torch.isnan(x).any())
+
+
+def _largest(key: np.ndarray, counts) -> np.ndarray:
+    """(R, n) bool: per row ``r`` the ``counts[r]`` largest entries of ``key`` (R, n),
+    ties to the lower index; the set the first ``counts[r]`` of a stable descending sort
+    hold. One selection per row at its own rank (``np.partition``): a stable sort of
+    78,400 scores takes about 6 ms on the CPU, the selection 0.1 ms."""
+    R, n = key.shape
+    keep = np.zeros((R, n), dtype=bool)
+    for r, count in enumerate(int(c) for c in counts):
+        row = key[r]
+        if count >= n:
+            keep[r] = True
+        elif count > 0:
+            cut = np.partition(row, n - count)[n - count]
+            above, tie = row > cut, row == cut
+            room = count - int(above.sum())
+            keep[r] = above | ((np.cumsum(tie) <= room) & tie)
     return keep
 
 
@@ -123,6 +155,10 @@ def rank_select(values: torch.Tensor, valid: torch.Tensor, count: torch.Tensor) 
     Ties go to the lower index (H_tau's rule). ``count[s]`` must not exceed the number
     of valid entries of row ``s``.
     """
+    if _selectable(values):
+        count = torch.minimum(count, valid.sum(1))
+        key = values.detach().abs().masked_fill(~valid, -1.0)  # below every magnitude
+        return torch.from_numpy(_largest(key.numpy(), count.tolist())).to(valid.device)
     order = top_indices(values, values.shape[1])       # every entry, by (-|v|, index)
     # Walking that order, take valid entries until count[s] are taken: the first
     # count[s] valid entries in H_tau order.
