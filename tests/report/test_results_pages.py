@@ -136,3 +136,59 @@ def test_rows_off_refuses_a_key_two_tables_hold():
     assert RP.rows_off(["| p | run | 45.25 |"], RP.generated_block(page, "a runs"))
     with pytest.raises(ValueError, match="no generated block 'c runs'"):
         RP.generated_block(page, "c runs")
+
+
+# ------------------------------------------------------- prose outside the generated blocks
+
+
+def _page(name: str) -> str:
+    return " ".join((RP.RESULTS / name).read_text().split())
+
+
+def _diff(experiment: str, panel: str, pair: str) -> list[float]:
+    """Per-seed paired score differences of a committed SAFARI run, in points."""
+    return [100 * v for v in RUNS[experiment]["panels"][panel]["differences"][pair]
+            ["score"]["values"]]
+
+
+def _mean_std(values: list[float]) -> str:
+    import statistics
+
+    return f"{statistics.mean(values):.2f} ± {statistics.stdev(values):.2f}"
+
+
+def test_safari_prose_quotes_the_committed_per_seed_values():
+    # The verdicts and bullets quote the committed runs outside the generated tables;
+    # their numbers must be those of the runs, to the digits printed.
+    asym = "asymmetric P (0.18 / 0.6)"
+    synflow = _diff("safari-pruners", f"SynFlow + FedAvg, {asym}", "no drop - compensation")
+    pruners = (("safari-fmnist", "MAG + FedAvg"), ("safari-pruners", "SynFlow + FedAvg"),
+               ("safari-pruners", "FedSpa + FedAvg"))
+    gaps = [_diff(e, f"{p}, {asym}", "no drop - no compensation") for e, p in pruners]
+    below = [v for seeds in gaps for v in seeds]
+    means = [sum(seeds) / len(seeds) for seeds in gaps]
+    alpha = _diff("safari-sparsity", "MAG + FedAvg, compensation, P = 0.6",
+                  "pruned 0 - pruned 0.2")
+    text = _page("safari.md")
+    for quoted in (f"SynFlow {_mean_std(synflow)} points below no drop (every seed)",
+                   f"{_mean_std(synflow)} points below no drop "
+                   f"({synflow[0]:.2f}, {synflow[1]:.2f})",
+                   f"asymmetric P: {min(below):.1f}-{max(below):.1f} points below no drop on "
+                   f"every seed (means {min(means):.1f}-{max(means):.1f})",
+                   f"(at 0.2 by {alpha[0]:.2f} and {alpha[1]:.2f} points)"):
+        assert quoted in text, quoted
+
+
+def test_fedmac_prose_quotes_the_committed_per_seed_leads():
+    rows = {(r["method"], r["model"]): r["seeds"] for r in RUNS["fedmac-table1-fmnist"]["table"]}
+
+    def lead(a: str, b: str) -> list[float]:
+        return [x - y for x, y in zip(rows[(a, "PM")], rows[(b, "PM")], strict=True)]
+
+    per_fedavg, heur = lead("Per-FedAvg", "pFedMe"), lead("pFedMe", "HeurFedAMP")
+    text = _page("fedmac.md")
+    for quoted in (f"Per-FedAvg leads pFedMe by only {min(per_fedavg):.2f} to "
+                   f"{max(per_fedavg):.2f} points ({_mean_std(per_fedavg)})",
+                   f"pFedMe is above HeurFedAMP by {_mean_std(heur)} "
+                   f"({min(heur):.2f} to {max(heur):.2f}:"):
+        assert quoted in text, quoted
