@@ -181,6 +181,9 @@ def test_list_groups_by_paper_with_runtime_and_needs(capsys):
     assert "Tong et al. 2022" in out and "Jeong et al. 2024" in out
     assert "Paper 000" not in out and "Paper 002" not in out
     assert "RUNTIME" in out and "NEEDS" in out and "[video] extra" in out
+    # the times were taken on a 2-core machine (docs/results/fedht.md, safari.md, scale.md
+    # say so beside them), some with two threads: not on one core
+    assert "as timed on a 2-core CPU machine" in out and "one CPU core" not in out
     # one Figure 6 family: the TOML bases of the Python experiments are not listed twice
     from fedsparse.experiments.registry import python_experiments, toml_experiments
 

@@ -52,7 +52,7 @@ def cmd_list(args) -> int:
           "steps a config cannot express;\nthey take --rounds, --seeds, --resume, --device "
           "and --quick (the same steps at a reduced\nscale, to check that everything "
           "runs: its numbers do not reproduce the paper's).\n"
-          "RUNTIME: the full run, roughly, on one CPU core.\n"
+          "RUNTIME: the full run, roughly, as timed on a 2-core CPU machine.\n"
           "GPU: \"wanted\" marks the long neural runs, which are worth --device cuda (the "
           "default device is\nthe CPU); a GPU run time in brackets is measured, or "
           "estimated from timed rounds where it says so.")

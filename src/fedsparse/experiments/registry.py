@@ -134,7 +134,7 @@ class ExperimentInfo:
     ----------
     paper : a key of :data:`PAPERS`.
     figure : the figure it reproduces, e.g. "Figure 3" (sorts the listing).
-    runtime : rough wall-clock time of the full run on one CPU core.
+    runtime : rough wall-clock time of the full run, as timed on a 2-core CPU machine.
     needs : what it needs beyond fedsparse.
     config : for a Python experiment, the TOML experiment it runs (``show`` prints it).
     hidden : a TOML config that only serves a Python experiment; listed with ``--all``.
