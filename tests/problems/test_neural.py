@@ -647,6 +647,32 @@ def test_an_mlp_with_a_parameter_outside_its_layers_takes_the_general_path():
     assert fs.problems.neural(models.mlp(12, (7,), 4))._mlp is not None
 
 
+@pytest.mark.parametrize("build, shape", [
+    (lambda: models.mlp(6, (5,), 3), (6,)),
+    (lambda: models.cnn(1, 3, 8), (1, 8, 8)),
+    (lambda: models.resnet20(3), (3, 8, 8)),
+])
+def test_a_network_with_a_frozen_parameter_trains_the_others(build, shape):
+    # A frozen layer (a pretrained part kept fixed) is not in the flat vector: the
+    # closed-form and stacked paths, which read every layer from it, must not take it
+    module = build()
+    first = next(module.parameters())
+    first.requires_grad_(False)
+    kept = first.detach().clone()
+    problem = fs.problems.neural(module)
+    assert problem.param_dim() == sum(p.numel() for p in module.parameters()) - kept.numel()
+    X, y, w = _batch(shape, S=2)
+    params = _params(problem, 2)
+    loop = fs.problems.neural(module, path="loop")
+    assert torch.allclose(problem.grad(params, X, y, w), loop.grad(params, X, y, w),
+                          atol=1e-10)
+    frozen = [p for p in problem.module.parameters() if not p.requires_grad]
+    assert len(frozen) == 1 and torch.equal(frozen[0], kept)
+    for path in ("mlp", "stacked"):
+        with pytest.raises(ConfigError, match=f"path='{path}'.*frozen"):
+            fs.problems.neural(module, path=path)
+
+
 def test_the_mlp_path_needs_an_mlp():
     with pytest.raises(ConfigError, match="path='mlp'"):
         fs.problems.neural(models.cnn(1, 10, 28), path="mlp")

@@ -96,9 +96,10 @@ class NeuralProblem(Problem):
         sequential convolutional network runs ``"stacked"`` (the clients as one network
         with grouped layers, :mod:`fedsparse.problems._stacked`), and so does ResNet-20
         on a GPU, and on the CPU on images of 32 x 32 or more; other networks follow
-        the measured rule of ``_neural_paths.auto_path``. Or one of ``"mlp"``,
-        ``"stacked"``, ``"vmap"`` (:func:`torch.func.vmap`) and ``"loop"`` (one client
-        at a time).
+        the measured rule of ``_neural_paths.auto_path``; a network with a frozen
+        parameter (``requires_grad=False``, kept as the module holds it) takes neither
+        of the first two. Or one of ``"mlp"``, ``"stacked"``, ``"vmap"``
+        (:func:`torch.func.vmap`) and ``"loop"`` (one client at a time).
     chunk_clients : clients per vectorised call; None sizes chunks from the memory of the
         device (:func:`fedsparse._memory.memory_budget`) and each client's estimated need
         (:meth:`client_bytes`), once per device, dtype and batch shape.
@@ -153,10 +154,20 @@ class NeuralProblem(Problem):
                                 for m in template.modules())
         self.autocast = check_autocast(autocast, path, self._batch_stats, self.module_name)
         self._has_conv = any(isinstance(m, nn.modules.conv._ConvNd) for m in template.modules())
+        # The closed-form and stacked paths read every layer's weights from the flat
+        # vector; a frozen parameter (requires_grad=False) is not in it, so a network
+        # with one runs through functional_call ("vmap" or "loop"), which reads it from
+        # the module.
+        frozen = next((n for n, p in template.named_parameters() if not p.requires_grad),
+                      None)
+        if frozen is not None and path in ("mlp", "stacked"):
+            raise fail("path", path, f"cannot run {self.module_name}, whose parameter "
+                       f"{frozen!r} is frozen (requires_grad=False): the {path!r} path "
+                       "trains every parameter; give path=\"auto\", \"vmap\" or \"loop\"")
         self._mlp = mlp_layers(template, self._layout) \
-            if path in ("auto", "mlp") and autocast is None else None
+            if path in ("auto", "mlp") and autocast is None and frozen is None else None
         self._stacked = None
-        if path in ("auto", "stacked"):
+        if path in ("auto", "stacked") and frozen is None:
             self._stacked = sequential_stack(template) or resnet_stack(template)
         if path == "stacked" and self._stacked is None:
             raise fail("path", path, "needs an nn.Sequential convolutional network of Conv2d, "
