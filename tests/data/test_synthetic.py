@@ -74,6 +74,22 @@ def test_from_arrays_validation():
         fs.data.from_arrays([], [])
 
 
+def test_from_arrays_keeps_the_values_of_tensors_that_require_grad():
+    # Features made by a torch pipeline may require grad: the data set keeps their
+    # values, so no round's computation (nor the final model) joins the caller's graph
+    xs = [torch.randn(6, 4, requires_grad=True) for _ in range(3)]
+    ys = [torch.randn(6, requires_grad=True) for _ in range(3)]
+    data = fs.data.from_arrays(xs, ys, ground_truth=torch.ones(4, requires_grad=True),
+                               test_xs=xs, test_ys=ys)
+    for t in (data.train.X, data.train.y, data.test.X, data.ground_truth):
+        assert not t.requires_grad
+    algo = fs.algorithms.fed_iter_ht(sparsity=2, step_size=0.01, local_steps=2)
+    history = fs.simulate(algo, fs.problems.least_squares(), data, rounds=2)
+    assert not history.model.requires_grad
+    atoms = torch.randn(4, 6, requires_grad=True)
+    assert not fs.sparsity.Dictionary(atoms).matrix.requires_grad
+
+
 def test_from_arrays_takes_sequences_of_clients_and_names_an_iterator():
     xs, ys = [np.ones((3, 4)), np.ones((2, 4))], [np.zeros(3), np.zeros(2)]
     # arrays and tensors of clients are sequences too

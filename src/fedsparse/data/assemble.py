@@ -28,7 +28,9 @@ def _as_tensor(name: str, a, dtype: torch.dtype) -> torch.Tensor:
     if not (t.is_floating_point() or t.dtype in (torch.int8, torch.int16, torch.int32,
                                                  torch.int64, torch.uint8, torch.bool)):
         raise fail(name, str(t.dtype), "must hold numbers")
-    return t.to(dtype)
+    # the values only: a tensor that requires grad would chain every round's computation
+    # (and the final model) to the caller's autograd graph
+    return t.detach().to(dtype)
 
 
 def _check_per_client(name: str, value) -> None:

@@ -106,6 +106,7 @@ class Dictionary:
                               "(float or integer)")
         if not matrix.is_floating_point():
             matrix = matrix.to(torch.float64)
+        matrix = matrix.detach()  # the atoms only, never the caller's autograd graph
         finite = torch.isfinite(matrix)
         if not bool(finite.all()):
             i, j = (int(k) for k in torch.nonzero(~finite)[0])
