@@ -197,6 +197,49 @@ def test_a_network_with_other_layers_of_the_same_shapes_is_another_run(tmp_path)
                     checkpoint=ckpt, resume=True)
 
 
+def test_a_network_holding_other_frozen_values_is_another_run(tmp_path):
+    # A frozen layer or a buffer is not in the model vector: its values come from the
+    # module, so a resume with other values would continue another network's training
+    data = _classes()
+
+    class Centered(torch.nn.Module):
+        def __init__(self, mean, seed):
+            super().__init__()
+            torch.manual_seed(seed)
+            self.register_buffer("mean", mean)
+            self.frozen = torch.nn.Linear(5, 4).requires_grad_(False)
+            self.head = torch.nn.Linear(4, 3)
+
+        def forward(self, x):
+            return self.head(torch.tanh(self.frozen(x - self.mean)))
+
+    def run(ckpt, mean, seed, rounds, resume=False):
+        return fs.simulate(fs.algorithms.fed_avg(), fs.problems.neural(Centered(mean, seed)),
+                           data, rounds=rounds, checkpoint=ckpt, resume=resume)
+
+    for i, (mean, seed) in enumerate([(torch.ones(5), 0), (torch.zeros(5), 1)]):
+        ckpt = tmp_path / f"run{i}.pt"
+        run(ckpt, torch.zeros(5), 0, 2)
+        with pytest.raises(ConfigError, match=r"another run.*module_constants"):
+            run(ckpt, mean, seed, 4, resume=True)
+        assert len(run(ckpt, torch.zeros(5), 0, 4, resume=True).records) == 4
+
+
+def test_an_algorithm_with_other_dictionary_atoms_is_another_run(tmp_path):
+    # the run's record names a dictionary matrix by its shape only
+    g = torch.Generator().manual_seed(0)
+    atoms = torch.randn(6, 8, dtype=torch.float64, generator=g)
+
+    def run(ckpt, A, rounds, resume=False):
+        return fs.simulate(fs.algorithms.fed_grad_mp(sparsity=2, dictionary=A), LS,
+                           _gaussian(), rounds=rounds, checkpoint=ckpt, resume=resume)
+
+    run(tmp_path / "run.pt", atoms, 2)
+    with pytest.raises(ConfigError, match=r"another run.*dictionary_atoms"):
+        run(tmp_path / "run.pt", atoms.flip(1), 4, resume=True)
+    assert len(run(tmp_path / "run.pt", atoms.clone(), 4, resume=True).records) == 4
+
+
 def test_the_data_digest_is_kept_with_the_data_until_a_tensor_changes(monkeypatch):
     from fedsparse.data import digest
 

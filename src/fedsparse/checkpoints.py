@@ -65,26 +65,48 @@ _OTHER_STATE_LAYOUT = ("fedsparse-checkpoint-2",)
 
 #: Fingerprint entries added after checkpoints were first written: a checkpoint without
 #: one resumes as before (it cannot be compared), one with it must match.
-ADDED_KEYS = frozenset({"problem_config", "data_digest", "channel_probabilities"})
+ADDED_KEYS = frozenset({"problem_config", "data_digest", "channel_probabilities",
+                        "module_constants", "dictionary_atoms"})
 #: Every key a checkpoint holds.
 CHECKPOINT_KEYS = ("format", "round", "state", "client_state", "records", "initial",
                    "fingerprint")
 
 
-def contents_fingerprint(problem, data, channel=None) -> dict:
+def _tensors_digest(tensors) -> str:
+    """A digest of ``(name, tensor)`` pairs: their names, dtypes, shapes and values."""
+    h = hashlib.blake2b(digest_size=8)
+    for name, t in tensors:
+        t = t.detach().cpu().contiguous()
+        h.update(f"{name}:{t.dtype}:{tuple(t.shape)};".encode())
+        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return h.hexdigest()
+
+
+def contents_fingerprint(problem, data, channel=None, algorithm=None) -> dict:
     """The fingerprint entries a checkpoint adds to the run's (:data:`ADDED_KEYS`): the
     problem's settings (a network's layers, not only its name), a digest of the data
     (:func:`fedsparse.data.digest.data_digest`) and of a Bernoulli channel's exact
     probabilities (:func:`fedsparse.channels.probability_digest`), so that a resume on
-    another data set, seed, loss or delivery probability is refused."""
+    another data set, seed, loss or delivery probability is refused. Where they exist,
+    also a digest of the values a network holds but does not train (frozen parameters
+    and buffers, which the model vector leaves out) and of the atoms of the bound
+    ``algorithm``'s dictionary (whose record shows only its shape or file name)."""
     config = repr(problem)
     if type(problem).__repr__ is object.__repr__:  # an address, new with every object
         config = f"{type(problem).__qualname__}({problem.name})"
     module = getattr(problem, "module", None)
+    constants = []
     if isinstance(module, torch.nn.Module):
         layers = hashlib.blake2b(str(module).encode(), digest_size=8).hexdigest()
         config = f"{config} layers={layers}"
+        constants = [(n, p) for n, p in module.named_parameters() if not p.requires_grad]
+        constants += list(module.named_buffers())
     out = {"problem_config": config, "data_digest": data_digest(data)}
+    if constants:
+        out["module_constants"] = _tensors_digest(constants)
+    dictionary = getattr(getattr(algorithm, "geometry", None), "dictionary", None)
+    if dictionary is not None:
+        out["dictionary_atoms"] = _tensors_digest([("atoms", dictionary.matrix)])
     probabilities = probability_digest(channel)
     if probabilities is not None:
         out["channel_probabilities"] = probabilities

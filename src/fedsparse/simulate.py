@@ -372,7 +372,7 @@ def simulate(algorithm: Algorithm, problem: Problem, data: FederatedDataset, *, 
                                eval_clients)
     history = History(config={**fingerprint, "rounds": rounds})
     if checkpoint is not None:  # what only a checkpoint needs: the data and problem compared
-        fingerprint = {**fingerprint, **contents_fingerprint(problem, data, channel)}
+        fingerprint = {**fingerprint, **contents_fingerprint(problem, data, channel, bound)}
 
     sampled = make_evaluator(problem, data, seed, eval_clients)
 
