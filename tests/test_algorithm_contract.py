@@ -214,3 +214,21 @@ def test_a_callback_that_leaves_a_nan_in_the_model_is_named(data):
                           callback=lambda record, state: state["model"].mul_(0.5),
                           progress=False)
     assert len(history.records) == 2
+
+
+@pytest.mark.parametrize("change, said", [
+    (lambda state: state.update(model=state["model"][:3]), r"as a \(3,\) torch.float64 "
+     r"tensor; it must stay a \(\d+,\) torch.float64 tensor"),
+    (lambda state: state.update(model=state["model"].float()), "as a .* torch.float32 "
+     "tensor; it must stay"),
+    (lambda state: state.pop("model"), r"cannot read \(KeyError: 'model'\)"),
+])
+def test_a_callback_that_reshapes_or_removes_the_model_is_named(data, change, said):
+    # named where it happened, not as the next round's broadcast or a numpy matmul
+    def changes(record, state):
+        if record["round"] == 2:
+            change(state)
+
+    with pytest.raises(ConfigError, match=r"round 2: callback .*changes left .*" + said):
+        fs.simulate(fs.algorithms.fed_avg(step_size=0.01), LS, data, rounds=4,
+                    callback=changes, progress=False)

@@ -8,8 +8,8 @@ checkpoint cannot hold) gets a :class:`~fedsparse.ConfigError` naming the method
 what it returned, not a traceback from inside torch or pickle, nor a silently wrong
 run. Only types and shapes are read, never a tensor's values: the round loop checks
 every state and broadcast without a host-device synchronisation. A user's callback is
-checked too (:func:`checked_callback`): it must leave the model finite, which reads the
-model once a round, for a run given a callback only.
+checked too (:func:`checked_callback`): it must leave the model readable, of its shape and
+dtype, and finite, which reads the model once a round, for a run given a callback only.
 """
 
 from __future__ import annotations
@@ -153,14 +153,32 @@ _CONTAINERS = (list, tuple, dict, OrderedDict, set, torch.Size)
 
 def checked_callback(callback, algorithm: Algorithm):
     """``callback(record, state)`` followed by a check that it left the global model
-    finite: a NaN it wrote into the state would otherwise surface as the next round's
-    divergence, blamed on the clients' local training. One pass over the (P,) model a
-    round, only for a run given a callback."""
+    readable, of the shape and dtype it had, and finite: a NaN it wrote into the state
+    would otherwise surface as the next round's divergence, blamed on the clients' local
+    training, and a model it removed or reshaped as an error of the algorithm's. One pass
+    over the (P,) model a round, only for a run given a callback."""
     name = getattr(callback, "__qualname__", type(callback).__name__)
 
     def checked(record: dict, state: dict) -> None:
+        before = algorithm.model(state)  # its shape and dtype only: no value is read
         callback(record, state)
-        if not bool(torch.isfinite(algorithm.model(state)).all()):
+        # a model the callback removed or reshaped would fail in the next round's
+        # broadcast or client update, blamed on the algorithm
+        where = f"round {record.get('round')}: callback {name}"
+        try:
+            model = algorithm.model(state)
+        except (KeyError, IndexError, TypeError) as exc:
+            raise ConfigError(f"{where} left a state that {type(algorithm).__name__}.model "
+                              f"cannot read ({type(exc).__name__}: {cut(exc, 80)}); a "
+                              "callback may change the model's values, not remove it"
+                              ) from exc
+        if not isinstance(model, torch.Tensor) or model.shape != before.shape \
+                or model.dtype != before.dtype:
+            raise ConfigError(f"{where} left the global model as {returned(model)}; it must "
+                              f"stay a {tuple(before.shape)} {before.dtype} tensor (a "
+                              "callback may change the model's values, not its shape or "
+                              "dtype)")
+        if not bool(torch.isfinite(model).all()):
             raise ConfigError(f"round {record.get('round')}: callback {name} left a "
                               "non-finite model (NaN or inf) in the state; a callback may "
                               "change the state only to finite values")
