@@ -274,6 +274,27 @@ def test_a_resume_with_probabilities_the_printout_rounds_alike_is_refused(tmp_pa
     assert len(run([0.18, 0.6, 0.6, 0.6, 0.6], rounds=3, resume=True).records) == 3
 
 
+
+@pytest.mark.parametrize("changed", [{"eval_every": 2}, {"max_update_norm": 10.0},
+                                     {"max_update_ratio": 3.0}])
+def test_a_resume_with_other_round_rules_is_refused(tmp_path, changed):
+    # neither is in the run's record, and either would make a history that no
+    # uninterrupted run gives (two evaluation periods, two screening rules)
+    def run(rounds, resume=False, **rules):
+        return fs.simulate(fs.algorithms.fed_avg(step_size=0.05, local_steps=1),
+                           fs.problems.softmax(), _cls_data(), rounds=rounds, seed=1,
+                           checkpoint=tmp_path / "c.pt", resume=resume, **rules)
+
+    run(2)
+    with pytest.raises(ConfigError, match=r"another run.*round_rules.*"
+                       + next(iter(changed))):
+        run(3, resume=True, **changed)
+    # a checkpoint written before the rules were kept resumes as it did
+    ckpt = dict(read_checkpoint(tmp_path / "c.pt"))
+    ckpt["fingerprint"] = {k: v for k, v in ckpt["fingerprint"].items() if k != "round_rules"}
+    save_checkpoint(tmp_path / "c.pt", ckpt)
+    assert len(run(3, resume=True).records) == 3
+
 def test_records_are_saved_as_json_lines_and_format_3_lists_still_resume(saved, tmp_path):
     raw, full = saved["fedmac"]
     src = tmp_path / "src.pt"

@@ -66,7 +66,7 @@ _OTHER_STATE_LAYOUT = ("fedsparse-checkpoint-2",)
 #: Fingerprint entries added after checkpoints were first written: a checkpoint without
 #: one resumes as before (it cannot be compared), one with it must match.
 ADDED_KEYS = frozenset({"problem_config", "data_digest", "channel_probabilities",
-                        "module_constants", "dictionary_atoms"})
+                        "module_constants", "dictionary_atoms", "round_rules"})
 #: Every key a checkpoint holds.
 CHECKPOINT_KEYS = ("format", "round", "state", "client_state", "records", "initial",
                    "fingerprint")
@@ -80,6 +80,15 @@ def _tensors_digest(tensors) -> str:
         h.update(f"{name}:{t.dtype}:{tuple(t.shape)};".encode())
         h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
     return h.hexdigest()
+
+
+def round_rules(eval_every: int, max_update_norm, max_update_ratio) -> str:
+    """The round loop's settings that shape a history but not the run's record: the
+    evaluation period and the screening of uploads. A resume with others would write a
+    history that no uninterrupted run gives (two evaluation periods, or uploads accepted
+    under two rules), so a checkpoint holds them (:data:`ADDED_KEYS`)."""
+    return (f"eval_every={eval_every}, max_update_norm={max_update_norm!r}, "
+            f"max_update_ratio={max_update_ratio!r}")
 
 
 def contents_fingerprint(problem, data, channel=None, algorithm=None) -> dict:

@@ -29,6 +29,7 @@ from .checkpoints import (
     RecordLines,
     contents_fingerprint,
     resume_checkpoint,
+    round_rules,
     save_checkpoint,
 )
 from .client_store import PersonalModels, has_personal_models, open_client_store
@@ -251,8 +252,10 @@ def simulate(algorithm: Algorithm, problem: Problem, data: FederatedDataset, *, 
         at the end; with ``resume=True`` an existing checkpoint is continued, giving the
         same history as an uninterrupted run (and the same tracker runs: see
         ``loggers``), and a missing one starts the run at round 0 (so one call serves
-        every start of a preemptible job: check the path, a typo starts afresh); without
-        it an existing file is refused, never overwritten.
+        every start of a preemptible job: check the path, a typo starts afresh); a resume
+        with another run's settings (the data, problem, algorithm, channel, seed,
+        ``eval_every`` or upload screening) is refused; without it an existing file is
+        refused, never overwritten.
     progress : progress bar; default: shown on a terminal only.
     client_batch : process at most this many clients at once (bounds memory; the
         result is the same). None: as many as the device's memory holds
@@ -372,7 +375,9 @@ def simulate(algorithm: Algorithm, problem: Problem, data: FederatedDataset, *, 
                                eval_clients)
     history = History(config={**fingerprint, "rounds": rounds})
     if checkpoint is not None:  # what only a checkpoint needs: the data and problem compared
-        fingerprint = {**fingerprint, **contents_fingerprint(problem, data, channel, bound)}
+        fingerprint = {**fingerprint, **contents_fingerprint(problem, data, channel, bound),
+                       "round_rules": round_rules(eval_every, max_update_norm,
+                                                  max_update_ratio)}
 
     sampled = make_evaluator(problem, data, seed, eval_clients)
 
