@@ -126,6 +126,69 @@ def test_restricted_solve_follows_any_link(method):
     assert float((full * ~mask).abs().max()) == 0.0
 
 
+
+class _HalfSquare(Link):
+    """``l(z, y) = (z - y)^2 / 2`` written as a user would, curvature included."""
+
+    name = "half_square"
+
+    def value(self, z, y, w=None):
+        v = 0.5 * (z - y) ** 2
+        return v if w is None else w * v
+
+    def derivative(self, z, y, w=None):
+        return z - y if w is None else w * (z - y)
+
+    def curvature(self, z, y, w=None):
+        return torch.ones_like(z) if w is None else w * torch.ones_like(z)
+
+
+class _Wrong(_HalfSquare):
+    """:class:`_HalfSquare` with one method's output made wrong by ``mistake``."""
+
+    def __init__(self, method, mistake):
+        self.method, self.mistake = method, mistake
+
+    def __getattribute__(self, name):
+        attr = object.__getattribute__(self, name)
+        if name == object.__getattribute__(self, "method"):
+            return lambda *a: object.__getattribute__(self, "mistake")(attr(*a))
+        return attr
+
+
+@pytest.mark.parametrize("method", ["value", "derivative", "curvature"])
+@pytest.mark.parametrize("mistake,message", [
+    (lambda out: out.sum(-1), r"returned a \(1,\) torch.float64 tensor .* must return a "
+                              r"\(1, 4\) torch.float64"),
+    (lambda out: out.float(), r"returned a \(1, 4\) torch.float32 tensor"),
+    (lambda out: out.tolist(), r"returned a list"),
+    (lambda out: out * float("nan"), r"returned non-finite values \(NaN or inf\) at zero scores"),
+], ids=["shape", "dtype", "type", "nan"])
+def test_a_custom_link_of_wrong_outputs_is_named_before_the_first_round(method, mistake,
+                                                                        message):
+    # unchecked, a wrong shape failed inside numpy, a float32 derivative was cast back
+    # silently, and a NaN loss was recorded as the objective with the model still finite
+    data = fs.data.shifted_gaussian(num_clients=3, samples_per_client=10, dim=6, sparsity=2,
+                                    seed=0, dtype=F64)
+    algorithm = fs.algorithms.fed_grad_mp(sparsity=2)  # its solves use the curvature
+    assert len(fs.simulate(algorithm, LinearProblem(_HalfSquare()), data, rounds=1).records) == 1
+    with pytest.raises(ConfigError, match=rf"_Wrong\.{method} {message}"):
+        fs.simulate(algorithm, LinearProblem(_Wrong(method, mistake)), data, rounds=1)
+
+
+def test_a_classification_link_must_say_which_predictions_are_correct():
+    class Scores(_HalfSquare):
+        task = "classification"
+
+        def correct(self, z, y):
+            return (z > 0).to(z.dtype)
+
+    data = fs.data.shifted_gaussian(num_clients=3, samples_per_client=10, dim=6, sparsity=2,
+                                    seed=0, dtype=F64)
+    with pytest.raises(ConfigError, match=r"Scores\.correct returned a \(1, 4\) "
+                       r"torch.float64 tensor .* must return a \(1, 4\) torch.bool"):
+        fs.simulate(fs.algorithms.fed_avg(), LinearProblem(Scores()), data, rounds=1)
+
 def test_a_network_has_no_linear_methods_and_says_so():
     problem = fs.problems.neural(nn.Linear(2, 3))
     for name in LINEAR_ONLY:

@@ -22,7 +22,7 @@ from .base import (
     linear_gradient,
     scores,
 )
-from .links import BinaryLogistic, Link, SoftmaxCrossEntropy, SquaredError
+from .links import BinaryLogistic, Link, SoftmaxCrossEntropy, SquaredError, check_link_outputs
 
 
 def _per_client(params: torch.Tensor, S: int) -> torch.Tensor:
@@ -67,6 +67,7 @@ class LinearProblem(Problem):
     # ------------------------------------------------------------------ the Problem protocol
     def check_data(self, data) -> None:
         self.link.check_data(data)
+        check_link_outputs(self.link, data.train.y[:1, :4])
 
     def _scores(self, params, X):
         """(S, b) scores, or (S, b, C) logits of C class rows."""

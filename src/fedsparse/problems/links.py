@@ -25,6 +25,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from .._validation import ConfigError
 from .base import check_labels
 
 
@@ -74,6 +75,41 @@ class Link:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
+
+
+def check_link_outputs(link: Link, y: torch.Tensor) -> None:
+    """Call ``link``'s methods once, on zero scores for the labels ``y`` (1, k), and
+    refuse an output of another type, shape or dtype than its convention's, or a
+    non-finite one: a custom link's mistake is named here, not as an index error inside
+    numpy or a NaN objective that no divergence check sees (the model stays finite).
+
+    The curvature is called only where the link defines it (only FedGradMP's restricted
+    solves use it), and ``correct`` only for a classification link.
+    """
+    from ..contract import returned  # the contract module imports the algorithms
+
+    z = torch.zeros(*y.shape, *((link.outputs,) if link.outputs > 1 else ()),
+                    dtype=y.dtype, device=y.device)
+    w = torch.ones_like(y)
+    expected = {"value": y.shape, "derivative": z.shape}
+    if type(link).curvature is not Link.curvature:
+        expected["curvature"] = z.shape if link.outputs > 1 else y.shape
+    for method, shape in expected.items():
+        out = getattr(link, method)(z, y, w)
+        what = f"{type(link).__name__}.{method}"
+        if not isinstance(out, torch.Tensor) or out.shape != shape or out.dtype != z.dtype:
+            raise ConfigError(f"{what} returned {returned(out)} for {tuple(z.shape)} "
+                              f"{z.dtype} scores; it must return a {tuple(shape)} {z.dtype} "
+                              "tensor (the conventions of fedsparse.problems.links)")
+        if not bool(torch.isfinite(out).all()):
+            raise ConfigError(f"{what} returned non-finite values (NaN or inf) at zero "
+                              "scores; a link's loss and derivatives must be finite there")
+    if link.task == "classification":
+        out = link.correct(z, y)
+        if not isinstance(out, torch.Tensor) or out.shape != y.shape or out.dtype != torch.bool:
+            raise ConfigError(f"{type(link).__name__}.correct returned {returned(out)} for "
+                              f"{tuple(z.shape)} scores; a classification link must return a "
+                              f"{tuple(y.shape)} torch.bool tensor")
 
 
 class SquaredError(Link):
