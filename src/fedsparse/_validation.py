@@ -65,6 +65,21 @@ def fail(name: str, value, allowed: str) -> ConfigError:
     return ConfigError(f"{name}={value!r} is invalid: {allowed}")
 
 
+def expand_home(name: str, path):
+    """``path`` as a :class:`~pathlib.Path` with a leading ``~`` or ``~USER`` replaced by
+    that home folder, as the shell does; a ``~USER`` that names no user of this machine
+    (or a ``~`` with no home folder to be found) is a ConfigError naming ``name``, where
+    :meth:`pathlib.Path.expanduser` raises a bare RuntimeError."""
+    from pathlib import Path
+
+    try:
+        return Path(path).expanduser()
+    except RuntimeError:
+        head = str(path).replace("\\", "/").split("/", 1)[0]
+        raise fail(name, str(path), f"starts with {head}, which names no home folder on "
+                   "this machine (no such user); give the path without it") from None
+
+
 def check_int(name: str, value, *, minimum: int | None = None, maximum: int | None = None,
               allow_none: bool = False) -> int | None:
     if value is None and allow_none:

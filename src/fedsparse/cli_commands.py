@@ -8,7 +8,7 @@ import json
 import sys
 from pathlib import Path
 
-from ._validation import ConfigError
+from ._validation import ConfigError, expand_home
 from .cli_common import DEFAULT_EXPERIMENT, check_count_options, resolve_experiment, suggest
 from .cli_run import (
     INTERRUPTED,
@@ -194,7 +194,7 @@ def cmd_sweep(args) -> int:
     name, config = _search_config(args, device, "sweeps need")
     grid = _once("--grid", args.grid)
     _searched_not_fixed(grid, args, "--grid")
-    out = Path(args.out or Path("runs") / f"{name}-sweep").expanduser()
+    out = expand_home("--out", args.out or Path("runs") / f"{name}-sweep")
     _check_log(args, out)
     created = prepare_output(out, force=args.force, resumable=False,  # never replaced silently
                              writes=[*SWEEP_FILES, "FAILED"])
@@ -221,7 +221,7 @@ def cmd_tune(args) -> int:
     device = _check_device(args)
     space = {key: parse_space(text, f"--param {key}") for key, text in params.items()}
     name, config = _search_config(args, device, "tuning needs")
-    out = Path(args.out or Path("runs") / f"{name}-tune").expanduser()
+    out = expand_home("--out", args.out or Path("runs") / f"{name}-tune")
     _check_log(args, out)
     created = prepare_output(out, force=args.force, resumable=False)
     result = _guarded(out, created, args, lambda: run_tune(

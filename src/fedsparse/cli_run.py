@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from ._signals import as_interrupted, sigterm_raises
-from ._validation import ConfigError
+from ._validation import ConfigError, expand_home
 from .cli_common import check_count_options, resolve_experiment
 
 #: What a command run under :func:`_guarded` returns when Ctrl-C stopped it.
@@ -280,7 +280,7 @@ def cmd_run(args) -> int:
     check_count_options(args)
     device = _check_device(args)
     name, config, python_exp = resolve_experiment(args.experiment)
-    out = Path(args.out or Path("runs") / name).expanduser()
+    out = expand_home("--out", args.out or Path("runs") / name)
     if python_exp is not None and args.log:  # before the extra's check: it applies anyway
         raise ConfigError(f"--log: {name!r} is a Python experiment, which writes its own "
                           "files; --log applies to TOML experiments (and fs.simulate("

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .._validation import ConfigError, check_seed
+from .._validation import ConfigError, check_seed, expand_home
 from ..cli_common import folder
 from .real import DATASETS, PARTITIONS, READS_PATH
 
@@ -65,6 +65,17 @@ def _flag(name: str) -> str:
 def _given(value) -> bool:
     """An option the user gave: a value (0 included) or a set flag (``--by-labels``)."""
     return value is not None and value is not False
+
+
+def _expand_paths(args) -> None:
+    """``--out``, ``--path`` and ``--plot`` with a leading ``~`` replaced by the home
+    folder, as ``fedsparse run --out`` and a config's ``data.path`` read it: written as
+    typed, ``data write --out '~/x'`` would make a folder named ``~`` here, which the
+    ``path = "~/x"`` it prints for a config does not name."""
+    for name in ("out", "path", "plot"):
+        value = getattr(args, name, None)
+        if value is not None:
+            setattr(args, name, str(expand_home(_flag(name), value)))
 
 
 def _check_given(args, generated: bool = False, offered=DATASETS) -> None:
@@ -131,6 +142,7 @@ def cmd_describe(args) -> int:
     from .partition import describe_partition
     from .real import REGRESSION, _scale, load_named, make_partition
 
+    _expand_paths(args)
     _check_given(args)
     if args.plot and Path(args.plot).is_dir():
         raise ConfigError(f"--plot={args.plot!r} is invalid: it is a folder; give the PNG "
@@ -216,6 +228,7 @@ def cmd_write(args) -> int:
     from . import GENERATORS
     from .ondisk import check_target, write_federated
 
+    _expand_paths(args)
     _check_given(args, generated=args.dataset in GENERATED, offered=set(DATASETS) - set(SPARSE))
     check_seed("--seed", args.seed)  # NumPy's own refusal would name no parameter
     check_target(Path(args.out), args.overwrite, ("--out", "--overwrite"))  # before the build

@@ -63,7 +63,7 @@ from pathlib import Path
 
 import torch
 
-from .._validation import ConfigError, check_choice, check_float, check_int, fail
+from .._validation import ConfigError, check_choice, check_float, check_int, expand_home, fail
 from ..devices import DEFAULT_DEVICE, check_device_spec
 from ..metric_names import METRICS as METRICS  # every field a record can hold
 
@@ -306,10 +306,11 @@ def _absolute_paths(run: dict) -> None:
     results (which ``--resume`` reads again, perhaps from another directory) must name
     the same file.
     """
-    for table in (run["data"], run["algorithm"].get("dictionary")):
+    for name, table in (("data.path", run["data"]),
+                        ("algorithm.dictionary.path", run["algorithm"].get("dictionary"))):
         path = table.get("path") if isinstance(table, dict) else None
         if isinstance(path, (str, os.PathLike)) and str(path):
-            table["path"] = str(Path(path).expanduser().absolute())
+            table["path"] = str(expand_home(name, path).absolute())
 
 
 def _check_flower(name: str, table: dict) -> None:

@@ -18,7 +18,7 @@ import time
 import traceback
 from pathlib import Path
 
-from .._validation import ConfigError, fail
+from .._validation import ConfigError, expand_home, fail
 from ..manifest import (
     BOOKKEEPING,
     MANIFEST,
@@ -54,7 +54,7 @@ def check_out_dir(out: str | Path, option: str = "--out") -> Path:
         when ``out`` is a file, lies under a file, or its nearest existing parent is not
         writable.
     """
-    out = Path(out).expanduser()
+    out = expand_home(option, out)
     if out.exists() and not out.is_dir():
         raise fail(option, str(out), "is a file; give a directory")
     parent = out.absolute()

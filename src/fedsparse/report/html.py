@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .._validation import ConfigError, fail
+from .._validation import ConfigError, expand_home, fail
 from .html_parts import (
     COLORS,
     DASHES,
@@ -58,7 +58,7 @@ def kind_of(folder: Path) -> str | None:
 def report_folders(path: str | Path) -> list[Path]:
     """``path`` itself if it is a run, sweep or tuning folder, else those directly inside
     it (a folder of runs such as ``runs/``), sorted."""
-    path = Path(path).expanduser()
+    path = expand_home("DIR", path)
     if not path.is_dir():
         raise fail("DIR", str(path), "must be a folder written by fedsparse run, sweep or "
                    "tune (or a folder holding such folders)")
