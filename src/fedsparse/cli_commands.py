@@ -182,7 +182,7 @@ def _searched_not_fixed(searched: dict, args, option: str) -> None:
 
 
 def cmd_sweep(args) -> int:
-    from .experiments.output import prepare_output
+    from .experiments.output import SWEEP, prepare_output
     from .experiments.sweep import SWEEP_FILES, run_sweep
 
     if not args.grid:  # before loading anything: a sweep without a grid runs nothing
@@ -197,7 +197,7 @@ def cmd_sweep(args) -> int:
     out = expand_home("--out", args.out or Path("runs") / f"{name}-sweep")
     _check_log(args, out)
     created = prepare_output(out, force=args.force, resumable=False,  # never replaced silently
-                             writes=[*SWEEP_FILES, "FAILED"])
+                             writes=[*SWEEP_FILES, "FAILED"], identity={"experiment": SWEEP})
     result = _guarded(out, created, args, lambda: run_sweep(
         config, grid, out=out, metric=args.metric, maximize=args.maximize, seeds=args.seeds,
         jobs=args.jobs, loggers=args.log, log=_search_log(args)), resumable=False)
@@ -206,7 +206,7 @@ def cmd_sweep(args) -> int:
 
 def cmd_tune(args) -> int:
     from .experiments.config import check_metric
-    from .experiments.output import prepare_output
+    from .experiments.output import TUNING, prepare_output
     from .experiments.tune import parse_space, require_optuna, run_tune
 
     if not args.param:
@@ -223,7 +223,8 @@ def cmd_tune(args) -> int:
     name, config = _search_config(args, device, "tuning needs")
     out = expand_home("--out", args.out or Path("runs") / f"{name}-tune")
     _check_log(args, out)
-    created = prepare_output(out, force=args.force, resumable=False)
+    created = prepare_output(out, force=args.force, resumable=False,
+                             identity={"experiment": TUNING})
     result = _guarded(out, created, args, lambda: run_tune(
         config, space, trials=args.trials, out=out, metric=args.metric,
         maximize=args.maximize, seeds=args.seeds, jobs=args.jobs, sampler=args.sampler,

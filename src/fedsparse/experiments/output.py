@@ -163,9 +163,11 @@ def prepare_output(out: str | Path, *, resume: bool = False, force: bool = False
       where the run writes (``writes``, glob patterns, :func:`output_patterns`); while it
       runs, :func:`output_guard` refuses any write to a kept file.
     * ``identity`` (the experiment's name, its number of seeds, its quick form:
-      :data:`IDENTITY`) is kept in the folder's marker; ``resume`` refuses a folder whose
-      marker names other values, since the continued runs would be mixed with or replace
-      results of another experiment or seed count; only a larger number of seeds is
+      :data:`IDENTITY`; a sweep's or a tuning's folder names :data:`SWEEP` or
+      :data:`TUNING` as its experiment) is kept in the folder's marker; ``resume``
+      refuses a folder whose marker names other values, since the continued runs would
+      be mixed with or replace results of another experiment or seed count (or of a
+      search, which cannot be continued); only a larger number of seeds is
       accepted (the earlier replicates continue, the new ones are added).
 
     Returns
@@ -288,12 +290,18 @@ def more_seeds(old, new) -> bool:
 #: the run folders' names tell its runs apart.
 TOML_CONFIG = "a TOML config"
 
+#: What the marker of a ``fedsparse sweep`` and a ``fedsparse tune`` folder records as its
+#: experiment, with the command that wrote it: a search cannot be continued, and a run
+#: continued there with ``--resume`` would be mixed with its results.
+SWEEP, TUNING = "a sweep", "a tuning"
+SEARCHES = {SWEEP: "fedsparse sweep", TUNING: "fedsparse tune"}
+
 
 def said(key: str, value) -> str:
     """An identity value as a message names it: a named experiment quoted, a TOML
-    config (:data:`TOML_CONFIG`) in plain words, no seeds as "none", ``quick`` as
-    on/off."""
-    if value == TOML_CONFIG:
+    config (:data:`TOML_CONFIG`), a sweep or a tuning (:data:`SEARCHES`) in plain words,
+    no seeds as "none", ``quick`` as on/off."""
+    if value == TOML_CONFIG or value in SEARCHES:
         return value
     if value is None:
         return "none"
@@ -306,6 +314,11 @@ def _check_same_identity(out: Path, identity: dict) -> None:
     """Refuse to continue the runs in ``out`` as another experiment, seed count or form;
     more seeds than before is allowed (the marker then records the new count)."""
     recorded = marker_info(out)
+    search = recorded.get("experiment")
+    if search in SEARCHES and identity.get("experiment") != search:
+        raise fail("--resume", str(out), f"holds the results of {search} "
+                   f"({SEARCHES[search]}), not runs to continue: the runs would be mixed "
+                   "with them; use --force to replace them or choose another --out")
     differ = {k: (recorded[k], v) for k, v in identity.items()
               if k in recorded and recorded[k] != v
               and not (k == "seeds" and more_seeds(recorded[k], v))}
