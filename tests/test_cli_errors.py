@@ -17,6 +17,9 @@ CONFIG_CASES = [
     ("typo in a table name", ("[defaults]\n", "[defualts]\n"), [],
      ["[defualts]", "did you mean 'defaults'"]),
     ("unknown top-level key", ("title =", "foo = 1\ntitle ="), [], ["'foo'", "allowed"]),
+    # named in [defaults], where it was written, not in the first run it reaches
+    ("misspelt key in [defaults]", ("rounds =", "roundz ="), [],
+     ["[defaults] has an unknown key 'roundz'", "did you mean 'rounds'"]),
     ("[flower] beside [[runs]]", None, ["+[flower]\nround_timeout = 5\n"],
      ["[flower]", "[defaults.flower]"]),
     ("unknown [plot] key", None, ['+[plot]\ny = ["objective"]\nlogx = true\n'],

@@ -174,7 +174,9 @@ def check_config(config: dict) -> dict:
         check_int("fstar_rounds", config["fstar_rounds"], minimum=1)
     if "device" in config:
         check_device_spec("device", config["device"])
-    check_table("defaults", config.get("defaults", {}))
+    for key in check_table("defaults", config.get("defaults", {})):
+        if key not in RUN_KEYS:  # named where it was written, not in the runs it reaches
+            raise unknown_key("[defaults]", key, RUN_KEYS)
     runs = config.get("runs")
     if not runs:
         raise ConfigError("an experiment config needs at least one [[runs]] entry")
