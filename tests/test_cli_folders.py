@@ -1,16 +1,21 @@
 """Output folders that one command wrote and another is pointed at: what a search
-(``sweep``, ``tune``) wrote is never taken for runs to continue.
+(``sweep``, ``tune``) wrote is never taken for runs to continue, and a folder another
+command is writing is refused.
 """
 
 from __future__ import annotations
 
 import hashlib
 import importlib.util
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from fedsparse import cli
+from fedsparse.manifest import MANIFEST
 
 
 @pytest.fixture
@@ -47,3 +52,45 @@ def test_run_resume_refuses_a_search_folder(search, named, tiny, tmp_path, capsy
     # --force replaces them, as it says
     assert cli.main(["run", str(tiny), "--out", str(out), "--force", "--quiet"]) == 0
     assert (out / "summary.json").is_file() and not (out / "best.json").exists()
+
+
+def _running(out: Path, tiny_toml, tmp_path) -> subprocess.Popen:
+    """A real ``fedsparse run`` of many rounds writing into ``out``, once its manifest is
+    there (it holds the folder from then on)."""
+    config = tmp_path / "long.toml"
+    config.write_text(tiny_toml(rounds=10**6, labels=("A",), algorithms=("fed_ht",)))
+    proc = subprocess.Popen([sys.executable, "-m", "fedsparse", "run", str(config), "--out",
+                             str(out), "--quiet"], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not (out / "a").is_dir():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail(f"the first run did not start: {proc.communicate()[1]}")
+        time.sleep(0.1)
+    return proc
+
+
+@pytest.mark.parametrize("option", ["--force", "--resume"])
+def test_a_folder_another_command_is_writing_is_refused(option, tiny, tiny_toml, tmp_path,
+                                                        capsys):
+    # a second --force removed the running run's files, a second --resume wrote the same
+    # checkpoints; either way one of them died on a file the other had renamed
+    out = tmp_path / "busy"
+    first = _running(out, tiny_toml, tmp_path)
+    try:
+        manifest = (out / MANIFEST).read_bytes()
+        capsys.readouterr()
+        assert cli.main(["run", str(tiny), "--out", str(out), option, "--quiet"]) == 2
+        assert "is in use: another fedsparse command is writing there" in \
+            capsys.readouterr().err
+        assert (out / MANIFEST).read_bytes() == manifest and (out / "a").is_dir()
+        assert first.poll() is None  # the first run goes on
+    finally:
+        first.kill()  # the system drops its hold with the process, even on SIGKILL
+        first.wait()
+    assert cli.main(["run", str(tiny), "--out", str(out), "--force", "--quiet"]) == 0
+    # this process let go of the folder when its command ended
+    other = subprocess.run([sys.executable, "-m", "fedsparse", "run", str(tiny), "--out",
+                            str(out), "--force", "--quiet"], capture_output=True, text=True)
+    assert other.returncode == 0, other.stderr

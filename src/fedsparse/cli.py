@@ -29,6 +29,7 @@ from .cli_common import (
 )
 from .cli_run import _apply_overrides as _apply_overrides  # (tests import it from here)
 from .cli_run import cmd_run
+from .experiments.folder_lock import release_folder_locks
 
 __all__ = ["DEFAULT_EXPERIMENT", "build_parser", "main", "resolve_experiment"]
 
@@ -346,6 +347,8 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("fedsparse: interrupted", file=sys.stderr)
         return 130
+    finally:  # the output folder is free for the next command, in this process too
+        release_folder_locks()
 
 
 def _stdout_closed() -> bool:

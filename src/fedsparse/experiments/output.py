@@ -32,6 +32,7 @@ from ..manifest import (
     start_manifest,
     write_manifest,
 )
+from .folder_lock import lock_folder
 
 #: Written into every output folder a ``fedsparse run`` creates: the run's status (new,
 #: running, done, failed) and how many attempts it took, in how many seconds. What
@@ -162,6 +163,8 @@ def prepare_output(out: str | Path, *, resume: bool = False, force: bool = False
     * either way, the run is refused before anything is removed when a kept file lies
       where the run writes (``writes``, glob patterns, :func:`output_patterns`); while it
       runs, :func:`output_guard` refuses any write to a kept file.
+    * the folder is held for this process (:func:`~.folder_lock.lock_folder`) before
+      anything in it is read or removed: a folder another command is writing is refused;
     * ``identity`` (the experiment's name, its number of seeds, its quick form:
       :data:`IDENTITY`; a sweep's or a tuning's folder names :data:`SWEEP` or
       :data:`TUNING` as its experiment) is kept in the folder's marker; ``resume``
@@ -187,6 +190,8 @@ def prepare_output(out: str | Path, *, resume: bool = False, force: bool = False
         raise ConfigError("--resume and --force exclude each other: --resume continues the "
                           "runs in --out, --force replaces them")
     created = not out.exists()
+    if not created:  # before anything is read or removed: one command at a time
+        lock_folder(out)
     entries = _entries(out)
     if resume and not entries:
         raise fail("--resume", str(out), ("does not exist" if created else "is empty")
@@ -237,6 +242,7 @@ def prepare_output(out: str | Path, *, resume: bool = False, force: bool = False
                            "use --force to replace them or choose another --out")
     try:
         out.mkdir(parents=True, exist_ok=True)
+        lock_folder(out)
         start_manifest(out, folder_created=created)
         if not marker_info(out):  # an existing one keeps the earlier run's status (and
             # an older one without an identity stays without: it cannot be told)
