@@ -1,10 +1,12 @@
 """FedGradMP (Jeong, Needell, Qin 2024, Algorithms 1-2)."""
 
+import numpy as np
 import pytest
 import torch
 
 import fedsparse as fs
 from fedsparse._validation import ConfigError
+from fedsparse.algorithms.sparse_models import SparseModel
 
 DT = torch.float64
 
@@ -24,6 +26,58 @@ def test_two_client_round_by_hand():
     assert torch.allclose(h.model, torch.tensor([1.5, 0.0, 0.0], dtype=DT), atol=1e-14)
     # each upload: one (1-byte index, 8-byte value) pair
     assert h.records[0]["bytes_up"] == 2 * (1 + 8)
+
+
+def _alg1_reference(xs, ys, tau, local_steps):
+    """Jeong et al. 2024, Alg. 1 in NumPy, standard basis, least squares, full batches.
+
+    ``f_i(x) = ||X_i x - y_i||^2 / (2 n_i)``, p_i = n_i / n, x_0 = 0, ties to the lower
+    index; client i, for k = 1..K: r = grad f_i(x) at the CURRENT local iterate,
+    Gamma = top 2 tau of |r|, Gamma^ = Gamma u Lambda (Lambda = supp(x_t) at k = 1, then
+    the support just kept), b = least squares on Gamma^, x = H_tau(b); server
+    H_tau(sum_i p_i x_i).
+    """
+    def top(v, k):
+        return sorted(range(v.size), key=lambda j: (-abs(v[j]), j))[:k]
+
+    d = xs[0].shape[1]
+    p = np.array([len(y) for y in ys], dtype=float)
+    p /= p.sum()
+    mean = np.zeros(d)
+    for X, y, p_i in zip(xs, ys, p, strict=True):
+        x, support = np.zeros(d), set()
+        for _ in range(local_steps):
+            r = X.T @ (X @ x - y) / len(y)
+            merged = sorted(set(top(r, 2 * tau)) | support)
+            b = np.zeros(d)
+            b[merged] = np.linalg.lstsq(X[:, merged], y, rcond=None)[0]
+            support = set(top(b, tau))
+            x = np.zeros(d)
+            x[sorted(support)] = b[sorted(support)]
+        mean += p_i * x
+    out = np.zeros(d)
+    kept = top(mean, tau)
+    out[kept] = mean[kept]
+    return out
+
+
+@pytest.mark.parametrize("local_steps", [2, 3])
+def test_several_local_iterations_and_size_weights_match_algorithm_1(local_steps):
+    # Two clients of 3 and 5 examples (p = 3/8, 5/8), d = 4, tau = 1, checked against the
+    # reference above. Each of these departures gives another model here, at K = 2 and 3:
+    # r at x_t instead of the local iterate (0.257 e_1 in place of 1.036 e_1 at K = 2), a
+    # uniform server mean (1.188 e_1), Gamma^ without Lambda or Lambda kept at supp(x_t)
+    # (0.355 e_2).
+    xs = [np.array([[0.1, -0.1, 0.6, 0.1], [-0.5, 0.4, 1.3, 0.9], [-0.7, -1.3, -0.6, 0.0]]),
+          np.array([[-2.3, -0.2, -1.2, -0.7], [-0.5, -0.3, 0.4, 1.0], [-0.1, 1.4, -0.7, 0.4],
+                    [0.8, 0.2, -0.3, 1.1], [0.3, -0.9, 0.5, -0.4]])]
+    ys = [np.array([0.9, 0.1, -0.7]), np.array([-0.9, -0.5, 0.2, 0.6, -0.3])]
+    data = fs.data.from_arrays([torch.tensor(X, dtype=DT) for X in xs],
+                               [torch.tensor(y, dtype=DT) for y in ys], dtype=DT)
+    h = fs.simulate(fs.algorithms.fed_grad_mp(sparsity=1, local_steps=local_steps),
+                    fs.problems.least_squares(), data, rounds=1, progress=False)
+    expected = torch.tensor(_alg1_reference(xs, ys, 1, local_steps), dtype=DT)
+    assert torch.allclose(h.model, expected, rtol=1e-10, atol=1e-12)
 
 
 def test_the_client_thresholds_before_it_projects_onto_the_ball():
@@ -114,6 +168,16 @@ def test_dictionary_problem_used_directly_evaluates_coefficients():
                     progress=False)
     assert h.records[-1]["rel_error"] < 1e-10 and h.model.shape == (100,)
 
+
+
+def test_the_gradient_support_ranks_atoms_by_normalised_correlation():
+    # approx_2tau of the proxy picks the atoms of largest |A^T r|_j / ||a_j||
+    # (docs/decisions.md, section 1), not of largest |A^T r|_j. A = diag(1, 10) with
+    # A^T r = (1, 5): normalised (1, 0.5), so atom 0; unnormalised would pick atom 1.
+    D = fs.sparsity.Dictionary(torch.diag(torch.tensor([1.0, 10.0], dtype=DT)))
+    geometry = SparseModel(1, 1, D)
+    chosen = geometry.select(torch.tensor([[1.0, 5.0]], dtype=DT), 1)
+    assert chosen.tolist() == [[True, False]]
 
 def test_inexact_gradient_descent_reports_inner_iterations():
     data = fs.data.shifted_gaussian(num_clients=8, samples_per_client=60, dim=80, sparsity=4,
