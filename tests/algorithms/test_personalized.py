@@ -264,6 +264,32 @@ def test_fedmac_applies_rule_z_to_the_global_model():
                           mean, rtol=1e-15)
 
 
+
+def test_rule_z_thresholds_scale_with_the_w_step_eta_gamma_w():
+    # eta = 0.5, gamma_w = 0.4: the w step's shrink size, and so rule Z's threshold, is
+    # eta gamma_w = 0.2 (not gamma_w = 0.4), on the client's w step and on the server's
+    # mix alike (density_floor = 0, so only the threshold decides). lambda = 1 and
+    # theta = w make the w step w - 0.2 tanh(w / rho), with rho = 1e-3 so tanh is the
+    # sign: (0.5, 0.3) -> (0.3, 0.1), and Z zeroes 0.1 only (a threshold of 0.4 would
+    # zero 0.3 too).
+    data = tiny()
+    problem = fs.problems.softmax(2)
+    algo = fs.algorithms.fedmac(lam=1.0, step_size=0.5, personal_step_size=0.1, gamma_w=0.4,
+                                local_steps=1, batch_size=None, density_floor=0.0
+                                ).bind(problem, data)
+    w = torch.tensor([[0.5, 0.3]], dtype=F64)
+    new = algo.global_step(w.clone(), w.clone())
+    assert torch.allclose(new, torch.tensor([[0.3, 0.0]], dtype=F64), rtol=1e-14)
+    assert new[0, 1] == 0
+    # the server applies the same threshold to its beta-mix (here the uploads' mean)
+    mean = torch.tensor([0.3, 0.1], dtype=F64)
+    uploads = torch.stack([mean + 0.01, mean - 0.01])
+    cohort = Cohort(0, torch.arange(2), data.weights, torch.ones(2, dtype=torch.bool))
+    model = algo.aggregate(algo.init(problem), uploads, cohort)["model"]
+    assert torch.allclose(model, torch.tensor([0.3, 0.0], dtype=F64), rtol=1e-14)
+    assert model[1] == 0
+
+
 def test_all_clients_train_and_grouping_does_not_change_the_run():
     data = label_skew(N=5, C=4, seed=1)
     algo = fs.algorithms.fedmac(lam=0.01, step_size=30, personal_step_size=0.2, gamma=1e-3,
