@@ -121,6 +121,23 @@ def test_aggregation_renormalises_over_what_arrived():
     torch.testing.assert_close(new["model"], (uploads[0] + uploads[3]) / 2)
 
 
+
+@pytest.mark.parametrize("payload", ["model", "update"])
+def test_aggregation_weighs_what_arrived_by_client_weight(payload):
+    # Mao et al. 2022, eq. 1: w_i = n_i / N, renormalised over the arrivals. Clients 0
+    # and 2 arrive with weights 0.1 and 0.3: the average is (0.1 u_0 + 0.3 u_2) / 0.4
+    # (a uniform mean, (u_0 + u_2) / 2, is another model); the update form adds it to x^t.
+    problem, data = _mlp(), _mlp_data()
+    algo, state, _, uploads, _, _ = _one_round(
+        fs.algorithms.safari(density=0.5, step_size=0.01, compensation=False,
+                             payload=payload), problem, data)
+    weights = torch.tensor([0.1, 0.2, 0.3, 0.1, 0.2, 0.1], dtype=torch.float64)
+    delivered = torch.tensor([True, False, True, False, False, False])
+    new = algo.aggregate(state, uploads, Cohort(0, torch.arange(6), weights, delivered))
+    mean = (0.1 * uploads[0] + 0.3 * uploads[2]) / 0.4
+    expected = mean if payload == "model" else state["model"] + mean
+    torch.testing.assert_close(new["model"], expected)
+
 @pytest.mark.parametrize("kw,match", [
     (dict(density=0.0), "density=0.0"), (dict(density=1.5), "density=1.5"),
     (dict(density=0.5, pruner="random"), "pruner='random'"),
