@@ -90,6 +90,25 @@ def test_ties_go_to_the_lowest_client_id():
     assert models[1] == pytest.approx([(0 + 0 + 10) / 3, 0.0])
 
 
+
+def test_a_substitute_carries_the_weight_of_the_client_it_stands_in_for():
+    # Mao et al. 2022, Alg. 3: x^{t+1} = sum_received w_i x_i + sum_lost w_j x_{j'}, the
+    # lost client's own weight w_j. Sizes 1, 2, 3, 4: w = (0.1, 0.2, 0.3, 0.4). Round 2
+    # loses 1 and 3, replaced by 0 and 2: 0.1 * 0 + 0.2 * 0 + 0.3 * 10 + 0.4 * 10 = 7
+    # (the substitutes' weights, renormalised, would give (0.3 + 0.3) * 10 / 0.8 = 7.5).
+    rows = [[0.0, 0], [1, 0], [10, 0], [11, 0]]
+    sizes = (1, 2, 3, 4)
+    data = fs.data.from_arrays([torch.ones(n, 2) for n in sizes],
+                               [torch.zeros(n) for n in sizes], dtype=torch.float64)
+    models = []
+    fs.simulate(fs.algorithms.similarity_compensation(Fixed(rows)),
+                fs.problems.least_squares(), data, rounds=2,
+                channel=ScheduledChannel(torch.tensor([[1, 1, 1, 1], [1, 0, 1, 0]])),
+                callback=lambda record, state: models.append(
+                    state["inner"]["model"].tolist()))
+    assert models[0] == pytest.approx([0.2 + 3.0 + 4.4, 0.0])
+    assert models[1] == pytest.approx([7.0, 0.0])
+
 def test_the_record_is_updated_every_round_and_checkpointed(tmp_path):
     # client 1 moves: its upload depends on the round through the model it receives
     data = fs.data.shifted_gaussian(num_clients=6, samples_per_client=20, dim=10, sparsity=3,
