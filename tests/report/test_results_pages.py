@@ -11,6 +11,7 @@ import json
 import pytest
 
 from fedsparse._validation import ConfigError
+from fedsparse.experiments import fedmac as M
 from fedsparse.report import results_pages as RP
 
 RUNS = RP.load_runs()
@@ -74,7 +75,8 @@ def test_collect_adds_up_the_attempts_of_a_resumed_run(tmp_path):
     # folder's marker every part (1,234 s over 3 attempts); the page quotes the whole
     run = RUNS["fedmac-fig3"]
     summary = {"rounds": run["rounds"], "seeds": run["seeds"], "device": "cpu", "gpu": None,
-               "wall_clock_s": 100.0, "eval_every": 4, "table": run["table"]}
+               "wall_clock_s": 100.0, "eval_every": 4, "weighting": "uniform",
+               "table": run["table"]}
     out = tmp_path / "out"
     out.mkdir()
     (out / "summary.json").write_text(json.dumps(summary))
@@ -89,6 +91,24 @@ def test_collect_adds_up_the_attempts_of_a_resumed_run(tmp_path):
     assert record["wall_clock_s"] == 100.0 and "attempts" not in record
     assert "100 s wall clock;" in RP.setting_line(record)
 
+
+
+def test_a_fedmac_run_records_how_its_baselines_averaged(tmp_path):
+    # the figures' summaries said nothing of it and the import wrote "size", while their
+    # FedAvg and FedProx averaged 1/S: the weighting is taken from the run, never assumed
+    run = RUNS["fedmac-fig3"]
+    summary = {"rounds": run["rounds"], "seeds": run["seeds"], "device": "cpu", "gpu": None,
+               "wall_clock_s": 100.0, "eval_every": 4, "table": run["table"]}
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "summary.json").write_text(json.dumps(summary))
+    with pytest.raises(ConfigError, match="summary.json lacks weighting"):
+        RP.collect("fedmac-fig3", out, runs=tmp_path / "runs")
+    for name, s in RUNS.items():
+        if name.startswith("fedmac-fig"):
+            assert s["weighting"] == M.FIGURE_WEIGHTING == "uniform", name
+        elif s["kind"] == "fedmac":
+            assert s["weighting"] == "uniform", name  # Table 1 as the paper: 1/S
 
 def test_collect_names_a_damaged_summary_or_analysis(tmp_path):
     out = tmp_path / "out"
@@ -106,7 +126,8 @@ def test_a_gpu_run_says_how_its_float32_products_were_rounded(tmp_path):
     run = RUNS["fedmac-fig3"]
     summary = {"rounds": run["rounds"], "seeds": run["seeds"], "device": "cuda",
                "gpu": "NVIDIA H100 80GB HBM3", "tf32": {"matmul": False, "convolutions": True},
-               "wall_clock_s": 100.0, "eval_every": 4, "table": run["table"]}
+               "wall_clock_s": 100.0, "eval_every": 4, "weighting": "uniform",
+               "table": run["table"]}
     out = tmp_path / "out"
     out.mkdir()
     (out / "summary.json").write_text(json.dumps(summary))

@@ -75,6 +75,8 @@ FIGURES = {
 }
 #: Seeds of a figure's full run: two, so that each ordering is seen in more than one.
 FIGURE_SEEDS = 2
+#: How a figure's FedAvg and FedProx average (only Figure 3 runs them): 1/S, the paper's.
+FIGURE_WEIGHTING = "uniform"
 
 
 def figure_seeds(quick: bool) -> int:
@@ -101,7 +103,7 @@ def _run_figure(name: str, out: str | Path, *, quick: bool, rounds: int | None,
     out.mkdir(parents=True, exist_ok=True)
     seeds = seeds or figure_seeds(quick)
     run_config(config, out, seeds=seeds, eval_every=eval_every, log=log,
-               log_every=log_every, resume=resume, device=device)
+               log_every=log_every, resume=resume, device=device, weighting=FIGURE_WEIGHTING)
     return config, load_results(config, out), resolve_runs(config)[0]["rounds"], eval_every
 
 
@@ -186,7 +188,8 @@ def figure2(out: str | Path, *, quick: bool = False, rounds: int | None = None,
                      f"{str(r['pm_rounds_to_95pct_of_best']):>25}")
     return write_report(out, lines, log, title=config.get("title", ""), experiment="fedmac-fig2",
                         quick=quick, rounds=T, seeds=n_seeds, **where,
-                        wall_clock_s=time.perf_counter() - tic, eval_every=every, runs=rows,
+                        wall_clock_s=time.perf_counter() - tic, eval_every=every,
+                        weighting=FIGURE_WEIGHTING, runs=rows,
                         plots=["fig2.png"])
 
 
@@ -233,7 +236,8 @@ def figure3(out: str | Path, *, quick: bool = False, rounds: int | None = None,
                      f"{g['paper_gap']:.2f}")
     return write_report(out, lines, log, title=config.get("title", ""), experiment="fedmac-fig3",
                         quick=quick, rounds=T, seeds=n_seeds, **where,
-                        wall_clock_s=time.perf_counter() - tic, eval_every=every, table=rows,
+                        wall_clock_s=time.perf_counter() - tic, eval_every=every,
+                        weighting=FIGURE_WEIGHTING, table=rows,
                         gaps=gaps, plots=["accuracy_vs_round.png"])
 
 
@@ -340,7 +344,8 @@ def figure4(out: str | Path, *, quick: bool = False, rounds: int | None = None,
     lines.append(f"(cost after {at} rounds, relative to 2 x 64 d bits a round)")
     return write_report(out, lines, log, title=config.get("title", ""), experiment="fedmac-fig4",
                         quick=quick, rounds=T, seeds=n_seeds, **where,
-                        wall_clock_s=time.perf_counter() - tic, eval_every=every, runs=rows,
+                        wall_clock_s=time.perf_counter() - tic, eval_every=every,
+                        weighting=FIGURE_WEIGHTING, runs=rows,
                         plots=["fig4.png"])
 
 
@@ -410,7 +415,8 @@ def figure6(out: str | Path, *, quick: bool = False, rounds: int | None = None,
                      f"{fmt(r['pm_density_last'], 3):>7} {str(r['gm_floor_round']):>12}")
     return write_report(out, lines, log, title=config.get("title", ""), experiment="fedmac-fig6",
                         quick=quick, rounds=T, seeds=n_seeds, **where,
-                        wall_clock_s=time.perf_counter() - tic, eval_every=every, runs=rows,
+                        wall_clock_s=time.perf_counter() - tic, eval_every=every,
+                        weighting=FIGURE_WEIGHTING, runs=rows,
                         plots=["fig6.png"])
 
 

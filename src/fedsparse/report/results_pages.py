@@ -96,9 +96,11 @@ def collect(experiment: str, run_dir: str | Path, *, command: str | None = None,
                       distances=analysis.get("distances", {}))
     else:
         record.update(kind="fedmac", eval_every=summary.get("eval_every"),
-                      weighting=summary.get("weighting", "size"),
+                      weighting=summary.get("weighting"),
                       **{k: summary[k] for k in ("table", "runs", "gaps") if k in summary})
-    missing = [k for k in REQUIRED if record.get(k) is None and k != "gpu"]
+    # a FedMac run's weighting is what its FedAvg and FedProx averaged: never assumed
+    needed = (*REQUIRED, "weighting") if record["kind"] == "fedmac" else REQUIRED
+    missing = [k for k in needed if record.get(k) is None and k != "gpu"]
     if missing:
         raise ConfigError(f"{run_dir}/summary.json lacks {', '.join(missing)}")
     path = runs / experiment / "summary.json"
