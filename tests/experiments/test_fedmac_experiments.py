@@ -339,6 +339,38 @@ def test_page_quotes_size_weighted_baselines(name, tmp_path):
         f"FedAvg per seed: the run gives {seeds_best}, the page {page_seeds}"
 
 
+
+@pytest.mark.parametrize("name", sorted(SIZE_WEIGHTED_SECTIONS))
+def test_the_size_weighted_baselines_are_the_committed_runs(name):
+    """The size-weighted FedAvg and FedProx the page quotes (mean ± std, FedAvg per
+    seed, and their distance to the 1/S runs or to FedMac's GM) are those of the
+    committed ``size-weighted.json`` (same rounds, seeds and evaluation period as the
+    row's ``summary.json``); the slow pin above re-runs them."""
+    folder = PAGE.parent / "runs" / name
+    ref, weighted = (json.loads((folder / f).read_text())
+                     for f in ("summary.json", "size-weighted.json"))
+    assert weighted["weighting"] == "size" and ref["weighting"] == "uniform"
+    for key in ("rounds", "seeds", "eval_every"):
+        assert weighted[key] == ref[key], key
+    rows = {r["method"]: r for r in weighted["table"]}
+    assert sorted(rows) == ["FedAvg", "FedProx"]
+    prose = " ".join(_prose(SIZE_WEIGHTED_SECTIONS[name]).split())
+    found = SIZE_WEIGHTED_QUOTE.search(prose)
+    assert found, f"the {name} section does not quote the size-weighted baselines"
+    quoted = [M.format_stat(rows[m]["best"]) for m in ("FedAvg", "FedProx")]
+    assert [f"{found[1]} ± {found[2]}", f"{found[3]} ± {found[4]}"] == quoted
+    assert found[5] == ", ".join(f"{v:.2f}" for v in rows["FedAvg"]["seeds"])
+    uniform = {(r["method"], r["model"]): r for r in ref["table"]}
+    if name == "fedmac-table1-fmnist":  # how far below the 1/S runs
+        below = sorted(uniform[(m, "GM")]["best"]["mean"] - rows[m]["best"]["mean"]
+                       for m in rows)
+        assert f"{below[0]:.2f} to {below[1]:.2f} points below their 1/S values" in prose
+    else:  # FedMac's GM against size-weighted FedAvg, seed by seed
+        lead = [a - b for a, b in zip(uniform[("FedMac", "GM")]["seeds"],
+                                      rows["FedAvg"]["seeds"], strict=True)]
+        assert f"FedMac's GM is {-lead[0]:.2f} points below FedAvg's in seed 0 and " \
+            f"{lead[1]:.2f} and {lead[2]:.2f} above it in seeds 1 and 2" in prose
+
 #: The Table 1 rows and figures run a second time on another arithmetic path (torch's and
 #: MKL's vector instructions off): their ``other-arithmetic.json`` beside the run's
 #: ``summary.json``.
