@@ -866,9 +866,33 @@ def test_output_piped_to_a_reader_that_stops_early_ends_quietly(monkeypatch, cap
      ["--seeds=100000000 needs about", "replicates' round records"]),
     (["sweep", "fedht-default", "--seeds", "100000000", "--grid", "seed=[0, 1]"],
      ["--seeds=100000000 needs about"]),
+    # --set reaches the runs' fields only: a key of the config itself is named as such
+    (["run", "fedht-default", "--set", "title='x'"],
+     ["--set='title' is invalid: 'title' is a key of the config itself",
+      "fedsparse show NAME > my.toml"]),
+    (["run", "fedht-default", "--set", "defaults.rounds=2"],
+     ["--set='defaults.rounds' is invalid: 'defaults' is a key of the config itself"]),
+    (["run", "fedht-default", "--set", ".rounds=2"],
+     ["--set='.rounds' is invalid: must be dotted names"]),
+    (["sweep", "fedht-default", "--grid", "algorithm.step_size=[]"],
+     ["--grid algorithm.step_size=[] is invalid: must be a non-empty list"]),
+    (["sweep", "fedht-default", "--grid", "x=[1]"],
+     ["--grid x is invalid: must be a run field"]),
 ])
 def test_an_experiment_that_cannot_run_is_refused_before_its_folder_is_made(argv, expected,
                                                                             tmp_path, cli):
     out = tmp_path / "out"
     cli.refused([*argv, "--out", str(out)], *expected)
     assert not out.exists()
+
+
+def test_many_seeds_are_warned_of_once_with_the_runs_counted(tmp_path, capsys):
+    # the early check of --seeds (before the config is read) counted one round a
+    # replicate and warned of days beside the run's own, exact warning
+    from fedsparse import cli as real_cli
+
+    out = tmp_path / "out"
+    assert real_cli.main(["run", "fedht-default", "--seeds", "99999999999", "--rounds", "1",
+                          "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("warning:") == 1 and "replicates of 6 run(s) is 6e+11 rounds" in err

@@ -164,7 +164,8 @@ def check_rounds(rounds, clients: int = 1) -> int:
     return rounds
 
 
-def check_work(steps: int, subject: str, *, what: str = "sequential steps") -> None:
+def check_work(steps: int, subject: str, *, what: str = "sequential steps",
+               warn: bool = True) -> None:
     """Refuse a run whose ``steps`` sequential steps cannot end within a year even at
     :data:`STEP_SECONDS` each (a lower bound on a step's time).
 
@@ -174,9 +175,11 @@ def check_work(steps: int, subject: str, *, what: str = "sequential steps") -> N
     subject : what gives that many steps, naming the parameters (``"rounds=10 of
         fed_avg(local_steps=...)"``); the message starts with it.
     what : what the steps are.
+    warn : also warn of a run that would take days (False for a lower bound that a later
+        check, knowing the whole run, states exactly).
     """
     seconds = steps * STEP_SECONDS
-    if seconds <= WARN_SECONDS:
+    if seconds <= WARN_SECONDS or (not warn and seconds <= MAX_SECONDS):
         return
     if seconds <= MAX_SECONDS:
         warnings.warn(f"{subject} is {steps:.3g} {what}; even at 1 µs each (less than one "

@@ -86,6 +86,9 @@ def name_typed_options(message: str, args) -> str:
     parameters to). A key whose value came from a config file stays named as it is."""
     for name, _ in getattr(args, "param", None) or ():  # tune's --param NAME=SPACE
         message = message.replace(f"space {name}=", f"--param {name}=", 1)
+    for field, _ in getattr(args, "grid", None) or ():  # a sweep's field, or its values
+        message = message.replace(f"grid field={field!r}", f"--grid {field}", 1)
+        message = message.replace(f"grid[{field!r}]=", f"--grid {field}=", 1)
     for key, option in (getattr(args, "option_names", None) or {}).items():
         message = re.sub(_key(re.escape(key)), lambda _, o=option: f"{o}=", message)
     given = [(f, v, f"--set {t}") for f, v, t in reversed(_set_texts(args))]
@@ -151,9 +154,10 @@ def check_count_options(args) -> None:
         if value is not None:
             check_int(option, value, minimum=minimum)
     seeds, rounds = getattr(args, "seeds", None), getattr(args, "rounds", None)
-    if seeds is not None:  # each replicate is a round at least (a run's own check: later)
+    if seeds is not None:  # each replicate is a round at least (a run's own check, which
+        # knows the runs and warns of days, comes later)
         check_work(seeds * (rounds or 1), f"--seeds {seeds}" + (
-            f" of --rounds {rounds}" if rounds else ""), what="rounds in all")
+            f" of --rounds {rounds}" if rounds else ""), what="rounds in all", warn=False)
 
 
 def leaf_parser(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.ArgumentParser:

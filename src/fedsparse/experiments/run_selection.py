@@ -17,6 +17,7 @@ from .claims import claim_labels
 from .config import (
     RUN_KEYS,
     TABLE_KEYS,
+    TOP_KEYS,
     check_config,
     deep_merge,
     run_label,
@@ -155,7 +156,13 @@ def set_path(config: dict, dotted: str, value) -> None:
 
 def set_run_field(run: dict, dotted: str, value) -> None:
     """``--set`` on one run: the field must be a run key and keep tables tables."""
+    if not all(dotted.split(".")):
+        raise fail("--set", dotted, "must be dotted names such as algorithm.step_size")
     top = dotted.split(".")[0]
+    if top in TOP_KEYS and top not in RUN_KEYS:  # the config's own: --set cannot reach it
+        raise fail("--set", dotted, f"{top!r} is a key of the config itself, and --set sets "
+                   "fields of its runs (such as rounds or algorithm.step_size); to change "
+                   f"{top!r}, edit a copy of the config (fedsparse show NAME > my.toml)")
     if top not in RUN_KEYS:
         raise unknown_key("a run", top, RUN_KEYS)
     if top in TABLE_KEYS and "." not in dotted and value is not None \
