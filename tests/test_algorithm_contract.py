@@ -232,3 +232,16 @@ def test_a_callback_that_reshapes_or_removes_the_model_is_named(data, change, sa
     with pytest.raises(ConfigError, match=r"round 2: callback .*changes left .*" + said):
         fs.simulate(fs.algorithms.fed_avg(step_size=0.01), LS, data, rounds=4,
                     callback=changes, progress=False)
+
+
+def test_an_object_a_callback_puts_in_a_checkpointed_state_is_named_with_it(data, tmp_path):
+    # the checkpoint's check named the algorithm's aggregate, which never returned it
+    def keeps(record, state):
+        if record["round"] == 2:
+            state["extra"] = print
+
+    with pytest.raises(ConfigError, match=r"round 2: callback .*keeps left a server state "
+                       r"whose state\['extra'\] is a builtin_function_or_method"):
+        fs.simulate(fs.algorithms.fed_avg(step_size=0.01), LS, data, rounds=4,
+                    callback=keeps, checkpoint=tmp_path / "c.pt", checkpoint_every=3,
+                    progress=False)

@@ -151,12 +151,14 @@ _SCALARS = (type(None), bool, int, float, complex, str, bytes, torch.dtype, torc
 _CONTAINERS = (list, tuple, dict, OrderedDict, set, torch.Size)
 
 
-def checked_callback(callback, algorithm: Algorithm):
+def checked_callback(callback, algorithm: Algorithm, checkpoint=None):
     """``callback(record, state)`` followed by a check that it left the global model
     readable, of the shape and dtype it had, and finite: a NaN it wrote into the state
     would otherwise surface as the next round's divergence, blamed on the clients' local
     training, and a model it removed or reshaped as an error of the algorithm's. One pass
-    over the (P,) model a round, only for a run given a callback."""
+    over the (P,) model a round, only for a run given a callback. With a ``checkpoint``,
+    also that the state is still one a checkpoint holds (:func:`check_checkpointable`),
+    so that an object the callback put there is named with it, not with ``aggregate``."""
     name = getattr(callback, "__qualname__", type(callback).__name__)
 
     def checked(record: dict, state: dict) -> None:
@@ -182,11 +184,14 @@ def checked_callback(callback, algorithm: Algorithm):
             raise ConfigError(f"round {record.get('round')}: callback {name} left a "
                               "non-finite model (NaN or inf) in the state; a callback may "
                               "change the state only to finite values")
+        if checkpoint is not None:
+            check_checkpointable(state, where, checkpoint, verb="left")
 
     return checked
 
 
-def check_checkpointable(state: dict, owner: str, checkpoint) -> None:
+def check_checkpointable(state: dict, owner: str, checkpoint, verb: str = "returned"
+                         ) -> None:
     """Refuse a server state that a checkpoint could not hold.
 
     A checkpoint is written with :func:`torch.save` and read with ``weights_only``
@@ -200,6 +205,8 @@ def check_checkpointable(state: dict, owner: str, checkpoint) -> None:
     state : the server state.
     owner : the method that returned it, named in the message (``"MyAlgorithm.init"``).
     checkpoint : the checkpoint path, named in the message.
+    verb : what ``owner`` did with the state, as the message says it ("returned", or
+        "left" for a callback).
 
     Raises
     ------
@@ -213,7 +220,7 @@ def check_checkpointable(state: dict, owner: str, checkpoint) -> None:
         if isinstance(value, torch.Tensor) or type(value) in _SCALARS:
             continue
         if type(value) not in _CONTAINERS:
-            raise _not_checkpointable(owner, f"{name} is", value, checkpoint)
+            raise _not_checkpointable(f"{owner} {verb}", f"{name} is", value, checkpoint)
         if id(value) in seen:  # a list held twice (or in itself) is looked at once
             continue
         seen.add(id(value))
@@ -223,8 +230,8 @@ def check_checkpointable(state: dict, owner: str, checkpoint) -> None:
             for key in value:
                 if type(key) not in _SCALARS:
                     member = "a key" if isinstance(value, dict) else "a member"
-                    raise _not_checkpointable(owner, f"{name} has {member} that is", key,
-                                              checkpoint)
+                    raise _not_checkpointable(f"{owner} {verb}", f"{name} has {member} that "
+                                              "is", key, checkpoint)
             if isinstance(value, set):
                 continue
             items = value.items()
@@ -235,7 +242,7 @@ def check_checkpointable(state: dict, owner: str, checkpoint) -> None:
 
 def _not_checkpointable(owner: str, what: str, value, checkpoint) -> ConfigError:
     return ConfigError(
-        f"{owner} returned a server state whose {what} {returned(value)}; a checkpointed "
+        f"{owner} a server state whose {what} {returned(value)}; a checkpointed "
         "state holds only tensors, numbers, strings, None and lists or dicts of them, "
         f"with number or string keys (checkpoint={str(checkpoint)!r} saves it with "
         "torch.save and reads it back with weights_only): keep other objects on the "

@@ -435,7 +435,7 @@ def simulate(algorithm: Algorithm, problem: Problem, data: FederatedDataset, *, 
             save_checkpoint(ckpt_path, content)
 
     if callback is not None:
-        callback = checked_callback(callback, bound)
+        callback = checked_callback(callback, bound, checkpoint)
     tracking = _tracking(loggers, algorithm, history, device, callback,
                          None if resumed is None else start, resumed)
     try:
