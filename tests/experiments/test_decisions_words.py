@@ -43,3 +43,16 @@ def test_safari_section_names_the_models_the_experiments_run():
     assert {r["problem"]["model"]["kind"] for r in resolve_runs(S.fig2_config(S.FULL))} \
         == {"mlp"}
     assert re.search(r"300 rounds, 3 seeds", section)
+
+
+def test_safari_section_says_which_images_the_global_model_is_evaluated_on():
+    # The experiments hold out a share of each client's training images, not the
+    # official test split (the data kind reads Fashion-MNIST's 60,000 training images):
+    # the page must not promise the test split.
+    section = " ".join(_section(DOC.read_text(), 4).split())
+    for budget in (S.FULL, SP.PAPER):
+        data = {r["data"]["test_fraction"] for r in resolve_runs(S.fig2_config(budget))}
+        assert data == {1 / 6}, data
+    assert "`test_fraction = 1/6`" in section and "the union holds 10,000 images" in section
+    assert "the union is the whole test split" not in section
+    assert "all 60,000 Fashion-MNIST training images" in section
