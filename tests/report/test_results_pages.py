@@ -353,3 +353,10 @@ def test_fedmac_figure_prose_quotes_the_committed_per_seed_values():
     quoted += [f"({pm6[0][0]:.2f} and {pm6[0][1]:.2f}% at the last round for gamma_w = 1e-5)"]
     for q in quoted:
         assert q in text, q
+
+
+def test_real_data_page_says_its_runs_are_not_committed():
+    # its numbers come from runs with no committed summary: a reader must be told
+    committed = {p.parent.name for p in (RP.RESULTS / "runs").glob("*/summary.json")}
+    assert not {n for n in committed if n.startswith(("fig6-", "fedht-fig6"))}, committed
+    assert "**None of these runs is committed**" in _page("real-data.md")
