@@ -360,3 +360,29 @@ def test_real_data_page_says_its_runs_are_not_committed():
     committed = {p.parent.name for p in (RP.RESULTS / "runs").glob("*/summary.json")}
     assert not {n for n in committed if n.startswith(("fig6-", "fedht-fig6"))}, committed
     assert "**None of these runs is committed**" in _page("real-data.md")
+
+
+def _test_images(values: list[float], sizes=range(10_000, 15_001)) -> int:
+    """The one test-set size n for which every accuracy in ``values`` (%) is k / n."""
+    found = [n for n in sizes if all(abs(v * n / 100 - round(v * n / 100)) < 1e-6
+                                     for v in values)]
+    assert len(found) == 1, found
+    return found[0]
+
+
+def test_fedmac_fashion_mnist_row_states_its_test_split_size():
+    # Fashion-MNIST here is its 60,000 training images split 80/20 per client: the GM
+    # accuracies of each seed are counts over 12,000 test images, give or take rounding
+    # per client, and the leads the prose quotes in images follow from them.
+    table = RUNS["fedmac-table1-fmnist"]["table"]
+    rows = {(r["method"], r["model"]): r["seeds"] for r in table}
+    gms = [r["seeds"] for r in table if r["model"] == "GM"]
+    sizes = [_test_images([g[s] for g in gms]) for s in range(3)]
+    assert min(sizes) >= 11_997 and max(sizes) <= 12_001, sizes
+    lead = rows[("FedMac", "PM")][2] - rows[("Per-FedAvg", "PM")][2]
+    images = round(lead * sizes[2] / 100)
+    text = _page("fedmac.md")
+    assert (f"The test splits hold 12,000 images ({min(sizes):,} to {max(sizes):,} by seed), "
+            f"so {100 * 10 / 12_000:.2f} points is 10 images.") in text
+    assert f"and {lead:.2f} per seed, the last {images} test images)" in text
+    assert "70,000" not in text and "14,000" not in text
