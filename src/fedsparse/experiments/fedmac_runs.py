@@ -6,7 +6,7 @@ What these runs do beyond ``fedsparse run NAME-runs --seeds n`` (the same config
 * every simulation runs on one torch thread (:func:`fedsparse._threads.torch_threads`);
 * the models are evaluated every ``eval_every`` rounds (and at the last), since on
   Fashion-MNIST an evaluation of the global model and of the 20 personalised models on
-  all 70,000 examples costs more than the round itself;
+  all 60,000 examples costs more than the round itself;
 * replicates are the outer loop (:func:`fedsparse.experiments.seeds.iter_replicates`),
   with one data set in memory at a time, and more replicates can be added to a folder
   later (``first_seed``);
