@@ -326,3 +326,14 @@ def test_shares_and_descriptions_by_hand():
     thrice = describe_partition([np.array([0]), np.array([0]), np.array([0, 1])],
                                 np.array([0, 1]))
     assert (thrice["unassigned"], thrice["duplicates"]) == (0, 1)
+
+
+def test_from_partitions_refuses_an_example_given_twice():
+    """An index listed twice (in one part or in two) could put one example in a training
+    split and a test split at once; it is refused, naming the part and the example."""
+    X = np.arange(20.0).reshape(10, 2)
+    y = np.arange(10.0)
+    with pytest.raises(ValueError, match=r"parts\[0\].*example 1 more than once"):
+        from_partitions(X, y, [np.array([0, 1, 1, 2]), np.array([3, 4])], test_fraction=0.5)
+    with pytest.raises(ValueError, match=r"parts\[1\].*example 2, which parts\[0\] holds"):
+        from_partitions(X, y, [np.array([0, 1, 2]), np.array([2, 3, 4])], test_fraction=0)

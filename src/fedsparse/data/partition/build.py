@@ -29,6 +29,8 @@ def from_partitions(X, y, parts, *, test_fraction=0.2, seed=0, dtype=None, name=
         per-client (n_i, C, H, W) arrays.
     y : array-like, (n,)
     parts : list of 1-D int arrays (e.g. from a partitioner)
+        Disjoint: an example in two parts, or twice in one, is refused, since it could be
+        in a training split and a test split at once.
     test_fraction : float in [0, 1), default 0.2
     seed : int or None
     dtype : torch.dtype, optional
@@ -68,6 +70,7 @@ def from_partitions(X, y, parts, *, test_fraction=0.2, seed=0, dtype=None, name=
         return X[idx]
 
     xs, ys, txs, tys = [], [], [], []
+    owner = np.full(n, -1, dtype=np.int64)  # the part that holds each example, -1 none
     for i, p in enumerate(parts):
         raw = p.detach().cpu().numpy() if hasattr(p, "detach") else np.asarray(p)
         if raw.size and raw.dtype.kind not in "iu":  # a bool mask or floats would be cast
@@ -76,6 +79,21 @@ def from_partitions(X, y, parts, *, test_fraction=0.2, seed=0, dtype=None, name=
         p = raw.astype(np.int64).reshape(-1)
         if p.size and (p.min() < 0 or p.max() >= n):
             raise ConfigError(f"parts[{i}] holds indices outside 0..{n - 1}")
+        # An example listed twice could land in one client's training split and in a
+        # test split (its own or another client's): the test accuracy would be measured
+        # on examples trained on, without a word.
+        uniq, seen = np.unique(p, return_counts=True)
+        if (seen > 1).any():
+            raise fail(f"parts[{i}]", f"<{p.size} indices>", f"lists example "
+                       f"{int(uniq[np.argmax(seen > 1)])} more than once; every example "
+                       "may be in one part, once")
+        taken = owner[uniq] >= 0
+        if taken.any():
+            j = int(uniq[np.argmax(taken)])
+            raise fail(f"parts[{i}]", f"<{p.size} indices>", f"holds example {j}, which "
+                       f"parts[{int(owner[j])}] holds too; no example may be given to two "
+                       "clients (its training copy would be another client's test example)")
+        owner[uniq] = i
         need = 2 if test_fraction > 0 else 1
         if p.size < need:
             raise ConfigError(f"parts[{i}] has {p.size} examples; each client needs at least "
