@@ -212,3 +212,44 @@ def test_a_written_folder_is_the_ondisk_data_kind_of_a_config(eager, written, tm
     assert saved == {"kind": "ondisk", "path": str(written)}
     # trained on the folder's 30 clients, not the config's 4
     assert "clients=30, dim=6" in History.load(tmp_path / "cli" / "a").config["data"]
+
+
+def _replace_small_file(folder, name, array):
+    """Put ``array`` in ``name`` with its size and SHA-256 in the index, as an edit by
+    hand (or another writer) would: only the reader's own checks can refuse it."""
+    np.save(folder / name, array)
+    index = json.loads((folder / "index.json").read_text())
+    index["files"][name] = {"bytes": (folder / name).stat().st_size,
+                            "sha256": ondisk._sha256(folder / name)}
+    (folder / "index.json").write_text(json.dumps(index))
+
+
+@pytest.mark.parametrize(("name", "array", "message"), [
+    ("ground_truth.npy", np.full(6, np.nan, dtype=np.float32),
+     r"ground_truth\.npy: float32 array of shape \(6,\) holding NaN"),
+    ("ground_truth.npy", np.array(["a"] * 6), r"ground_truth\.npy: <U1 array"),
+    ("weights.npy", np.array(["a"] * 30), r"weights\.npy: <U1 array.*30 finite float"),
+    ("train.crc32.npy", np.zeros(30, dtype=np.float32),
+     r"train\.crc32\.npy: float32 array.*30 unsigned CRC-32"),
+])
+def test_a_small_array_of_the_wrong_kind_is_named_when_opened(written, name, array, message):
+    """A file with a valid checksum but values the writer never writes (a NaN model,
+    strings, float checksums) is refused naming it, not read into NaN metrics or a
+    NumPy/torch error."""
+    _replace_small_file(written, name, array)
+    with pytest.raises(DataFormatError, match=message):
+        open_federated(written)
+
+
+@pytest.mark.parametrize(("field", "value"), [
+    ("feature_shape", [6.7]), ("feature_shape", ["6"]), ("feature_shape", [[6]]),
+    ("num_clients", True), ("num_clients", 0), ("version", True),
+])
+def test_an_index_field_of_the_wrong_kind_is_named(written, field, value):
+    """A hand-edited index is refused naming the field: ``[6.7]`` is not cut to 6, JSON's
+    ``true`` is not read as 1."""
+    index = json.loads((written / "index.json").read_text())
+    index[field] = value
+    (written / "index.json").write_text(json.dumps(index))
+    with pytest.raises(DataFormatError, match=r"index\.json: (field '" + field + "'|version)"):
+        open_federated(written)

@@ -272,7 +272,7 @@ def _read_index(root: Path) -> dict:
         raise DataFormatError(f"{f}: not valid JSON ({exc})") from None
     if not isinstance(index, dict) or index.get("format") != FORMAT:
         raise DataFormatError(f"{f}: not a {FORMAT} index")
-    if index.get("version") != VERSION:
+    if type(index.get("version")) is not int or index["version"] != VERSION:
         raise DataFormatError(f"{f}: version {index.get('version')!r}; this fedsparse reads "
                               f"version {VERSION}")
     for key, kind in (("num_clients", int), ("feature_shape", list), ("splits", list),
@@ -282,7 +282,27 @@ def _read_index(root: Path) -> dict:
     if index["dtype"] not in _DTYPES or index["splits"] not in (["train"], ["train", "test"]):
         raise DataFormatError(f"{f}: dtype {index['dtype']!r} or splits {index['splits']} "
                               "not allowed")
+    # JSON's true is a Python int and 5.7 would be cut to 5 by int(): a hand-edited index
+    # is refused rather than read as something it does not say
+    if isinstance(index["num_clients"], bool) or index["num_clients"] < 1:
+        raise DataFormatError(f"{f}: field 'num_clients' is {index['num_clients']!r}; "
+                              "expected a positive integer")
+    if not all(type(s) is int and s >= 1 for s in index["feature_shape"]):
+        raise DataFormatError(f"{f}: field 'feature_shape' is {index['feature_shape']!r}; "
+                              "expected a list of positive integers")
     return index
+
+
+def _check_array(f: Path, a: np.ndarray, shape: tuple | None, kinds: str, what: str) -> None:
+    """Refuse a small array of the wrong shape, dtype kind (``"f"``, ``"u"``, ...) or,
+    for floats, with NaN or infinite entries: written only by :func:`write_federated`,
+    such a file was put in by hand (with its checksum), and would otherwise fail far
+    from here or give NaN metrics."""
+    nonfinite = a.dtype.kind == "f" and not np.isfinite(a).all()
+    if a.dtype.kind not in kinds or (shape is not None and a.shape != shape) or nonfinite:
+        held = " holding NaN or infinite values" if nonfinite else ""
+        raise DataFormatError(f"{f}: {a.dtype} array of shape {a.shape}{held}; expected "
+                              f"{what}")
 
 
 def open_federated(path) -> LazyFederatedDataset:
@@ -337,15 +357,12 @@ def open_federated(path) -> LazyFederatedDataset:
             raise DataFormatError(f"{root / f'{kind}.X.npy'}: shape {X.shape} {X.dtype} and "
                                   f"{kind}.y.npy {Y.shape} {Y.dtype} disagree with the index "
                                   f"({int(off[-1])} rows of {shape}, {np_dtype})")
-        if crc.shape != (N,):
-            raise DataFormatError(f"{root / f'{kind}.crc32.npy'}: shape {crc.shape}, the "
-                                  f"index says {N} clients")
+        _check_array(root / f"{kind}.crc32.npy", crc, (N,), "u",
+                     f"{N} unsigned CRC-32 checksums, one per client of the index")
         arrays[kind], crcs[kind], offsets[kind] = (X, Y), crc, off
         counts.append(torch.as_tensor(n, dtype=torch.int64))
     weights = _load(root / "weights.npy")
-    if weights.shape != (N,) or not np.isfinite(weights).all():
-        raise DataFormatError(f"{root / 'weights.npy'}: must be {N} finite weights, got "
-                              f"shape {weights.shape}")
+    _check_array(root / "weights.npy", weights, (N,), "f", f"{N} finite float weights")
     if (weights <= 0).any():
         bad = int(np.argmax(weights <= 0))
         raise DataFormatError(f"{root / 'weights.npy'}: client {bad} has weight "
@@ -354,7 +371,10 @@ def open_federated(path) -> LazyFederatedDataset:
                               "0/0): write the data set again without that client")
     gt = None
     if "ground_truth.npy" in files:
-        gt = torch.as_tensor(_load(root / "ground_truth.npy")).reshape(-1)
+        gt = _load(root / "ground_truth.npy")
+        _check_array(root / "ground_truth.npy", gt, None, "f", "the finite float "
+                     "generating model")
+        gt = torch.as_tensor(gt).reshape(-1)
     reader = _Reader(root, index["splits"], arrays, crcs, offsets)
     test = counts[1] if len(counts) > 1 else None
     dtype = _DTYPES[index["dtype"]]
