@@ -105,6 +105,10 @@ def _check_client_shapes(kind: str, i: int, x, y: torch.Tensor,
     if x.shape[0] == 0:
         raise fail(f"{kind}_xs[{i}]", "(empty)", "every client needs at least one example")
     if feature_shape is None:
+        if 0 in shape[1:]:  # a model of 0 parameters: every metric would divide by 0
+            raise fail(f"{kind}_xs[{i}].shape", shape, "has no features: every example "
+                       "needs at least one (a LibSVM file with no index:value on any line "
+                       "gives this)")
         return shape[1:]
     if shape[1:] != feature_shape:
         if len(shape) == 2 and len(feature_shape) == 1:
