@@ -162,3 +162,27 @@ def test_describe_ondisk_lists_the_first_clients_of_many_and_refuses_split_optio
     assert "ondisk needs --path DIR" in capsys.readouterr().err
     assert main(["data", "describe", "ondisk", "--path", str(tmp_path / "none")]) == 2
     assert "not a directory holding a federated data set" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("scale", [[], ["--scale", "maxabs"]])
+def test_describe_shows_the_clusters_split_that_write_and_a_config_build(tmp_path, capsys,
+                                                                        scale):
+    """K-means runs on the features as federated_real scales them (none unless asked), so
+    the table ``describe`` prints is the split ``write`` stores and a config trains on."""
+    split = ["breast_cancer", "--partition", "clusters", "--clients", "10", "--clusters", "5",
+             "--parts-per-cluster", "4", *scale]
+    assert main(["data", "describe", *split]) == 0
+    described = capsys.readouterr().out.splitlines()
+    out = tmp_path / "w"
+    assert main(["data", "write", *split, "--test-fraction", "0", "--out", str(out)]) == 0
+    capsys.readouterr()
+    assert main(["data", "describe", "ondisk", "--path", str(out)]) == 0
+    written = capsys.readouterr().out.splitlines()
+    table = described.index("10 clients, 569 examples, 2 labels, 0 unassigned")
+    assert described[table + 1:] == written[written.index("10 clients, 569 examples, 2 labels")
+                                            + 1:]
+    data = fs.data.federated_real("breast_cancer", partition="clusters", num_clients=10,
+                                  num_clusters=5, parts_per_cluster=4, test_fraction=0,
+                                  scale=scale[1] if scale else None)
+    sizes = [int(line.split()[1]) for line in described[table + 2:table + 12]]
+    assert sizes == data.train.counts.tolist()

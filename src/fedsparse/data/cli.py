@@ -54,7 +54,7 @@ OPTION_NAMES = {
     "test_fraction": "--test-fraction", "labels_per_client": "--labels-per-client",
     "labels_per_group": "--labels-per-client", "num_groups": "--groups", "alpha": "--alpha",
     "num_clusters": "--clusters", "parts_per_cluster": "--parts-per-cluster",
-    "clusters_per_client": "--clusters-per-client",
+    "clusters_per_client": "--clusters-per-client", "scale": "--scale",
 }
 
 
@@ -83,7 +83,7 @@ def _check_given(args, generated: bool = False, offered=DATASETS) -> None:
     a generator), then fill in the defaults of those not given. ``offered``: the named
     data sets the command takes (named when ``--path`` is refused)."""
     if args.dataset == ONDISK:
-        given = [n for n in ("clients", "seed", "partition", "max_examples",
+        given = [n for n in ("clients", "seed", "partition", "max_examples", "scale",
                              *_PARTITION_OPTIONS) if _given(getattr(args, n))]
         if given:
             raise ConfigError(f"{', '.join(map(_flag, given))}: a folder written by "
@@ -98,8 +98,8 @@ def _check_given(args, generated: bool = False, offered=DATASETS) -> None:
     if args.seed is None:
         args.seed = 0
     if generated:
-        given = [n for n in ("path", "partition", "max_examples", *_PARTITION_OPTIONS)
-                 if _given(getattr(args, n))]
+        given = [n for n in ("path", "partition", "max_examples", "scale",
+                             *_PARTITION_OPTIONS) if _given(getattr(args, n))]
         if given:
             raise ConfigError(f"{', '.join(map(_flag, given))}: {args.dataset!r} is generated "
                               "(its clients drawn from the seed), so there is nothing to "
@@ -155,8 +155,9 @@ def cmd_describe(args) -> int:
     check_seed("--seed", args.seed)  # NumPy's own refusal would name no parameter
     X, y = load_named(args.dataset, path=args.path, seed=args.seed,
                       max_examples=args.max_examples)
-    if args.partition == "clusters" and not args.by_labels:
-        X = _scale(X, "maxabs")  # K-means on comparable feature ranges
+    # scaled as federated_real scales (a config's scale, write's --scale): K-means sees
+    # the features training gets, so the split described is the one trained on
+    X = _scale(X, args.scale)
     parts = make_partition(args.partition, X, y, num_clients=args.clients, seed=args.seed,
                            dataset=args.dataset,
                            **_partition_kwargs(args))
@@ -241,7 +242,7 @@ def cmd_write(args) -> int:
 
         data = federated_real(args.dataset, partition=args.partition, num_clients=args.clients,
                               path=args.path, seed=args.seed, max_examples=args.max_examples,
-                              test_fraction=0.2 if args.test_fraction is None
+                              scale=args.scale, test_fraction=0.2 if args.test_fraction is None
                               else args.test_fraction, **_partition_kwargs(args))
     out = write_federated(data, args.out, overwrite=args.overwrite)
     print(f"wrote {data!r} to {out}")
@@ -270,6 +271,10 @@ def _split_options(d) -> None:
     d.add_argument("--by-labels", action="store_true",
                    help="clusters: use the labels as clusters (Tong et al. 2022 on MNIST)")
     d.add_argument("--max-examples", type=int, help="subsample first (seeded)")
+    d.add_argument("--scale", choices=("maxabs", "standard"), default=None,
+                   help="scale the feature columns first, as a config's data.scale does "
+                   "(the clusters partition runs K-means on the scaled features); default "
+                   "none")
 
 
 def add_data_parser(subparsers) -> argparse.ArgumentParser:
