@@ -6,6 +6,7 @@ Chromium is installed the page is rendered headless and its DOM checked for the 
 the script draws.
 """
 
+import base64
 import json
 import re
 import shutil
@@ -206,6 +207,37 @@ def test_a_sweep_csv_edited_to_hold_a_number_no_float_holds_is_no_traceback(tmp_
     assert main(["report", str(sw)]) == 0
     assert "Traceback" not in capsys.readouterr().err
     assert (sw / "report.html").is_file()
+
+
+def test_report_embeds_no_file_from_outside_the_folder(tmp_path, capsys):
+    """A page embeds its figures' bytes: a received folder's summary.json (or a link in
+    it) naming a file elsewhere must not copy that file into the page one shares."""
+    secret = tmp_path / "secret.txt"
+    secret.write_text("PRIVATE-KEY-MATERIAL")
+    (tmp_path / "tiny.toml").write_text(TINY.replace("rounds = 3", "rounds = 1"))
+    run = tmp_path / "run"
+    assert main(["run", str(tmp_path / "tiny.toml"), "--out", str(run), "--quiet"]) == 0
+    summary = json.loads((run / "summary.json").read_text())
+    encoded = base64.b64encode(secret.read_bytes()).decode()
+    for plots in (["../secret.txt"], [str(secret)], [7], "objective_vs_round.png"):
+        (run / "summary.json").write_text(json.dumps({**summary, "plots": plots}))
+        capsys.readouterr()
+        assert main(["report", str(run)]) == 2
+        err = capsys.readouterr().err
+        assert "summary.json: plots" in err and "is invalid" in err and "Traceback" not in err
+        assert not (run / "report.html").exists()
+    (run / "summary.json").write_text(json.dumps(summary))
+    (run / "stolen.png").symlink_to(secret)
+    for listed in (summary["plots"] + ["stolen.png"], []):  # named, or found by *.png
+        (run / "summary.json").write_text(json.dumps({**summary, "plots": listed}))
+        capsys.readouterr()
+        assert main(["report", str(run)]) == 2
+        assert "links to" in capsys.readouterr().err
+        assert not (run / "report.html").exists()
+    (run / "stolen.png").unlink()
+    (run / "summary.json").write_text(json.dumps(summary))
+    assert main(["report", str(run)]) == 0
+    assert encoded not in (run / "report.html").read_text()
 
 
 def test_report_refuses_a_folder_fedsparse_did_not_write(tmp_path, capsys):

@@ -9,12 +9,12 @@ import html
 import json
 import math
 import tomllib
-from pathlib import Path
+from pathlib import Path, PurePath
 
 from .._validation import ConfigError
 
-__all__ = ["COLORS", "DASHES", "cell", "details", "esc", "fmt", "image", "page", "section",
-           "table"]
+__all__ = ["COLORS", "DASHES", "cell", "details", "esc", "figure_files", "fmt", "image",
+           "page", "section", "table"]
 
 
 #: Matplotlib's default colours and the plots' line styles (:mod:`.plots`), so a curve
@@ -55,6 +55,44 @@ def table(head: list[str], rows: list[str], cls: str = "") -> str:
     th = "".join(f"<th>{esc(h)}</th>" for h in head)
     return (f'<div class="scroll"><table class="{cls}"><thead><tr>{th}</tr></thead>'
             f'<tbody>{"".join(rows)}</tbody></table></div>')
+
+
+def figure_files(folder: Path, listed=None) -> list[Path]:
+    """The PNG figures a page embeds: ``listed`` (summary.json's ``plots``: names of
+    files in ``folder``), else every ``*.png`` directly in ``folder``; a listed file that
+    is not there is left out.
+
+    A page embeds the bytes of each file, and a folder is often received from someone
+    else: a name that leads out of ``folder`` (an absolute path, ``..``, a link to a file
+    elsewhere) would copy that file, whatever it is, into the page one then shares.
+
+    Raises
+    ------
+    ConfigError
+        naming summary.json, the entry and what is allowed, for a listed name that is
+        not a string naming a file inside ``folder``.
+    """
+    if listed is None:
+        found = sorted(folder.glob("*.png"))
+    else:
+        where = folder / "summary.json"
+        if not isinstance(listed, list):
+            raise ConfigError(f"{where}: plots={listed!r} is invalid: must be a list of the "
+                              "names of the figures in the folder")
+        found = []
+        for i, name in enumerate(listed):
+            if not isinstance(name, str) or not name or PurePath(name).is_absolute() \
+                    or ".." in PurePath(name).parts:
+                raise ConfigError(f"{where}: plots[{i}]={name!r} is invalid: must be the "
+                                  f"name of a figure inside {folder}")
+            if (folder / name).is_file():
+                found.append(folder / name)
+    root = folder.resolve()
+    for path in found:  # a link out of the folder: refused as a name out of it is
+        if not path.resolve().is_relative_to(root):
+            raise ConfigError(f"{path} is invalid: it links to {path.resolve()}, outside "
+                              f"{folder}; a page embeds only the figures inside its folder")
+    return found
 
 
 def image(path: Path, alt: str) -> str:

@@ -20,6 +20,7 @@ from .html_parts import (
     cell,
     details,
     esc,
+    figure_files,
     fmt,
     image,
     page,
@@ -68,8 +69,7 @@ def run_page(folder: Path) -> str:
     charts = _charts(rows, histories, config)
     if charts:
         sections.append(section("Curves", _charts_html(charts), "curves"))
-    pngs = [folder / p for p in summary.get("plots", []) if (folder / p).is_file()] or \
-        sorted(folder.glob("*.png"))
+    pngs = figure_files(folder, summary.get("plots")) or figure_files(folder)
     if pngs:
         sections.append(section("Figures", '<div class="figures">' + "".join(
             image(p, p.stem.replace("_", " ")) for p in pngs) + "</div>", "figures"))

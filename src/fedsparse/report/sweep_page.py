@@ -17,6 +17,7 @@ from .html_parts import (
     _spans,
     cell,
     esc,
+    figure_files,
     fmt,
     image,
     page,
@@ -58,7 +59,7 @@ def sweep_page(folder: Path, kind: str) -> str:
     if charts:
         sections.append(section("Metric against the swept values", _charts_html(charts),
                                 "curves"))
-    pngs = sorted(folder.glob("*.png"))
+    pngs = figure_files(folder)
     if pngs:
         sections.append(section("Figures", '<div class="figures">' + "".join(
             image(p, p.stem) for p in pngs) + "</div>", "figures"))
