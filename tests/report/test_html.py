@@ -168,6 +168,34 @@ def test_a_seeds_run_shows_mean_and_spread(tmp_path):
     assert "seeds 0, 1, 2" in text
 
 
+def test_the_curves_shade_the_band_the_figures_draw(tmp_path):
+    """With ``--band ci95`` the PNG figures shade the 95% interval of the mean; the page's
+    curves, which say they show the same, shade it too (not ± std), and say which."""
+    from scipy.stats import t
+
+    (tmp_path / "tiny.toml").write_text(TINY)
+    for band in ("std", "ci95"):
+        out = tmp_path / band
+        assert main(["run", str(tmp_path / "tiny.toml"), "--out", str(out), "--seeds", "3",
+                     "--band", band, "--quiet"]) == 0
+        assert main(["report", str(out)]) == 0
+        page = _parse(out / "report.html")
+        chart = json.loads(page.scripts["fedsparse-data"])["charts"][0]
+        assert (chart["y"], chart["x"]) == ("objective", "round")
+        records = [json.loads(line) for line in
+                   (out / "fed-ht" / "history.jsonl").read_text().splitlines()]
+        (series,) = chart["series"]
+        assert len(series["band"]) == len(records)
+        for (x, lo, hi), rec in zip(series["band"], records, strict=True):
+            assert x == rec["round"] and rec["n_seeds"] == 3
+            half = rec["objective_std"] * (1 if band == "std" else
+                                           t.ppf(0.975, 2) / 3 ** 0.5)
+            assert (hi - lo) / 2 == pytest.approx(half, rel=1e-9, abs=1e-15)
+        text = (out / "report.html").read_text()
+        assert ("95% confidence interval of the mean" in text) == (band == "ci95")
+        assert ("mean ± one sample standard deviation" in text) == (band == "std")
+
+
 def test_report_on_a_sweep_folder_and_on_a_folder_of_folders(tmp_path, capsys):
     (tmp_path / "tiny.toml").write_text(TINY)
     runs = tmp_path / "runs"

@@ -8,9 +8,12 @@ import datetime
 import json
 from pathlib import Path
 
+import numpy as np
+
 from .._validation import finite_number
 from ..history import read_json_object, read_records
 from ..runs import summary_rows
+from .axes import band_halfwidth
 from .html_parts import (
     COLORS,
     DASHES,
@@ -68,7 +71,9 @@ def run_page(folder: Path) -> str:
             summary["comparisons"]), "comparisons"))
     charts = _charts(rows, histories, config)
     if charts:
-        sections.append(section("Curves", _charts_html(charts), "curves"))
+        shaded = ("" if not any(s["band"] for c in charts for s in c["series"]) else
+                  "<p class='note'>Shaded: " + _BAND_NOTES[_band(config)] + ".</p>")
+        sections.append(section("Curves", shaded + _charts_html(charts), "curves"))
     pngs = figure_files(folder, summary.get("plots")) or figure_files(folder)
     if pngs:
         sections.append(section("Figures", '<div class="figures">' + "".join(
@@ -197,10 +202,25 @@ def _round_tables(rows: list[dict], histories: dict[int, list[dict]]) -> str:
     return "".join(out)
 
 
+#: What the shading around a mean over seeds is, by the config's ``plot.band``.
+_BAND_NOTES = {"std": "mean ± one sample standard deviation over the seeds that did not "
+                      "diverge",
+               "ci95": "95% confidence interval of the mean (Student's t) over the seeds "
+                       "that did not diverge"}
+
+
+def _band(config: dict) -> str:
+    """The config's ``plot.band`` (the figures' band), "std" where it names none."""
+    band = (config.get("plot") or {}).get("band", "std")
+    return band if band in _BAND_NOTES else "std"
+
+
 def _charts(rows: list[dict], histories: dict[int, list[dict]], config: dict) -> list[dict]:
     """The curves of the run folder: for each y of ``[plot]`` (and rel_error, as the
-    figures do) against each x, one chart per panel, one series per run."""
+    figures do) against each x, one chart per panel, one series per run; a mean over
+    seeds with the band its figures draw (``plot.band``: ± std or the 95% interval)."""
     plot = config.get("plot", {})
+    band_kind = _band(config)
     ys = list(dict.fromkeys([*plot.get("y", ["objective"]), "rel_error", "test_accuracy"]))
     xs = plot.get("x", ["round", "bytes_total"])
     panels: dict[str, list[int]] = {}
@@ -219,7 +239,11 @@ def _charts(rows: list[dict], histories: dict[int, list[dict]], config: dict) ->
                             pts.append([a, b])
                             sd = rec.get(f"{y}_std")
                             if finite_number(sd):
-                                band.append([a, b - sd, b + sd])
+                                n = rec.get("n_seeds")
+                                half = float(band_halfwidth(
+                                    np.array([sd]), n if finite_number(n) else 0,
+                                    band_kind)[0])
+                                band.append([a, b - half, b + half])
                     if pts:
                         series.append({"name": rows[i].get("label", ""), "points": pts,
                                        "band": band, "color": COLORS[k % len(COLORS)],
