@@ -88,6 +88,8 @@ def test_best_follows_the_metric_direction():
     assert not higher_is_better("objective") and not higher_is_better("rel_error")
     assert h.best("objective") == 0.3 and h.best("support_f1") == 0.6
     assert h.best("objective", maximize=True) == 1.0
+    with pytest.raises(ConfigError, match="maximize='no' is invalid: must be True or False"):
+        h.best("objective", maximize="no")  # truthy: it took the largest objective
     assert h.final("objective") == 0.4 and h.final("accuracy") is None
     assert h.recorded() == ["round", "objective", "support_f1", "bytes_total"]
 

@@ -96,6 +96,7 @@ class History:
         """Best finite value of ``metric`` over rounds 0..T: the largest for accuracy-like
         metrics (:func:`higher_is_better`) or when ``maximize``, else the smallest."""
         self._check_field("metric", metric)
+        maximize = check_bool("maximize", maximize, allow_none=True)  # "no" is truthy
         up = higher_is_better(metric) if maximize is None else maximize
         vals = [float(v) for v in self._values(metric, with_initial=True)
                 if _is_number(v) and math.isfinite(v)]

@@ -95,6 +95,28 @@ def test_accuracy_is_maximised_and_the_override_minimises(classification):
     assert worst["best"]["FedIter-HT"]["params"] == {"algorithm.step_size": 3.0}
 
 
+def test_a_direction_that_is_not_a_bool_is_refused_before_any_run(classification,
+                                                                   monkeypatch):
+    """``bool("false")`` is True: taken as it is, a direction given as text would pick
+    the worst point of a sweep, or the worst trial of a tuning, as the best."""
+    import fedsparse.experiments.sweep as sweep
+    from fedsparse.experiments.tune import run_tune
+
+    def no_run(*args, **kwargs):
+        raise AssertionError("nothing runs when the direction is refused")
+
+    monkeypatch.setattr(sweep, "_execute", no_run)
+    config = load_config(classification)
+    for value in ("false", "no", 0, 1.0):
+        with pytest.raises(ConfigError, match=rf"maximize={value!r} is invalid: must be True "
+                                              "or False"):
+            run_sweep(config, {"algorithm.step_size": [0.1, 1.0]}, maximize=value,
+                      log=_quiet)
+        with pytest.raises(ConfigError, match=rf"maximize={value!r} is invalid"):
+            run_tune(config, {"algorithm.step_size": "log(0.01, 1)"}, trials=2,
+                     maximize=value, log=_quiet)
+
+
 def test_cli_outputs_are_strict_and_mark_divergence(regression, tmp_path, capsys):
     out = tmp_path / "s"
     assert main(["sweep", str(regression), "--grid", STEPS, "--out", str(out)]) == 0
