@@ -188,9 +188,47 @@ def test_parallel_jobs_give_the_serial_results(regression):
     config = load_config(regression)
     grid = {"algorithm.step_size": [0.01, 0.05], "algorithm.local_steps": [1, 2]}
     serial = run_sweep(config, grid, log=_quiet)
-    parallel = run_sweep(config, grid, jobs=2, log=_quiet)
+    lines = []
+    parallel = run_sweep(config, grid, jobs=2, log=lines.append)
     assert parallel["rows"] == serial["rows"]
     assert parallel["best"] == serial["best"]
+    # a progress line for each point and run, as its cell finished, then the table
+    cells = len(parallel["rows"])
+    assert sorted(lines[:cells]) == sorted(_progress_line(r, p) for r, p in _row_points(
+        parallel["rows"], grid)) and lines[cells] == parallel["pivot"]
+
+
+def _progress_line(row, point):
+    from fedsparse.experiments import sweep
+
+    return sweep._progress_line(row, point, "objective")
+
+
+def _row_points(rows, grid):
+    return [(r, {k: r[k] for k in grid}) for r in rows]
+
+
+def test_a_sweep_reports_each_point_as_soon_as_its_seeds_have_run(regression, monkeypatch):
+    # the lines were all printed after the last point had run: a long sweep said
+    # nothing for hours, and a stopped one nothing at all
+    from fedsparse.experiments import sweep
+
+    events, evaluate = [], sweep._evaluate
+
+    def counted(run, *args):
+        events.append(f"ran seed {run['seed']}")
+        return evaluate(run, *args)
+
+    monkeypatch.setattr(sweep, "_evaluate", counted)
+    grid = {"algorithm.step_size": [0.01, 0.05]}
+    run_sweep(load_config(regression), grid, seeds=2, log=events.append)
+    runs = len(load_config(regression)["runs"])
+    ran = [e for e in events if e.startswith("ran")]
+    assert len(ran) == 2 * 2 * runs
+    # after the two seeds of each (point, run), its line, before the next cell runs
+    for k in range(2 * runs):
+        assert events[3 * k].startswith("ran") and events[3 * k + 1].startswith("ran")
+        assert " -> objective = " in events[3 * k + 2]
 
 
 def test_a_failed_or_stopped_parallel_sweep_does_not_run_its_queued_points_first():

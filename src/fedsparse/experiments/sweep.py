@@ -26,7 +26,7 @@ import json
 import multiprocessing
 import os
 from collections.abc import Iterable
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
 import tomli_w
@@ -111,17 +111,30 @@ def run_sweep(config: dict, grid: dict[str, list], *, out: str | Path | None = N
     trackers = resolve_loggers(loggers, out, experiment=Path(out or "sweep").absolute().name)
     for tracker in trackers:
         tracker.prepare()
-    results = _execute([t[2] for t in tasks], metric, jobs, cache, trackers)
-    by_cell: dict[tuple[int, int], list[dict]] = {}
-    for (p, i, _), res in zip(tasks, results, strict=True):
+    per_cell = {(p, i): 0 for p, i, _ in tasks}
+    for p, i, _ in tasks:
+        per_cell[(p, i)] += 1
+    finished: dict[tuple[int, int], dict[int, dict]] = {}
+
+    def done(k: int, res: dict) -> None:
+        """A line for each (point, run) as soon as its seeds have all run, so that a long
+        sweep shows its progress (in parallel, in the order the cells finish)."""
+        p, i, _ = tasks[k]
         _check_recorded(res, metric, keys[i])
-        by_cell.setdefault((p, i), []).append(res)
+        cell = finished.setdefault((p, i), {})
+        cell[k] = res
+        if len(cell) == per_cell[(p, i)]:
+            row = _row(keys[i], points[p], metric, [cell[j] for j in sorted(cell)],
+                       seeds is not None)
+            log(_progress_line(row, points[p], metric))
+
+    _execute([t[2] for t in tasks], metric, jobs, cache, trackers, done)
     rows, best = [], {}
     for p, point in enumerate(points):
-        for i, key in enumerate(keys):
-            row = _row(key, point, metric, by_cell[(p, i)], seeds is not None)
-            rows.append(row)
-            log(_progress_line(row, point, metric))
+        for i, key in enumerate(keys):  # the seeds of a cell in task order, as they ran
+            cell = finished[(p, i)]
+            rows.append(_row(key, point, metric, [cell[j] for j in sorted(cell)],
+                             seeds is not None))
     for i, key in enumerate(keys):
         cells = [(points[p], rows[p * len(keys) + i]) for p in range(len(points))]
         best[key] = _best(cells, metric, up, seeds is not None)
@@ -183,20 +196,29 @@ def _runs_at(config: dict, point: dict, cache: dict, metric: str) -> list[dict]:
     return runs
 
 
-def _execute(runs: list[dict], metric: str, jobs: int, cache: dict, loggers=()) -> list[dict]:
+def _execute(runs: list[dict], metric: str, jobs: int, cache: dict, loggers=(),
+             done=None) -> list[dict]:
+    """Each run's result (:func:`_evaluate`), ``done(k, result)`` called as run ``k``
+    finishes."""
     if jobs == 1 or len(runs) == 1:
-        return [_evaluate(run, metric, cache, loggers) for run in runs]
+        results = []
+        for k, run in enumerate(runs):
+            results.append(_evaluate(run, metric, cache, loggers))
+            if done is not None:
+                done(k, results[-1])
+        return results
     jobs = min(jobs, len(runs))
     cache.clear()  # the workers build their own data; free the copies the checks built
     threads = max(1, (os.cpu_count() or 1) // jobs)
     return run_in_workers(_evaluate, [(run, metric, None, loggers) for run in runs], jobs,
-                          threads)
+                          threads, done)
 
 
-def run_in_workers(fn, calls: list[tuple], workers: int, threads: int) -> list:
+def run_in_workers(fn, calls: list[tuple], workers: int, threads: int, done=None) -> list:
     """``[fn(*args) for args in calls]``, in ``workers`` spawned processes of ``threads``
     torch threads each, but never more processes than CPUs: more cannot run faster, and
     each holds its own torch and data (``--jobs 100`` on two cores would start 100).
+    ``done(k, result)`` is called in this process as call ``k`` finishes.
 
     On the first error, or Ctrl-C or SIGTERM while waiting, the calls not started are
     cancelled and the workers stopped before it propagates: a pool left to wind down by
@@ -210,6 +232,10 @@ def run_in_workers(fn, calls: list[tuple], workers: int, threads: int) -> list:
                              initializer=_init_worker, initargs=(threads,)) as pool:
         futures = [pool.submit(fn, *args) for args in calls]
         try:
+            if done is not None:
+                index = {f: k for k, f in enumerate(futures)}
+                for f in as_completed(futures):
+                    done(index[f], f.result())
             return [f.result() for f in futures]
         except BaseException:
             # Python 3.14's terminate_workers(), by hand: 3.11 has no public way
