@@ -149,6 +149,16 @@ def _replace(name, record):
     return corrupt
 
 
+def _reencoded(dtype):
+    """The client's own upload, encoded consistently in another dtype than the job's."""
+    def corrupt(content):
+        from fedsparse.flower import codec
+
+        upload, _ = codec.get(content, codec.UPLOAD)
+        codec.put(content, codec.UPLOAD, upload.to(dtype), "auto")
+    return corrupt
+
+
 def _repeat_first(index):
     index[1] = index[0]
     return index
@@ -179,6 +189,8 @@ TRAIN_REPLIES = {
     "NaN values": _set_values(lambda v: v * float("nan")),
     "inf values": _set_values(lambda v: v + float("inf")),
     "values of another dtype": _set_values(lambda v: v.astype("float64")),
+    "a float16 upload for a float32 job": _reencoded(torch.float16),
+    "a float64 upload for a float32 job": _reencoded(torch.float64),
     "scaled by 1e30": _set_values(lambda v: v * 1e30),
     "scaled by -1e30": _set_values(lambda v: v * -1e30),
     "no upload": lambda content: content.pop("upload"),

@@ -85,7 +85,14 @@ def grid_executor(grid: Grid, job: Job, algorithm, table: dict[int, dict],
             except ConfigError as exc:
                 problems[row] = f"malformed reply: {exc}"
                 continue
-            uploads[row] = up.to(payload.dtype)
+            if up.dtype != payload.dtype:
+                # every client computes in the job's dtype: another one is not an honest
+                # upload, and a cast would round (float16) or count bytes never agreed
+                problems[row] = (f"malformed reply: upload dtype "
+                                 f"{str(up.dtype).removeprefix('torch.')} is not the job's "
+                                 f"{str(payload.dtype).removeprefix('torch.')}")
+                continue
+            uploads[row] = up
             received[row] = True
             bytes_up += nbytes
             info_rows[row] = _reply_metrics(reply, t, int(clients[row]))

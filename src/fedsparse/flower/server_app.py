@@ -20,9 +20,9 @@ One run:
 3. the rounds are :class:`fedsparse.rounds.RoundLoop`, the simulator's loop: clients
    sampled with the same seeded draw, one ``train`` message per sampled client with its
    encoded broadcast and ``algorithm.client_config(state)``; replies within
-   ``flower.round_timeout`` seconds, without error and well-formed (right shape,
-   consistent encoding, finite, within ``flower.max_update_norm`` of the broadcast when
-   set, and within ``flower.max_update_ratio`` (default 100) times the round's median
+   ``flower.round_timeout`` seconds, without error and well-formed (right shape and
+   dtype, consistent encoding, finite, within ``flower.max_update_norm`` of the
+   broadcast when set, and within ``flower.max_update_ratio`` (default 100) times the round's median
    distance to the broadcast) are the received uploads; the rest (error replies,
    timeouts, malformed, non-finite or too distant replies, clients with no node) are
    failed uploads, logged and counted in the record's ``rejected``; never fatal. The
