@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import torch
 
@@ -134,6 +135,28 @@ def test_node_data_is_the_simulators_row(tmp_path):
     for bad in (2.9, True, float("inf"), "two"):  # Flower parses node config as TOML
         with pytest.raises(ConfigError, match=r"node config partition-id=.*whole number"):
             load_node_data(job, {"partition-id": bad})
+
+
+@pytest.mark.parametrize("arrays, match", [
+    ({"X": np.ones((4, 12)), "y": np.zeros(3)},
+     r"data-path '.*d\.npz': y\.shape=\(3,\) is invalid: must be 1-D with 4 entries, one per "
+     r"row of X"),
+    ({"X": np.full((4, 12), np.nan), "y": np.zeros(4)}, r"d\.npz': X or y='NaN/inf'"),
+    ({"X": np.ones((4, 12)), "y": np.zeros(4), "X_test": np.ones((2, 11)),
+      "y_test": np.zeros(2)}, r"X_test\.shape\[1\]=11 is invalid: .* dimension 12 of X$"),
+    ({"X": np.ones((4, 12)), "y": np.zeros(4), "X_test": np.ones((2, 12))},
+     "X_test and y_test must be given together"),
+    # a misspelt test array would leave the node without the test data it was given
+    ({"X": np.ones((4, 12)), "y": np.zeros(4), "Xtest": np.ones((2, 12)),
+      "ytest": np.zeros(2)}, r"may only be X, y, X_test, y_test \(unknown: \['Xtest', 'ytest'\]\)"),
+])
+def test_a_nodes_file_is_named_with_its_own_arrays(tmp_path, arrays, match):
+    np.savez(tmp_path / "d.npz", **arrays)
+    job = job_from_config({**JOB, "data": {"kind": "node", "num_clients": 3}})
+    with pytest.raises(ConfigError, match=match) as info:
+        load_node_data(job, {"partition-id": 2, "data-path": str(tmp_path / "d.npz")})
+    # the file is one client's: from_arrays' names of a data set's lists never show
+    assert "train_" not in str(info.value) and "client 0" not in str(info.value)
 
 
 def test_app_project_builds_with_flwr(tmp_path):

@@ -35,7 +35,7 @@ Data on a node comes from its node config: ``partition-id`` (the fedsparse clien
 id, 0-based) and ``num-partitions`` select a row of the job's seeded generator (every
 node regenerates the same federated data set and keeps its own row), or
 ``data-path`` names an ``.npz`` file on that node with arrays ``X`` (n, d) and ``y``
-(n,) (optionally ``X_test``, ``y_test``); then ``data.kind = "node"`` and
+(n,) (optionally ``X_test``, ``y_test``; no other arrays); then ``data.kind = "node"`` and
 ``data.num_clients`` gives the number of clients.
 """
 
@@ -399,8 +399,28 @@ def _load_npz(path: Path, dtype: torch.dtype) -> tuple[ClientSplit, ClientSplit 
     if missing:
         raise fail("data-path arrays", sorted(arrays), f"must contain X and y (missing "
                    f"{sorted(missing)})")
+    extra = set(arrays) - set(NPZ_ARRAYS)
+    if extra:  # a misspelt X_test would otherwise leave the node without test data
+        raise fail(f"data-path {str(path)!r} arrays", sorted(arrays), "may only be "
+                   f"{', '.join(NPZ_ARRAYS)} (unknown: {sorted(extra)})")
     test_x, test_y = arrays.get("X_test"), arrays.get("y_test")
-    fd = from_arrays([arrays["X"]], [arrays["y"]],
-                     test_xs=None if test_x is None else [test_x],
-                     test_ys=None if test_y is None else [test_y], dtype=dtype)
+    try:
+        fd = from_arrays([arrays["X"]], [arrays["y"]],
+                         test_xs=None if test_x is None else [test_x],
+                         test_ys=None if test_y is None else [test_y], dtype=dtype)
+    except ConfigError as exc:
+        # from_arrays names a data set's per-client lists (train_xs[0], "client 0"); the
+        # node's operator knows the file and its arrays
+        message = str(exc)
+        for theirs, ours in _NPZ_NAMES:
+            message = message.replace(theirs, ours)
+        raise ConfigError(f"data-path {str(path)!r}: {message}") from None
     return fd.train, fd.test
+
+
+#: The arrays a node's ``.npz`` file may hold.
+NPZ_ARRAYS = ("X", "y", "X_test", "y_test")
+#: from_arrays' names of one client's arrays -> the arrays of the node's file.
+_NPZ_NAMES = (("train data of client 0", "X or y"), ("test data of client 0", "X_test or y_test"),
+              ("train_xs[0]", "X"), ("train_ys[0]", "y"), ("test_xs[0]", "X_test"),
+              ("test_ys[0]", "y_test"), ("test_xs and test_ys", "X_test and y_test"))
