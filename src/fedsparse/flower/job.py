@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import warnings
 from dataclasses import dataclass, field
 from functools import lru_cache
 from numbers import Integral
@@ -209,6 +210,11 @@ def job_from_config(config: dict, run: str | int | None = None) -> Job:
     for key in config:
         if key not in _TOP_KEYS and key != "eval_clients":
             raise unknown_key("the job", key, _TOP_KEYS - {"slug"})
+    if config.get("checkpoint_every") is not None:  # accepted as device is, but said
+        warnings.warn(f"checkpoint_every={config['checkpoint_every']!r} is ignored: a Flower "
+                      "run keeps no checkpoints (the server writes its history and model "
+                      "after the last round; a run stopped early keeps nothing and cannot be "
+                      "resumed)", stacklevel=2)
     for table in ("data", "problem", "algorithm"):
         if not isinstance(config.get(table), dict) or "kind" not in config[table]:
             raise ConfigError(f"the job needs a [{table}] table with a kind")
