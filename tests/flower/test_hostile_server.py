@@ -486,6 +486,9 @@ HANDSHAKES = {
     "feature_shape 'x'": (_node_set(feature_shape="x"), "feature_shape"),
     "statistic NaN": (_node_set(**{"stat.lipschitz": float("nan")}), "lipschitz"),
     "statistic 'x'": (_node_set(**{"stat.lipschitz": "x"}), "lipschitz"),
+    # every node's algorithm computes the same statistics (none here: a numeric step)
+    "a statistic of its own": (_node_set(**{"stat.other": 1.0}), "statistics ['other'] "
+                                                                  "are not the run's []"),
     "error reply": ("error", "error"),
     "no reply": ("drop", "reply"),
 }
@@ -538,6 +541,25 @@ def test_a_tie_between_two_feature_shapes_refuses_every_node(fake_grid):
     assert sorted(refusals.reasons) == [1000, 1001, 1002, 1003]
     assert all("is not the run's None" in why for why in refusals.reasons.values())
 
+
+
+@pytest.mark.parametrize("rewrite", ["pop", "add"])
+def test_a_node_that_leaves_out_or_adds_a_statistic_is_refused(fake_grid, rewrite):
+    """With step_size="auto" every node sends its L_i: one that left it out was taken, its
+    client's L_i NaN, and the step was 1/max L over the other nodes' only."""
+    job = _job(algorithm={**JOB["algorithm"], "step_size": "auto"})
+    change = _node_pop("stat.lipschitz") if rewrite == "pop" else \
+        _node_set(**{"stat.other": 1.0})
+
+    def fate(kind, group, pid):
+        return change if kind == "query" and pid == 1 else "ok"
+
+    grid = fake_grid(job, range(4), fate)
+    refusals = Refusals()
+    table = handshake(grid, sorted(grid.get_node_ids()), job, refusals)
+    assert sorted(table) == [0, 2, 3] and list(refusals.reasons) == [1001]
+    sent = "[]" if rewrite == "pop" else "['lipschitz', 'other']"
+    assert f"statistics {sent} are not the run's ['lipschitz']" in refusals.reasons[1001]
 
 def test_a_handshake_with_a_huge_weight_cannot_take_over_the_average(fake_grid):
     """Weights are self-reported: a node may claim its whole example count as weight.

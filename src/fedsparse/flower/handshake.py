@@ -60,14 +60,17 @@ class Refusals:
 
 
 def handshake(grid: Grid, nodes: list[int], job: Job, refusals: Refusals,
-              feature_shape: tuple[int, ...] | None = None) -> dict[int, dict]:
+              feature_shape: tuple[int, ...] | None = None,
+              statistics: frozenset | None = None) -> dict[int, dict]:
     """Query ``nodes``; return {partition id: checked node info incl. ``node_id``}.
 
     A node whose reply is an error or fails :func:`~fedsparse.flower.replies.node_info`,
     that has not answered :data:`HANDSHAKE_TRIES` times, every node of a partition that
-    several claim, and every node whose feature shape is not ``feature_shape`` (default:
-    the shape most nodes report, if one shape has more nodes than any other) is refused
-    with the reason.
+    several claim, every node whose feature shape is not ``feature_shape``, and every
+    node whose statistics' names are not ``statistics`` (each by default what most nodes
+    report, if one has more nodes than any other) is refused with the reason. Every
+    node's algorithm computes the same statistics: a node that leaves one out would get
+    its client's value from nowhere (an "auto" step from the other nodes' L_i alone).
     """
     if not nodes:
         return {}
@@ -110,17 +113,32 @@ def handshake(grid: Grid, nodes: list[int], job: Job, refusals: Refusals,
                     "the server cannot tell which holds it: give every node its own "
                     "partition-id")
     shapes = Counter(info["feature_shape"] for info in table.values())
-    if feature_shape is None and shapes:
-        top = max(shapes.values())
-        leaders = [shape for shape, n in shapes.items() if n == top]
-        feature_shape = leaders[0] if len(leaders) == 1 else None
+    feature_shape = _most_reported(shapes) if feature_shape is None else feature_shape
     for pid, info in list(table.items()):
         if info["feature_shape"] != feature_shape:
             del table[pid]
             refusals.refuse(info["node_id"], f"feature_shape {list(info['feature_shape'])} "
                     f"is not the run's {list(feature_shape) if feature_shape else None} "
                     f"(nodes per shape: {dict(shapes)})")
+    names = Counter(frozenset(info["stats"]) for info in table.values())
+    statistics = _most_reported(names) if statistics is None else statistics
+    for pid, info in list(table.items()):
+        if frozenset(info["stats"]) != statistics:
+            del table[pid]
+            run = sorted(statistics) if statistics is not None else None
+            refusals.refuse(info["node_id"], f"statistics {sorted(info['stats'])} are not "
+                            f"the run's {run} (nodes per set: "
+                            f"{ {tuple(sorted(k)): n for k, n in names.items()} })")
     return table
+
+
+def _most_reported(counts: Counter):
+    """The value most nodes report, or None when two or more tie (or none reports)."""
+    if not counts:
+        return None
+    top = max(counts.values())
+    leaders = [value for value, n in counts.items() if n == top]
+    return leaders[0] if len(leaders) == 1 else None
 
 
 def add_joined(grid: Grid, table: dict[int, dict], refusals: Refusals, nodes_now: set,
@@ -132,7 +150,8 @@ def add_joined(grid: Grid, table: dict[int, dict], refusals: Refusals, nodes_now
     new = sorted(nodes_now - known)
     if not new:
         return
-    for pid, info in handshake(grid, new, job, refusals, feature_shape).items():
+    statistics = frozenset(next(iter(table.values()))["stats"]) if table else None
+    for pid, info in handshake(grid, new, job, refusals, feature_shape, statistics).items():
         old = table.get(pid)
         if old is not None and old["node_id"] in nodes_now:
             refusals.refuse(info["node_id"], f"partition_id={pid} is held by the online node "
