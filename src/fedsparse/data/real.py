@@ -22,6 +22,7 @@ from . import named
 from . import partition as _partition
 from .federated import FederatedDataset
 from .loaders import load_libsvm
+from .partition.official_test import deal_test_split
 from .sparse_rows import is_sparse_matrix
 
 __all__ = ["DATASETS", "IMAGE_SHAPES", "PARTITIONS", "federated_real", "libsvm_file", "load_named",
@@ -58,6 +59,9 @@ IMAGE_SHAPES = {
     "mnist": (1, 28, 28),
 }
 
+#: The named data sets shipped with an official test split (``load_named(split="test")``,
+#: ``federated_real(test_split="official")``).
+OFFICIAL_TEST = ("fashion_mnist", "mnist")
 #: Partitioners by name (see :mod:`fedsparse.data.partition`).
 PARTITIONS = ("iid", "label_skew", "groups", "dirichlet", "clusters")
 
@@ -76,7 +80,7 @@ def check_path(dataset, path, name: str = "path") -> None:
 
 
 def load_named(dataset: str, *, path=None, seed: int = 0, max_examples: int | None = None,
-               n_features: int | None = None, flatten: bool = True):
+               n_features: int | None = None, flatten: bool = True, split: str = "train"):
     """Load a named data set as ``(X, y)``: X dense (n, d) or SciPy CSR, y (n,).
 
     Raises ConfigError (naming the path and what was expected) for a missing or
@@ -93,10 +97,16 @@ def load_named(dataset: str, *, path=None, seed: int = 0, max_examples: int | No
     flatten : ``False`` keeps the images of the data sets in :data:`IMAGE_SHAPES`:
         X (n, 1, 28, 28) for the MNIST family, (n, 1, 8, 8) for ``digits`` (the input
         of a CNN).
+    split : ``"train"``, or ``"test"`` for the official test split of the data sets that
+        have one (:data:`OFFICIAL_TEST`).
     """
     check_choice("dataset", dataset, DATASETS)
     check_path(dataset, path)
     max_examples = check_int("max_examples", max_examples, minimum=1, allow_none=True)
+    check_choice("split", split, ("train", "test"))
+    if split == "test" and dataset not in OFFICIAL_TEST:
+        raise fail("split", split, f"data set {dataset!r} has no official test split; "
+                   f"{', '.join(OFFICIAL_TEST)} have one")
     if not isinstance(flatten, bool):
         raise fail("flatten", flatten, "must be True or False")
     if not flatten and dataset not in IMAGE_SHAPES:
@@ -113,7 +123,8 @@ def load_named(dataset: str, *, path=None, seed: int = 0, max_examples: int | No
         elif dataset == "mnist_5k":
             X, y = named.mnist_5k(seed, flatten=flatten)
         elif dataset in ("fashion_mnist", "mnist"):
-            (X, y), _ = getattr(named, dataset)(path, flatten=flatten)
+            train, test = getattr(named, dataset)(path, flatten=flatten)
+            X, y = test if split == "test" else train
         elif dataset == "libsvm":
             X, y = load_libsvm(path, n_features=n_features)
         else:
@@ -253,11 +264,11 @@ def make_partition(kind: str, X, y, *, num_clients: int, seed: int = 0,
 
 
 def federated_real(dataset: str, *, partition: str = "clusters", num_clients: int = 100,
-                   path=None, test_fraction: float = 0.2, seed: int = 0,
+                   path=None, test_fraction: float | None = None, seed: int = 0,
                    max_examples: int | None = None, scale: str | None = None,
                    n_features: int | None = None, standardize_target: bool = False,
                    flatten: bool = True, pad: int = 0, dtype: torch.dtype = torch.float32,
-                   **partition_kwargs) -> FederatedDataset:
+                   test_split: str = "held_out", **partition_kwargs) -> FederatedDataset:
     """A named real data set, split among clients: the ``federated_real`` data kind.
 
     Parameters
@@ -266,7 +277,8 @@ def federated_real(dataset: str, *, partition: str = "clusters", num_clients: in
     partition : a key of :data:`PARTITIONS`; its options go in ``partition_kwargs``.
     num_clients : number of clients N.
     path : the file for data sets read from disk (``e2006``, ``rcv1``, ``libsvm``, ...).
-    test_fraction : per-client held-out share (the test split, 0 for none).
+    test_fraction : per-client held-out share (the test split, 0 for none); default 0.2,
+        and 0 (the only value allowed) with ``test_split="official"``.
     seed : seeds the subsample, the partition and the train/test split.
     max_examples : subsample to this many examples first (quick runs).
     scale : None, ``"maxabs"`` (columns to [-1, 1]; keeps CSR sparse) or ``"standard"``.
@@ -280,8 +292,14 @@ def federated_real(dataset: str, *, partition: str = "clusters", num_clients: in
         turns Fashion-MNIST's 28 x 28 into the 32 x 32 of CIFAR-sized networks
         (SAFARI's ResNet-20 at the paper's input size, FedMac's VGG).
     dtype : floating dtype of the stored tensors.
-
-    Returns
+    test_split : ``"held_out"`` (each client's test split is ``test_fraction`` of its
+        examples) or ``"official"`` (for :data:`OFFICIAL_TEST`: the clients train on all
+        the training images they are dealt, and the official test split is dealt to
+        them by label, each label's test examples split evenly among the clients that
+        hold it: :func:`~fedsparse.data.partition.official_test.deal_test_split`; with
+        ``max_examples`` each label keeps the share of its test examples that the
+        training images keep). ``scale`` is refused with it (the test split would need
+        the training split's column statistics).
     -------
     FederatedDataset; CSR inputs give sparse client data
     (:class:`~fedsparse.data.sparse_rows.SparseRows`).
@@ -299,6 +317,18 @@ def federated_real(dataset: str, *, partition: str = "clusters", num_clients: in
     check_int("pad", pad, minimum=0)
     if pad and flatten:
         raise fail("pad", pad, "applies to images kept as images: set flatten = false too")
+    check_choice("test_split", test_split, ("held_out", "official"))
+    official = test_split == "official"
+    if official:
+        if dataset not in OFFICIAL_TEST:
+            raise fail("test_split", test_split, f"data set {dataset!r} has no official test "
+                       f"split; {', '.join(OFFICIAL_TEST)} have one")
+        if test_fraction not in (None, 0):
+            raise fail("test_fraction", test_fraction, 'must be 0 (or left out) with '
+                       'test_split="official": the test examples are the official ones')
+        if scale is not None:
+            raise fail("scale", scale, 'is not offered with test_split="official"')
+    test_fraction = (0.0 if official else 0.2) if test_fraction is None else test_fraction
     X, y = load_named(dataset, path=path, seed=seed, max_examples=max_examples,
                       n_features=n_features, flatten=flatten)
     if pad:  # (n, C, H, W) -> (n, C, H + 2 pad, W + 2 pad), zeros around
@@ -309,13 +339,30 @@ def federated_real(dataset: str, *, partition: str = "clusters", num_clients: in
         y = (y - y.mean()) / (y.std() if y.std() > 0 else 1.0)
     parts = make_partition(partition, X, y, num_clients=num_clients, seed=seed,
                            dataset=dataset, **partition_kwargs)
+    test = _official_test(dataset, path, flatten, pad, y, parts, seed, max_examples) \
+        if official else None
     try:
         return _partition.from_partitions(X, y, parts, test_fraction=test_fraction, seed=seed,
-                                          dtype=dtype, name=f"{dataset}/{partition}")
+                                          dtype=dtype, name=f"{dataset}/{partition}",
+                                          test=test)
     except ValueError as exc:
         if isinstance(exc, ConfigError):
             raise
         raise ConfigError(f"data set {dataset!r}: {exc}") from None
+
+
+def _official_test(dataset, path, flatten, pad, y, parts, seed, max_examples):
+    """(X_test, y_test, test parts) of the official test split dealt to ``parts``."""
+    X_test, y_test = load_named(dataset, path=path, flatten=flatten, split="test")
+    if pad:
+        X_test = np.pad(np.asarray(X_test), ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    fraction = 1.0
+    if max_examples is not None:  # the share of the training images the run keeps
+        full = len(load_named(dataset, path=path, flatten=True)[1])
+        fraction = min(1.0, max_examples / full)
+    test_parts = deal_test_split([np.asarray(y)[np.asarray(p)] for p in parts],
+                                 np.asarray(y_test), seed=seed, fraction=fraction)
+    return X_test, y_test, test_parts
 
 
 def libsvm_file(path, *, n_features: int | None = None, partition: str = "clusters",

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .._validation import check_int, fail
+from .._validation import check_choice, check_int, fail
 from .config import resolve_runs
 
 #: Clients and groups of the paper's split, and the held-out share per client.
@@ -67,12 +67,18 @@ class Budget:
     max_examples : subsample Fashion-MNIST's 60,000 training images to this many first
         (None: all).
     model : a key of :data:`MODELS`.
+    test_split : ``"held_out"`` (each client tests on :data:`TEST_FRACTION` of its share
+        of the training images) or ``"official"`` (the clients train on all of their
+        share, and the official 10,000 test images are dealt to them by label: each
+        label's split evenly among the clients that hold it); see
+        :func:`fedsparse.data.federated_real`.
     """
 
     rounds: int
     seeds: int
     max_examples: int | None = None
     model: str = "mlp"
+    test_split: str = "held_out"
 
     def checked(self) -> Budget:
         check_int("rounds", self.rounds, minimum=1)
@@ -80,6 +86,7 @@ class Budget:
         check_int("max_examples", self.max_examples, minimum=NUM_CLIENTS * 4, allow_none=True)
         if self.model not in MODELS:
             raise fail("model", self.model, f"must be one of {', '.join(MODELS)}")
+        check_choice("test_split", self.test_split, ("held_out", "official"))
         return self
 
 
@@ -104,6 +111,9 @@ def data_table(budget: Budget) -> dict:
              "labels_per_group": LABELS_PER_GROUP, "contiguous": True,
              "test_fraction": TEST_FRACTION, "seed": 0,
              "flatten": budget.model == "mlp"}
+    if budget.test_split == "official":  # no share held out: the official test images
+        del table["test_fraction"]
+        table["test_split"] = "official"
     if PAD.get(budget.model):
         table["pad"] = PAD[budget.model]
     if budget.max_examples is not None:

@@ -14,7 +14,8 @@ from ..sparse_rows import is_sparse_matrix
 __all__ = ["from_partitions"]
 
 
-def from_partitions(X, y, parts, *, test_fraction=0.2, seed=0, dtype=None, name="partitioned"):
+def from_partitions(X, y, parts, *, test_fraction=0.2, seed=0, dtype=None, name="partitioned",
+                    test=None):
     """Build a :class:`~fedsparse.data.federated.FederatedDataset` from a partition.
 
     Each client's indices are shuffled with the seed and split: ``round(test_fraction
@@ -37,6 +38,10 @@ def from_partitions(X, y, parts, *, test_fraction=0.2, seed=0, dtype=None, name=
         Passed on to ``from_arrays`` (its default when None).
     name : str
         Data set name used in reports.
+    test : (X_test, y_test, test_parts), optional
+        A test split of its own instead of a held-out share (``test_fraction`` must then
+        be 0): client i's test examples are ``X_test[test_parts[i]]``, e.g. an official
+        test split dealt by label (:func:`.official_test.deal_test_split`).
 
     Returns
     -------
@@ -69,6 +74,7 @@ def from_partitions(X, y, parts, *, test_fraction=0.2, seed=0, dtype=None, name=
             return X[torch.as_tensor(idx)]
         return X[idx]
 
+    given_test = test  # (the loop below names each client's held-out rows ``test``)
     xs, ys, txs, tys = [], [], [], []
     owner = np.full(n, -1, dtype=np.int64)  # the part that holds each example, -1 none
     for i, p in enumerate(parts):
@@ -109,7 +115,22 @@ def from_partitions(X, y, parts, *, test_fraction=0.2, seed=0, dtype=None, name=
             txs.append(rows(test))
             tys.append(y[test])
     kwargs = {} if dtype is None else {"dtype": dtype}
-    if test_fraction > 0:
+    if given_test is not None:
+        if test_fraction > 0:
+            raise fail("test_fraction", test_fraction, "must be 0 with a test split of its "
+                       "own (test=...): its examples are not held out of the parts")
+        X_test, y_test, test_parts = given_test
+        if len(test_parts) != len(parts):
+            raise fail("test", f"<{len(test_parts)} test parts>", f"needs one per part "
+                       f"({len(parts)})")
+        every = np.concatenate([np.asarray(t, dtype=np.int64).reshape(-1)
+                                for t in test_parts])
+        if np.unique(every).size != every.size:
+            raise fail("test", "<test parts>", "must be disjoint: a test example given to "
+                       "two clients would be counted twice")
+        txs = [X_test[np.asarray(t, dtype=np.int64)] for t in test_parts]
+        tys = [np.asarray(y_test)[np.asarray(t, dtype=np.int64)] for t in test_parts]
+    if test_fraction > 0 or given_test is not None:
         kwargs.update(test_xs=txs, test_ys=tys)
     # through the module at call time, so that a replaced federated.from_arrays is used
     return federated.from_arrays(xs, ys, name=name, **kwargs)
