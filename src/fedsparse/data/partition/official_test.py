@@ -1,10 +1,11 @@
 """A data set's official test split dealt to the clients by label.
 
 Mao et al. 2022 (SAFARI) evaluate the global model on "a small subset of each client's
-data"; fedsparse's specification of that setting gives each client the test examples of
-its labels, split evenly among the clients that hold each label, so that the union of the
-clients' test splits is the whole official test split and training keeps every training
-image. :func:`deal_test_split` makes that assignment from the clients' training labels.
+data"; fedsparse reads that as: each client gets the test examples of its labels, split
+evenly among the clients that hold each label, so that the union of the clients' test
+splits is the whole official test split and training keeps every training image
+(docs/decisions.md, SAFARI). :func:`deal_test_split` makes that assignment from the
+clients' training labels.
 """
 
 from __future__ import annotations
