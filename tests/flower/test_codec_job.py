@@ -20,7 +20,7 @@ from fedsparse import ConfigError  # noqa: E402
 from fedsparse.comm import payload_bytes  # noqa: E402
 from fedsparse.flower import codec, job_from_config, write_app_project  # noqa: E402
 from fedsparse.flower.cli import add_flower_parser  # noqa: E402
-from fedsparse.flower.job import load_node_data  # noqa: E402
+from fedsparse.flower.node_data import load_node_data  # noqa: E402
 
 pytestmark = pytest.mark.flower
 

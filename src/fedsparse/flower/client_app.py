@@ -45,7 +45,8 @@ from ..devices import resolve_device
 from ..metrics import evaluate as evaluate_model
 from ..metrics import evaluate_personal
 from . import codec
-from .job import Job, NodeData, job_from_config, load_node_data
+from .job import Job, job_from_config
+from .node_data import NodeData, load_node_data
 
 STATE_KEY = "fedsparse.client_state"
 
