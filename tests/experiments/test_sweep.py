@@ -11,7 +11,8 @@ import torch
 from fedsparse import ConfigError
 from fedsparse.cli import main
 from fedsparse.experiments.config import load_config
-from fedsparse.experiments.sweep import run_in_workers, run_sweep
+from fedsparse.experiments.sweep import run_sweep
+from fedsparse.experiments.workers import run_in_workers
 
 REGRESSION = """
 title = "tiny regression"
@@ -246,7 +247,7 @@ def test_workers_are_never_more_than_the_cpus(monkeypatch):
     import os
     from concurrent.futures import ProcessPoolExecutor
 
-    from fedsparse.experiments import sweep
+    from fedsparse.experiments import workers
 
     started = []
 
@@ -255,7 +256,7 @@ def test_workers_are_never_more_than_the_cpus(monkeypatch):
             started.append(max_workers)
             super().__init__(*args, max_workers=max_workers, **kwargs)
 
-    monkeypatch.setattr(sweep, "ProcessPoolExecutor", Counted)
+    monkeypatch.setattr(workers, "ProcessPoolExecutor", Counted)
     monkeypatch.setattr(os, "cpu_count", lambda: 1)
     assert run_in_workers(abs, [(-1,), (2,), (-3,)], 3, 1) == [1, 2, 3]
     assert started == [1]
@@ -269,7 +270,7 @@ def test_a_worker_s_progress_bars_hold_no_semaphore_a_stopped_worker_would_leak(
     import tqdm.std
     from tqdm.auto import tqdm as bar
 
-    from fedsparse.experiments.sweep import _init_worker
+    from fedsparse.experiments.workers import _init_worker
 
     # a fresh worker's tqdm: no lock made yet
     monkeypatch.delattr(tqdm.std.TqdmDefaultWriteLock, "mp_lock", raising=False)

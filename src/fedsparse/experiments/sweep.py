@@ -23,10 +23,8 @@ import copy
 import csv
 import itertools
 import json
-import multiprocessing
 import os
 from collections.abc import Iterable
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
 import tomli_w
@@ -45,6 +43,7 @@ from .seeds import (
     strict_json,
     with_seed,
 )
+from .workers import run_in_workers
 
 #: The files a sweep writes into its output folder.
 SWEEP_FILES = ("sweep.csv", "best.json", "sweep.png", "tuned.toml")
@@ -212,49 +211,6 @@ def _execute(runs: list[dict], metric: str, jobs: int, cache: dict, loggers=(),
     threads = max(1, (os.cpu_count() or 1) // jobs)
     return run_in_workers(_evaluate, [(run, metric, None, loggers) for run in runs], jobs,
                           threads, done)
-
-
-def run_in_workers(fn, calls: list[tuple], workers: int, threads: int, done=None) -> list:
-    """``[fn(*args) for args in calls]``, in ``workers`` spawned processes of ``threads``
-    torch threads each, but never more processes than CPUs: more cannot run faster, and
-    each holds its own torch and data (``--jobs 100`` on two cores would start 100).
-    ``done(k, result)`` is called in this process as call ``k`` finishes.
-
-    On the first error, or Ctrl-C or SIGTERM while waiting, the calls not started are
-    cancelled and the workers stopped before it propagates: a pool left to wind down by
-    itself runs every queued call first (a stopped sweep of 100 points would run them
-    all, then keep nothing).
-    """
-    # spawn, not fork: a forked child inherits torch's thread pool in an undefined state
-    context = multiprocessing.get_context("spawn")
-    workers = min(workers, os.cpu_count() or 1)
-    with ProcessPoolExecutor(max_workers=workers, mp_context=context,
-                             initializer=_init_worker, initargs=(threads,)) as pool:
-        futures = [pool.submit(fn, *args) for args in calls]
-        try:
-            if done is not None:
-                index = {f: k for k, f in enumerate(futures)}
-                for f in as_completed(futures):
-                    done(index[f], f.result())
-            return [f.result() for f in futures]
-        except BaseException:
-            # Python 3.14's terminate_workers(), by hand: 3.11 has no public way
-            for process in list((getattr(pool, "_processes", None) or {}).values()):
-                process.terminate()
-            pool.shutdown(wait=True, cancel_futures=True)
-            raise
-
-
-def _init_worker(threads: int) -> None:
-    import threading
-
-    import torch
-    from tqdm.auto import tqdm  # the round loop's bar
-
-    torch.set_num_threads(threads)
-    # a thread lock for tqdm's (disabled) bars, not its default cross-process one: a
-    # worker stopped by run_in_workers leaves no semaphore for Python to report as leaked
-    tqdm.set_lock(threading.RLock())
 
 
 def _evaluate(run: dict, metric: str, cache: dict | None = None, loggers=()) -> dict:
