@@ -17,7 +17,15 @@ import inspect
 import numpy as np
 import torch
 
-from .._validation import ConfigError, check_bool, check_choice, check_int, check_seed, fail
+from .._validation import (
+    ConfigError,
+    check_bool,
+    check_choice,
+    check_float,
+    check_int,
+    check_seed,
+    fail,
+)
 from . import named
 from . import partition as _partition
 from .federated import FederatedDataset
@@ -376,6 +384,7 @@ def libsvm_file(path, *, n_features: int | None = None, partition: str = "cluste
     :func:`federated_real`; the default split is Tong et al. 2022's (K-means with 10 clusters,
     each cut into 20 parts, two parts of distinct clusters per client).
     """
+    check_float("test_fraction", test_fraction)  # federated_real reads None as its default
     return federated_real("libsvm", path=path, n_features=n_features, partition=partition,
                           num_clients=num_clients, test_fraction=test_fraction, seed=seed,
                           scale=scale, max_examples=max_examples,
