@@ -274,7 +274,6 @@ def test_a_resume_with_probabilities_the_printout_rounds_alike_is_refused(tmp_pa
     assert len(run([0.18, 0.6, 0.6, 0.6, 0.6], rounds=3, resume=True).records) == 3
 
 
-
 @pytest.mark.parametrize("changed", [{"eval_every": 2}, {"max_update_norm": 10.0},
                                      {"max_update_ratio": 3.0}])
 def test_a_resume_with_other_round_rules_is_refused(tmp_path, changed):
@@ -294,6 +293,7 @@ def test_a_resume_with_other_round_rules_is_refused(tmp_path, changed):
     ckpt["fingerprint"] = {k: v for k, v in ckpt["fingerprint"].items() if k != "round_rules"}
     save_checkpoint(tmp_path / "c.pt", ckpt)
     assert len(run(3, resume=True).records) == 3
+
 
 def test_records_are_saved_as_json_lines_and_format_3_lists_still_resume(saved, tmp_path):
     raw, full = saved["fedmac"]

@@ -68,7 +68,6 @@ def test_the_pages_show_commands():
     assert len(COMMANDS) > 60
 
 
-
 #: A line of prose that is one upper-case word, or a to-do mark: text a page was meant to
 #: get and never got (a results section once read only "FIG2" where its table belongs).
 UNFINISHED = re.compile(r"^[A-Z][A-Z0-9_]{2,}$|\b(?:TODO|TBD|FIXME|XXX)\b")

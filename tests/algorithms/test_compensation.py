@@ -90,7 +90,6 @@ def test_ties_go_to_the_lowest_client_id():
     assert models[1] == pytest.approx([(0 + 0 + 10) / 3, 0.0])
 
 
-
 def test_a_substitute_carries_the_weight_of_the_client_it_stands_in_for():
     # Mao et al. 2022, Alg. 3: x^{t+1} = sum_received w_i x_i + sum_lost w_j x_{j'}, the
     # lost client's own weight w_j. Sizes 1, 2, 3, 4: w = (0.1, 0.2, 0.3, 0.4). Round 2
@@ -108,6 +107,7 @@ def test_a_substitute_carries_the_weight_of_the_client_it_stands_in_for():
                     state["inner"]["model"].tolist()))
     assert models[0] == pytest.approx([0.2 + 3.0 + 4.4, 0.0])
     assert models[1] == pytest.approx([7.0, 0.0])
+
 
 def test_the_record_is_updated_every_round_and_checkpointed(tmp_path):
     # client 1 moves: its upload depends on the round through the model it receives

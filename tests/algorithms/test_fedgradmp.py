@@ -169,7 +169,6 @@ def test_dictionary_problem_used_directly_evaluates_coefficients():
     assert h.records[-1]["rel_error"] < 1e-10 and h.model.shape == (100,)
 
 
-
 def test_the_gradient_support_ranks_atoms_by_normalised_correlation():
     # approx_2tau of the proxy picks the atoms of largest |A^T r|_j / ||a_j||
     # (docs/decisions.md, section 1), not of largest |A^T r|_j. A = diag(1, 10) with
@@ -178,6 +177,7 @@ def test_the_gradient_support_ranks_atoms_by_normalised_correlation():
     geometry = SparseModel(1, 1, D)
     chosen = geometry.select(torch.tensor([[1.0, 5.0]], dtype=DT), 1)
     assert chosen.tolist() == [[True, False]]
+
 
 def test_inexact_gradient_descent_reports_inner_iterations():
     data = fs.data.shifted_gaussian(num_clients=8, samples_per_client=60, dim=80, sparsity=4,

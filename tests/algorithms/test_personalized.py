@@ -264,7 +264,6 @@ def test_fedmac_applies_rule_z_to_the_global_model():
                           mean, rtol=1e-15)
 
 
-
 def test_rule_z_thresholds_scale_with_the_w_step_eta_gamma_w():
     # eta = 0.5, gamma_w = 0.4: the w step's shrink size, and so rule Z's threshold, is
     # eta gamma_w = 0.2 (not gamma_w = 0.4), on the client's w step and on the server's

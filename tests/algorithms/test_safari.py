@@ -121,7 +121,6 @@ def test_aggregation_renormalises_over_what_arrived():
     torch.testing.assert_close(new["model"], (uploads[0] + uploads[3]) / 2)
 
 
-
 @pytest.mark.parametrize("payload", ["model", "update"])
 def test_aggregation_weighs_what_arrived_by_client_weight(payload):
     # Mao et al. 2022, eq. 1: w_i = n_i / N, renormalised over the arrivals. Clients 0
@@ -137,6 +136,7 @@ def test_aggregation_weighs_what_arrived_by_client_weight(payload):
     mean = (0.1 * uploads[0] + 0.3 * uploads[2]) / 0.4
     expected = mean if payload == "model" else state["model"] + mean
     torch.testing.assert_close(new["model"], expected)
+
 
 @pytest.mark.parametrize("kw,match", [
     (dict(density=0.0), "density=0.0"), (dict(density=1.5), "density=1.5"),

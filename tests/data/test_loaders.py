@@ -279,7 +279,6 @@ def test_libsvm_empty_file_is_an_error(tmp_path, text):
             load_libsvm(write(tmp_path / "empty.svm", text, "gzip"))
 
 
-
 def test_a_file_without_features_is_refused_before_training(tmp_path):
     """Targets and no index:value anywhere: a data set of 0 features is refused when it
     is built, not left to divide by 0 in the first evaluation."""
@@ -292,6 +291,7 @@ def test_a_file_without_features_is_refused_before_training(tmp_path):
         fs.data.libsvm_file(path, partition="iid", num_clients=1, test_fraction=0)
     with pytest.raises(ConfigError, match=r"train_xs\[0\]\.shape.*\(2, 3, 0\).*no features"):
         fs.data.from_arrays([np.zeros((2, 3, 0))], [np.zeros(2)])
+
 
 def test_libsvm_index_far_beyond_the_other_rows(tmp_path):
     text = b"1 1:1 4:2\n-1 2:1\n1 3:1 5000000:1\n"

@@ -177,7 +177,6 @@ def test_tiny_table1_run_writes_its_table(tmp_path):
     assert (tmp_path / first["slug"] / "history.jsonl").exists()
 
 
-
 def test_a_figure_averages_its_baselines_1_over_s_and_records_it(tmp_path, monkeypatch):
     # Figure 3 runs FedAvg and FedProx: 1/S as the paper; its summary said nothing of
     # it, and the committed one was labelled by client size
@@ -192,6 +191,7 @@ def test_a_figure_averages_its_baselines_1_over_s_and_records_it(tmp_path, monke
     summary = M.figure3(tmp_path, quick=True, rounds=1, log=quiet)
     assert asked["weighting"] == summary["weighting"] == "uniform"
     assert json.loads((tmp_path / "summary.json").read_text())["weighting"] == "uniform"
+
 
 def test_figure_table_prints_percentages_once(tmp_path, monkeypatch):
     # Figure 6's table from hand-made runs (no simulation): the rows hold %, the table
@@ -339,7 +339,6 @@ def test_page_quotes_size_weighted_baselines(name, tmp_path):
         f"FedAvg per seed: the run gives {seeds_best}, the page {page_seeds}"
 
 
-
 @pytest.mark.parametrize("name", sorted(SIZE_WEIGHTED_SECTIONS))
 def test_the_size_weighted_baselines_are_the_committed_runs(name):
     """The size-weighted FedAvg and FedProx the page quotes (mean ± std, FedAvg per
@@ -370,6 +369,7 @@ def test_the_size_weighted_baselines_are_the_committed_runs(name):
                                       rows["FedAvg"]["seeds"], strict=True)]
         assert f"FedMac's GM is {-lead[0]:.2f} points below FedAvg's in seed 0 and " \
             f"{lead[1]:.2f} and {lead[2]:.2f} above it in seeds 1 and 2" in prose
+
 
 #: The Table 1 rows and figures run a second time on another arithmetic path (torch's and
 #: MKL's vector instructions off): their ``other-arithmetic.json`` beside the run's

@@ -104,7 +104,6 @@ def test_job_config_forms_and_errors():
         job_from_config({**JOB, "flower": {"timeout": 3}})
 
 
-
 def test_a_checkpoint_setting_is_ignored_with_a_warning():
     # an experiment config's runs may carry checkpoint_every; a Flower server keeps no
     # checkpoint, and dropped the key without a word
@@ -112,6 +111,7 @@ def test_a_checkpoint_setting_is_ignored_with_a_warning():
                       "no checkpoints"):
         job = job_from_config({**JOB, "checkpoint_every": 5})
     assert "checkpoint_every" not in job.to_dict()
+
 
 def test_the_update_bound_is_on_by_default_and_checked():
     assert job_from_config(JOB).flower["max_update_ratio"] == 100.0

@@ -542,7 +542,6 @@ def test_a_tie_between_two_feature_shapes_refuses_every_node(fake_grid):
     assert all("is not the run's None" in why for why in refusals.reasons.values())
 
 
-
 @pytest.mark.parametrize("rewrite", ["pop", "add"])
 def test_a_node_that_leaves_out_or_adds_a_statistic_is_refused(fake_grid, rewrite):
     """With step_size="auto" every node sends its L_i: one that left it out was taken, its
@@ -560,6 +559,7 @@ def test_a_node_that_leaves_out_or_adds_a_statistic_is_refused(fake_grid, rewrit
     assert sorted(table) == [0, 2, 3] and list(refusals.reasons) == [1001]
     sent = "[]" if rewrite == "pop" else "['lipschitz', 'other']"
     assert f"statistics {sent} are not the run's ['lipschitz']" in refusals.reasons[1001]
+
 
 def test_a_handshake_with_a_huge_weight_cannot_take_over_the_average(fake_grid):
     """Weights are self-reported: a node may claim its whole example count as weight.

@@ -126,7 +126,6 @@ def test_restricted_solve_follows_any_link(method):
     assert float((full * ~mask).abs().max()) == 0.0
 
 
-
 class _HalfSquare(Link):
     """``l(z, y) = (z - y)^2 / 2`` written as a user would, curvature included."""
 
@@ -188,6 +187,7 @@ def test_a_classification_link_must_say_which_predictions_are_correct():
     with pytest.raises(ConfigError, match=r"Scores\.correct returned a \(1, 4\) "
                        r"torch.float64 tensor .* must return a \(1, 4\) torch.bool"):
         fs.simulate(fs.algorithms.fed_avg(), LinearProblem(Scores()), data, rounds=1)
+
 
 def test_a_network_has_no_linear_methods_and_says_so():
     problem = fs.problems.neural(nn.Linear(2, 3))

@@ -92,7 +92,6 @@ def test_collect_adds_up_the_attempts_of_a_resumed_run(tmp_path):
     assert "100 s wall clock;" in RP.setting_line(record)
 
 
-
 def test_a_fedmac_run_records_how_its_baselines_averaged(tmp_path):
     # the figures' summaries said nothing of it and the import wrote "size", while their
     # FedAvg and FedProx averaged 1/S: the weighting is taken from the run, never assumed
@@ -109,6 +108,7 @@ def test_a_fedmac_run_records_how_its_baselines_averaged(tmp_path):
             assert s["weighting"] == M.FIGURE_WEIGHTING == "uniform", name
         elif s["kind"] == "fedmac":
             assert s["weighting"] == "uniform", name  # Table 1 as the paper: 1/S
+
 
 def test_collect_names_a_damaged_summary_or_analysis(tmp_path):
     out = tmp_path / "out"
@@ -262,7 +262,6 @@ def test_safari_instability_verdicts_follow_the_pages_rule():
     assert [_holds(g) for g in fedprox.values()] == [False, True, True]
     assert ("holds as instability for SynFlow and FedSpa, 2 seeds, not resolvable for MAG "
             f"({_mean_std(fedprox['MAG'])} points of jitter") in text
-
 
 
 def test_safari_summary_quotes_the_compensation_gaps_as_mean_and_std():

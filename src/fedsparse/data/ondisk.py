@@ -413,4 +413,3 @@ def read_client(path_or_data, i: int) -> tuple:
     if not 0 <= i < source.num_clients:
         raise source.missing(i) if source.missing else fail("client", i, "out of range")
     return source.read(i)
-

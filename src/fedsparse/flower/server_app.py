@@ -189,6 +189,7 @@ def run_on_grid(grid: Grid, job: Job, *, callback: Callable | None = None) -> Hi
     history.model = bound.model(state)
     return history
 
+
 def make_server_app(job: Job | None = None, *, callback: Callable | None = None,
                     on_finish: Callable[[History], None] | None = None) -> ServerApp:
     """A ServerApp that runs a fedsparse job.
