@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -61,6 +62,16 @@ def run_page(folder: Path) -> str:
     title = summary.get("title") or config.get("title") or folder.name
     histories = {i: _records(folder / r["dir"]) for i, r in enumerate(rows) if "dir" in r}
     sections = []
+    missing = [r for r in rows if "dir" in r and not (folder / r["dir"] / "history.jsonl")
+               .is_file()]
+    if missing:  # said on the page and to the reader, not left out without a word
+        names = ", ".join(f"{r['label']} ({r['dir']}/)" for r in missing)
+        warnings.warn(f"{folder}: no history.jsonl for {names}; the report shows their final "
+                      "values from summary.json, without their curves and rounds",
+                      stacklevel=2)
+        sections.append(section("Missing histories", "<p class='note'>No history.jsonl for "
+                                f"{esc(names)}: their curves and rounds are not shown.</p>",
+                                "missing"))
     claim = summary.get("paper_claim") or config.get("paper_claim")
     if claim or summary.get("claims"):
         sections.append(section("The paper's claims", _claims_html(claim, summary), "claims"))
