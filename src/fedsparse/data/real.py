@@ -67,8 +67,8 @@ IMAGE_SHAPES = {
     "mnist": (1, 28, 28),
 }
 
-#: The named data sets shipped with an official test split (``load_named(split="test")``,
-#: ``federated_real(test_split="official")``).
+#: The named data sets shipped with an official test split
+#: (``federated_real(test_split="official")``).
 OFFICIAL_TEST = ("fashion_mnist", "mnist")
 #: Partitioners by name (see :mod:`fedsparse.data.partition`).
 PARTITIONS = ("iid", "label_skew", "groups", "dirichlet", "clusters")
@@ -88,7 +88,7 @@ def check_path(dataset, path, name: str = "path") -> None:
 
 
 def load_named(dataset: str, *, path=None, seed: int = 0, max_examples: int | None = None,
-               n_features: int | None = None, flatten: bool = True, split: str = "train"):
+               n_features: int | None = None, flatten: bool = True):
     """Load a named data set as ``(X, y)``: X dense (n, d) or SciPy CSR, y (n,).
 
     Raises ConfigError (naming the path and what was expected) for a missing or
@@ -105,16 +105,10 @@ def load_named(dataset: str, *, path=None, seed: int = 0, max_examples: int | No
     flatten : ``False`` keeps the images of the data sets in :data:`IMAGE_SHAPES`:
         X (n, 1, 28, 28) for the MNIST family, (n, 1, 8, 8) for ``digits`` (the input
         of a CNN).
-    split : ``"train"``, or ``"test"`` for the official test split of the data sets that
-        have one (:data:`OFFICIAL_TEST`).
     """
     check_choice("dataset", dataset, DATASETS)
     check_path(dataset, path)
     max_examples = check_int("max_examples", max_examples, minimum=1, allow_none=True)
-    check_choice("split", split, ("train", "test"))
-    if split == "test" and dataset not in OFFICIAL_TEST:
-        raise fail("split", split, f"data set {dataset!r} has no official test split; "
-                   f"{', '.join(OFFICIAL_TEST)} have one")
     if not isinstance(flatten, bool):
         raise fail("flatten", flatten, "must be True or False")
     if not flatten and dataset not in IMAGE_SHAPES:
@@ -131,8 +125,7 @@ def load_named(dataset: str, *, path=None, seed: int = 0, max_examples: int | No
         elif dataset == "mnist_5k":
             X, y = named.mnist_5k(seed, flatten=flatten)
         elif dataset in ("fashion_mnist", "mnist"):
-            train, test = getattr(named, dataset)(path, flatten=flatten)
-            X, y = test if split == "test" else train
+            (X, y), _ = getattr(named, dataset)(path, flatten=flatten)
         elif dataset == "libsvm":
             X, y = load_libsvm(path, n_features=n_features)
         else:
@@ -308,6 +301,8 @@ def federated_real(dataset: str, *, partition: str = "clusters", num_clients: in
         ``max_examples`` each label keeps the share of its test examples that the
         training images keep). ``scale`` is refused with it (the test split would need
         the training split's column statistics).
+
+    Returns
     -------
     FederatedDataset; CSR inputs give sparse client data
     (:class:`~fedsparse.data.sparse_rows.SparseRows`).
@@ -361,13 +356,12 @@ def federated_real(dataset: str, *, partition: str = "clusters", num_clients: in
 
 def _official_test(dataset, path, flatten, pad, y, parts, seed, max_examples):
     """(X_test, y_test, test parts) of the official test split dealt to ``parts``."""
-    X_test, y_test = load_named(dataset, path=path, flatten=flatten, split="test")
+    # one read of the files the training split came from: the test split, and the full
+    # training split's size (with max_examples, the share of it the run keeps)
+    (_, y_full), (X_test, y_test) = getattr(named, dataset)(path, flatten=flatten)
     if pad:
         X_test = np.pad(np.asarray(X_test), ((0, 0), (0, 0), (pad, pad), (pad, pad)))
-    fraction = 1.0
-    if max_examples is not None:  # the share of the training images the run keeps
-        full = len(load_named(dataset, path=path, flatten=True)[1])
-        fraction = min(1.0, max_examples / full)
+    fraction = 1.0 if max_examples is None else min(1.0, max_examples / len(y_full))
     test_parts = deal_test_split([np.asarray(y)[np.asarray(p)] for p in parts],
                                  np.asarray(y_test), seed=seed, fraction=fraction)
     return X_test, y_test, test_parts
