@@ -52,7 +52,7 @@ from .checkpoint_records import checked_records
 from .checkpoint_records import kind as _kind
 from .checkpoint_records import shown as _shown
 from .client_store import COPY_BYTES
-from .data.digest import data_digest
+from .data.digest import data_digest, tensors_digest
 
 CHECKPOINT_FORMAT = "fedsparse-checkpoint-4"
 #: Formats this version reads. Format 3 files hold their records as a list of dicts.
@@ -70,16 +70,6 @@ ADDED_KEYS = frozenset({"problem_config", "data_digest", "channel_probabilities"
 #: Every key a checkpoint holds.
 CHECKPOINT_KEYS = ("format", "round", "state", "client_state", "records", "initial",
                    "fingerprint")
-
-
-def _tensors_digest(tensors) -> str:
-    """A digest of ``(name, tensor)`` pairs: their names, dtypes, shapes and values."""
-    h = hashlib.blake2b(digest_size=8)
-    for name, t in tensors:
-        t = t.detach().cpu().contiguous()
-        h.update(f"{name}:{t.dtype}:{tuple(t.shape)};".encode())
-        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
-    return h.hexdigest()
 
 
 def round_rules(eval_every: int, max_update_norm, max_update_ratio) -> str:
@@ -112,10 +102,10 @@ def contents_fingerprint(problem, data, channel=None, algorithm=None) -> dict:
         constants += list(module.named_buffers())
     out = {"problem_config": config, "data_digest": data_digest(data)}
     if constants:
-        out["module_constants"] = _tensors_digest(constants)
+        out["module_constants"] = tensors_digest(constants)
     dictionary = getattr(getattr(algorithm, "geometry", None), "dictionary", None)
     if dictionary is not None:
-        out["dictionary_atoms"] = _tensors_digest([("atoms", dictionary.matrix)])
+        out["dictionary_atoms"] = tensors_digest([("atoms", dictionary.matrix)])
     probabilities = probability_digest(channel)
     if probabilities is not None:
         out["channel_probabilities"] = probabilities

@@ -28,7 +28,7 @@ from .lazy import LazyFederatedDataset
 from .pooled import PooledRows
 from .sparse_rows import SparseRows
 
-__all__ = ["data_digest"]
+__all__ = ["data_digest", "tensors_digest", "update_digest"]
 
 
 #: {id(data set): (weak reference, its tensors' versions, digest)} of eager data sets.
@@ -66,15 +66,15 @@ def _digest(data: FederatedDataset) -> str:
     h.update(f"{data.dtype} {tuple(data.feature_shape)} {data.num_clients}".encode())
     if not isinstance(data, LazyFederatedDataset):
         for tensor in _eager_tensors(data):
-            _update(h, tensor)
+            update_digest(h, tensor)
         return h.hexdigest()
-    _update(h, data.weights)
+    update_digest(h, data.weights)
     if data.ground_truth is not None:
-        _update(h, data.ground_truth)
+        update_digest(h, data.ground_truth)
     source = data.source
     for counts in source.counts:
         if counts is not None:
-            _update(h, counts)
+            update_digest(h, counts)
     identity = getattr(source.read, "identity", None)  # on disk: the checksums
     if identity is not None:
         h.update(identity.encode())
@@ -83,7 +83,7 @@ def _digest(data: FederatedDataset) -> str:
         for i in sorted({0, N // 2, N - 1}):
             for array in source.read(i):
                 if array is not None:
-                    _update(h, array)
+                    update_digest(h, array)
     return h.hexdigest()
 
 
@@ -95,10 +95,27 @@ def _features(X) -> tuple[torch.Tensor, ...]:
     return (X,)
 
 
-def _update(h, array) -> None:
-    """Feed one array's dtype, shape and bytes (no copy when it is contiguous on the CPU)."""
+def tensors_digest(tensors) -> str:
+    """A short digest of ``(name, tensor)`` pairs: their names, dtypes, shapes and values
+    (a network's frozen parameters and buffers, a dictionary's atoms)."""
+    h = hashlib.blake2b(digest_size=8)
+    for name, tensor in tensors:
+        h.update(f"{name};".encode())
+        update_digest(h, tensor)
+    return h.hexdigest()
+
+
+def update_digest(h, array) -> None:
+    """Feed one array's dtype, shape and bytes to the hash ``h`` (no copy when it is
+    contiguous on the CPU)."""
     if isinstance(array, torch.Tensor):
-        array = array.detach().cpu().contiguous().numpy()
+        t = array.detach().cpu().contiguous()
+        try:
+            array = t.numpy()
+        except TypeError:  # a dtype NumPy lacks (bfloat16): its bytes, named as torch does
+            h.update(f"{t.dtype} {tuple(t.shape)}".encode())
+            h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+            return
     array = np.ascontiguousarray(array)
     h.update(f"{array.dtype} {array.shape}".encode())
     h.update(memoryview(array).cast("B"))
