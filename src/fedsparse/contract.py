@@ -181,9 +181,8 @@ def checked_callback(callback, algorithm: Algorithm, checkpoint=None):
                               "callback may change the model's values, not its shape or "
                               "dtype)")
         if not bool(torch.isfinite(model).all()):
-            raise ConfigError(f"round {record.get('round')}: callback {name} left a "
-                              "non-finite model (NaN or inf) in the state; a callback may "
-                              "change the state only to finite values")
+            raise ConfigError(f"{where} left a non-finite model (NaN or inf) in the state; "
+                              "a callback may change the state only to finite values")
         if checkpoint is not None:
             check_checkpointable(state, where, checkpoint, verb="left")
 

@@ -22,10 +22,10 @@ One run:
    encoded broadcast and ``algorithm.client_config(state)``; replies within
    ``flower.round_timeout`` seconds, without error and well-formed (right shape and
    dtype, consistent encoding, finite, within ``flower.max_update_norm`` of the
-   broadcast when set, and within ``flower.max_update_ratio`` (default 100) times the round's median
-   distance to the broadcast) are the received uploads; the rest (error replies,
-   timeouts, malformed, non-finite or too distant replies, clients with no node) are
-   failed uploads, logged and counted in the record's ``rejected``; never fatal. The
+   broadcast when set, and within ``flower.max_update_ratio`` (default 100) times the
+   round's median distance to the broadcast) are the received uploads; the rest (error
+   replies, timeouts, malformed, non-finite or too distant replies, clients with no node)
+   are failed uploads, logged and counted in the record's ``rejected``; never fatal. The
    job's ``channel`` applies on top, as in the simulator; a round with no delivered
    upload warns and keeps the model. What a client reports about its work (its reply's
    metrics) is recorded only under the names the algorithm declares
