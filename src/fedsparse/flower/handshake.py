@@ -112,33 +112,31 @@ def handshake(grid: Grid, nodes: list[int], job: Job, refusals: Refusals,
             refusals.refuse(info["node_id"], f"partition_id={pid} is claimed by nodes {ids}; "
                     "the server cannot tell which holds it: give every node its own "
                     "partition-id")
-    shapes = Counter(info["feature_shape"] for info in table.values())
-    feature_shape = _most_reported(shapes) if feature_shape is None else feature_shape
-    for pid, info in list(table.items()):
-        if info["feature_shape"] != feature_shape:
-            del table[pid]
-            refusals.refuse(info["node_id"], f"feature_shape {list(info['feature_shape'])} "
-                    f"is not the run's {list(feature_shape) if feature_shape else None} "
-                    f"(nodes per shape: {dict(shapes)})")
-    names = Counter(frozenset(info["stats"]) for info in table.values())
-    statistics = _most_reported(names) if statistics is None else statistics
-    for pid, info in list(table.items()):
-        if frozenset(info["stats"]) != statistics:
-            del table[pid]
-            run = sorted(statistics) if statistics is not None else None
-            refusals.refuse(info["node_id"], f"statistics {sorted(info['stats'])} are not "
-                            f"the run's {run} (nodes per set: "
-                            f"{ {tuple(sorted(k)): n for k, n in names.items()} })")
+    _keep_the_runs(table, refusals, lambda info: info["feature_shape"], feature_shape,
+                   lambda shape: list(shape) if shape else None, "feature_shape", "is",
+                   "shape")
+    _keep_the_runs(table, refusals, lambda info: frozenset(info["stats"]), statistics,
+                   lambda names: None if names is None else sorted(names), "statistics",
+                   "are", "set")
     return table
 
 
-def _most_reported(counts: Counter):
-    """The value most nodes report, or None when two or more tie (or none reports)."""
-    if not counts:
-        return None
-    top = max(counts.values())
-    leaders = [value for value, n in counts.items() if n == top]
-    return leaders[0] if len(leaders) == 1 else None
+def _keep_the_runs(table: dict[int, dict], refusals: Refusals, value_of, expected, shown,
+                   what: str, verb: str, kind: str) -> None:
+    """Refuse (and drop from ``table``) every node whose ``value_of(info)`` is not the
+    run's: ``expected``, or by default the value most nodes report, if one has more
+    nodes than any other (none, and every node refused, when two or more tie)."""
+    counts = Counter(value_of(info) for info in table.values())
+    if expected is None and counts:
+        top = max(counts.values())
+        leaders = [value for value, n in counts.items() if n == top]
+        expected = leaders[0] if len(leaders) == 1 else None
+    per = {tuple(shown(value)): n for value, n in counts.items()}
+    for pid, info in list(table.items()):
+        if value_of(info) != expected:
+            del table[pid]
+            refusals.refuse(info["node_id"], f"{what} {shown(value_of(info))} {verb} not "
+                            f"the run's {shown(expected)} (nodes per {kind}: {per})")
 
 
 def add_joined(grid: Grid, table: dict[int, dict], refusals: Refusals, nodes_now: set,
