@@ -110,9 +110,6 @@ def run_sweep(config: dict, grid: dict[str, list], *, out: str | Path | None = N
     trackers = resolve_loggers(loggers, out, experiment=Path(out or "sweep").absolute().name)
     for tracker in trackers:
         tracker.prepare()
-    per_cell = {(p, i): 0 for p, i, _ in tasks}
-    for p, i, _ in tasks:
-        per_cell[(p, i)] += 1
     finished: dict[tuple[int, int], dict[int, dict]] = {}
 
     def done(k: int, res: dict) -> None:
@@ -122,7 +119,7 @@ def run_sweep(config: dict, grid: dict[str, list], *, out: str | Path | None = N
         _check_recorded(res, metric, keys[i])
         cell = finished.setdefault((p, i), {})
         cell[k] = res
-        if len(cell) == per_cell[(p, i)]:
+        if len(cell) == n_seeds:  # every cell is n_seeds tasks
             row = _row(keys[i], points[p], metric, [cell[j] for j in sorted(cell)],
                        seeds is not None)
             log(_progress_line(row, points[p], metric))
@@ -195,22 +192,17 @@ def _runs_at(config: dict, point: dict, cache: dict, metric: str) -> list[dict]:
     return runs
 
 
-def _execute(runs: list[dict], metric: str, jobs: int, cache: dict, loggers=(),
-             done=None) -> list[dict]:
-    """Each run's result (:func:`_evaluate`), ``done(k, result)`` called as run ``k``
-    finishes."""
+def _execute(runs: list[dict], metric: str, jobs: int, cache: dict, loggers, done) -> None:
+    """Every run (:func:`_evaluate`), ``done(k, result)`` called as run ``k`` finishes."""
     if jobs == 1 or len(runs) == 1:
-        results = []
         for k, run in enumerate(runs):
-            results.append(_evaluate(run, metric, cache, loggers))
-            if done is not None:
-                done(k, results[-1])
-        return results
+            done(k, _evaluate(run, metric, cache, loggers))
+        return
     jobs = min(jobs, len(runs))
     cache.clear()  # the workers build their own data; free the copies the checks built
     threads = max(1, (os.cpu_count() or 1) // jobs)
-    return run_in_workers(_evaluate, [(run, metric, None, loggers) for run in runs], jobs,
-                          threads, done)
+    run_in_workers(_evaluate, [(run, metric, None, loggers) for run in runs], jobs, threads,
+                   done)
 
 
 def _evaluate(run: dict, metric: str, cache: dict | None = None, loggers=()) -> dict:
