@@ -15,7 +15,8 @@ from ._validation import ConfigError, check_bool, fail
 
 # Both names stay importable from here, where they were first defined.
 from .metric_names import HIGHER_IS_BETTER_WORDS as HIGHER_IS_BETTER_WORDS
-from .metric_names import METRICS, higher_is_better, record_problem
+from .metric_names import METRICS, best_direction, record_problem
+from .metric_names import higher_is_better as higher_is_better
 
 
 @dataclass
@@ -96,8 +97,7 @@ class History:
         """Best finite value of ``metric`` over rounds 0..T: the largest for accuracy-like
         metrics (:func:`higher_is_better`) or when ``maximize``, else the smallest."""
         self._check_field("metric", metric)
-        maximize = check_bool("maximize", maximize, allow_none=True)  # "no" is truthy
-        up = higher_is_better(metric) if maximize is None else maximize
+        up = best_direction(metric, maximize)
         vals = [float(v) for v in self._values(metric, with_initial=True)
                 if _is_number(v) and math.isfinite(v)]
         if not vals:

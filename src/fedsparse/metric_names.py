@@ -8,9 +8,10 @@ the report).
 
 from __future__ import annotations
 
-from ._validation import INT64_MAX, shown
+from ._validation import INT64_MAX, check_bool, shown
 
-__all__ = ["HIGHER_IS_BETTER_WORDS", "METRICS", "higher_is_better", "record_problem"]
+__all__ = ["HIGHER_IS_BETTER_WORDS", "METRICS", "best_direction", "higher_is_better",
+           "record_problem"]
 
 #: Every numeric field a round record can hold (:func:`fedsparse.metrics.evaluate`, the
 #: round loop, personalised models' ``personal_*`` metrics, and algorithms' diagnostics:
@@ -34,6 +35,19 @@ def higher_is_better(metric: str) -> bool:
     """True for accuracy-like metrics (names containing accuracy, f1, precision or
     recall), which are maximised; losses, errors and costs are minimised."""
     return any(word in metric for word in HIGHER_IS_BETTER_WORDS)
+
+
+def best_direction(metric: str, maximize: bool | None) -> bool:
+    """True to maximise ``metric``: ``maximize`` if given, else :func:`higher_is_better`.
+
+    Raises
+    ------
+    ConfigError
+        naming ``maximize`` when it is neither None nor a bool: ``bool("false")`` is
+        True, and would pick the worst point of a sweep as its best.
+    """
+    maximize = check_bool("maximize", maximize, allow_none=True)
+    return higher_is_better(metric) if maximize is None else maximize
 
 
 #: Metrics that count or measure something (entries, bytes, clients, seconds): never

@@ -29,8 +29,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from .._resources import RECORD_BYTES, check_memory, check_work
-from .._validation import check_bool, check_int, check_seed
-from ..history import History, higher_is_better
+from .._validation import check_int, check_seed
+from ..history import History
+from ..metric_names import best_direction as best_direction  # (sweep, tune, tests)
 
 #: Record fields that describe the model at a round; a diverged run's are recorded as
 #: null (the byte and time counters up to the divergence stay). The ``personal_*``
@@ -324,19 +325,6 @@ def report_row(row: dict, run: dict, history: History, error: str | None) -> dic
             if k in row:
                 row[k] = None
     return row
-
-
-def best_direction(metric: str, maximize: bool | None) -> bool:
-    """True to maximise ``metric``: ``maximize`` if given, else :func:`higher_is_better`.
-
-    Raises
-    ------
-    ConfigError
-        naming ``maximize`` when it is neither None nor a bool: ``bool("false")`` is
-        True, and would pick the worst point of a sweep as its best.
-    """
-    maximize = check_bool("maximize", maximize, allow_none=True)
-    return higher_is_better(metric) if maximize is None else maximize
 
 
 def strict_json(obj):

@@ -29,7 +29,7 @@ from matplotlib.ticker import FuncFormatter, MaxNLocator  # noqa: E402
 
 from .._validation import finite_number  # noqa: E402
 from ..history import History  # noqa: E402
-from ..metric_names import higher_is_better  # noqa: E402
+from ..metric_names import best_direction  # noqa: E402
 
 # One run's curve: drawn by .axes; its public names stay importable from here too.
 from .axes import (  # noqa: E402
@@ -242,7 +242,7 @@ def sweep_figure(table: dict[str, list[dict]], *, field: str, metric: str,
     and span :data:`SWEEP_LOG_DECADES` or more (never for accuracy-like metrics).
     Diverged points are drawn as crosses on the top edge.
     """
-    up = higher_is_better(metric) if maximize is None else maximize
+    up = best_direction(metric, maximize)
     xs_all = [p["x"] for pts in table.values() for p in pts]
     numeric = all(finite_number(v) for v in xs_all)
     if not any(finite_number(p["value"]) for pts in table.values() for p in pts):
