@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import json
+import statistics
 
 import pytest
 
@@ -173,8 +174,6 @@ def _diff(experiment: str, panel: str, pair: str) -> list[float]:
 
 
 def _mean_std(values: list[float]) -> str:
-    import statistics
-
     return f"{statistics.mean(values):.2f} ± {statistics.stdev(values):.2f}"
 
 
@@ -228,8 +227,6 @@ def _jitter_gap(experiment: str, panel: str, run: str, reference: str) -> list[f
 def _holds(values: list[float]) -> bool:
     """The SAFARI page's rule: the same sign on every seed and a mean gap at least twice
     its standard deviation."""
-    import statistics
-
     mean = statistics.mean(values)
     return (all(v > 0 for v in values) or all(v < 0 for v in values)) \
         and abs(mean) >= 2 * statistics.stdev(values)
