@@ -268,7 +268,6 @@ def test_report_embeds_no_file_from_outside_the_folder(tmp_path, capsys):
     assert encoded not in (run / "report.html").read_text()
 
 
-
 def test_a_run_whose_history_is_gone_is_named(default_run, tmp_path, capsys):
     # its curves and rounds were left out of the page without a word
     run = tmp_path / "run"
@@ -282,6 +281,7 @@ def test_a_run_whose_history_is_gone_is_named(default_run, tmp_path, capsys):
     assert "no history.jsonl for " in err and f"({gone}/)" in err
     text = (run / "report.html").read_text(encoding="utf-8")
     assert "Missing histories" in text and f"({gone}/)" in text
+
 
 def test_report_refuses_a_folder_fedsparse_did_not_write(tmp_path, capsys):
     (tmp_path / "notes.txt").write_text("x")
