@@ -20,6 +20,7 @@ from fedsparse import ConfigError  # noqa: E402
 from fedsparse.comm import payload_bytes  # noqa: E402
 from fedsparse.flower import codec, job_from_config, write_app_project  # noqa: E402
 from fedsparse.flower.cli import add_flower_parser  # noqa: E402
+from fedsparse.flower.job import flatten, job_to_run_config  # noqa: E402
 from fedsparse.flower.node_data import load_node_data  # noqa: E402
 
 pytestmark = pytest.mark.flower
@@ -104,13 +105,12 @@ def test_job_config_forms_and_errors():
         job_from_config({**JOB, "flower": {"timeout": 3}})
 
 
-def test_a_checkpoint_setting_is_ignored_with_a_warning():
-    # an experiment config's runs may carry checkpoint_every; a Flower server keeps no
-    # checkpoint, and dropped the key without a word
-    with pytest.warns(UserWarning, match=r"checkpoint_every=5 is ignored: a Flower run keeps "
-                      "no checkpoints"):
-        job = job_from_config({**JOB, "checkpoint_every": 5})
-    assert "checkpoint_every" not in job.to_dict()
+def test_the_checkpoint_period_travels_with_the_job():
+    # an experiment config's runs carry checkpoint_every; the Flower server honours it
+    job = job_from_config({**JOB, "checkpoint_every": 5})
+    assert job.checkpoint_every == 5
+    assert job_from_config(flatten(job_to_run_config(job))).checkpoint_every == 5
+    assert job_from_config(JOB).checkpoint_every == 10  # the simulator's default
 
 
 def test_the_update_bound_is_on_by_default_and_checked():
@@ -258,20 +258,6 @@ def test_an_app_project_refuses_values_flower_cannot_carry(tmp_path):
     with pytest.raises(ConfigError, match=r"channel\.delivered=.*Flower run config"):
         write_app_project(scheduled, tmp_path / "app")
     assert not (tmp_path / "app").exists()
-
-
-def test_the_server_refuses_an_out_dir_holding_an_earlier_history(tmp_path):
-    from fedsparse.flower.server_app import check_out_dir_free
-
-    check_out_dir_free(tmp_path / "new")  # none yet: fine
-    (tmp_path / "old").mkdir()
-    (tmp_path / "old" / "history.jsonl").write_text("{}\n")
-    with pytest.raises(ConfigError, match=r"flower\.out_dir=.*already holds a run's "
-                       r"history\.jsonl"):
-        check_out_dir_free(tmp_path / "old")
-    (tmp_path / "file").write_text("x")
-    with pytest.raises(ConfigError, match="is a file"):
-        check_out_dir_free(tmp_path / "file")
 
 
 def _client_reply(job, kind, content):

@@ -133,3 +133,50 @@ def test_a_tls_deployment_with_node_auth_outlives_a_killed_supernode(cluster, tm
     sent = reference.column("bytes_up")
     assert [r["bytes_up"] for r in history] == [sent[k] // 2 * len(d)
                                                 for k, d in enumerate(delivered)]
+
+
+def test_a_run_whose_superlink_is_lost_resumes_from_its_checkpoint(cluster, tmp_path,
+                                                                   request):
+    """The server machine is lost once round 2 of 4 is logged (the SuperLink and the
+    ServerApp it started are killed); a new SuperLink and new SuperNodes run the job
+    again with ``flower.resume``: it goes on from the last checkpoint (round 2, or round 1
+    if the kill came before its save) and ends with the simulator's history and model."""
+    from fedsparse.flower.demo import Cluster
+
+    out = tmp_path / "out"
+    job = {**_job(out, rounds=4), "checkpoint_every": 1}
+    project = write_app_project(job, tmp_path / "app", address=cluster.address,
+                                flwr_home=cluster.home)
+    cluster.superlink("--insecure")
+    for i in range(2):
+        cluster.supernode(f"node{i}", f"partition-id={i} num-partitions=2", "--insecure")
+    cluster.wait_for(lambda: _nodes_active(cluster, 2), 60, "2 SuperNodes to connect")
+    lost = []
+
+    def lose_the_server_in_round_three(line):
+        if not lost and "round 2/4" in line:
+            cluster.procs[0].signal_group(signal.SIGKILL)
+            lost.append(line)
+
+    log = cluster.run_job(project, "fedsparse-local", timeout=RUN_TIMEOUT,
+                          on_line=lose_the_server_in_round_three)
+    assert lost, "the run never reached round 2:\n" + log + cluster.dump()
+    assert (out / "checkpoint.pt").exists() and not (out / "model.npy").exists(), log
+    cluster.stop_all()
+
+    again = Cluster(tmp_path / "again")
+    request.addfinalizer(again.stop_all)
+    resumed = {**job, "flower": {**job["flower"], "resume": True}}
+    project = write_app_project(resumed, tmp_path / "app-again", address=again.address,
+                                flwr_home=again.home)
+    again.superlink("--insecure")
+    for i in range(2):
+        again.supernode(f"node{i}", f"partition-id={i} num-partitions=2", "--insecure")
+    again.wait_for(lambda: _nodes_active(again, 2), 60, "2 SuperNodes to connect")
+    log = again.run_job(project, "fedsparse-local", timeout=RUN_TIMEOUT)
+    assert re.search(r"resuming at round [12] of 4", log), log + again.dump()
+    assert (out / "model.npy").exists(), log + again.dump()
+    history = _history(out)
+    assert [r["round"] for r in history] == [1, 2, 3, 4]
+    assert all(r["delivered_clients"] == [0, 1] for r in history), history
+    _check_against_simulator(out, job)

@@ -420,3 +420,21 @@ def test_one_node_whose_statistic_sets_the_auto_step_is_named(fake_grid, caplog)
         run_on_grid(fake_grid(job, range(4), fate), job)
     assert "client 2's lipschitz = 1e+30" in caplog.text
     assert "set by that one node" in caplog.text
+
+
+def test_every_message_expires_once_its_reply_is_no_longer_awaited(fake_grid):
+    """A node back from an outage must not be handed the queued messages of rounds
+    already over (Flower keeps a message 12 hours unless told otherwise)."""
+    from flwr.app.constants import DEFAULT_TTL
+
+    from fedsparse.flower.messaging import TTL_MARGIN
+
+    job = job_from_config({**JOB, "flower": {**JOB["flower"], "evaluate_every": 2}})
+    grid = fake_grid(job, range(4))
+    pushed = []
+    push = grid.push_messages
+    grid.push_messages = lambda messages: (pushed.extend(messages), push(messages))[1]
+    run_on_grid(grid, job)
+    assert {m.metadata.message_type for m in pushed} == {"query", "train", "evaluate"}
+    assert {m.metadata.ttl for m in pushed} == {0.5 + TTL_MARGIN}
+    assert 0.5 + TTL_MARGIN < DEFAULT_TTL

@@ -93,7 +93,7 @@ PLOT_KEYS = ("y", "x", "logy", "band")
 #: config is read, and need no Flower installed.
 FLOWER_DEFAULTS: dict = {"round_timeout": 120.0, "wait_timeout": 120.0, "min_nodes": 0,
                          "evaluate_every": 0, "out_dir": "", "poll_interval": 0.2,
-                         "max_update_norm": 0.0, "max_update_ratio": 100.0}
+                         "max_update_norm": 0.0, "max_update_ratio": 100.0, "resume": False}
 COMPARE_KEYS = ("reference", "at_rounds", "metric")
 
 
@@ -336,6 +336,11 @@ def check_flower_values(flower: dict) -> None:
     if not isinstance(flower["out_dir"], str):
         raise fail("flower.out_dir", flower["out_dir"], 'must be a folder path as a string '
                    '("" = save nothing)')
+    if not isinstance(flower["resume"], bool):
+        raise fail("flower.resume", flower["resume"], "must be true or false")
+    if flower["resume"] and not flower["out_dir"]:
+        raise fail("flower.resume", True, "needs flower.out_dir, the folder whose checkpoint "
+                   "the run continues")
 
 
 def slugify(text: str) -> str:

@@ -22,7 +22,7 @@ from ..screening import cut
 from . import codec
 from .handshake import Refusals, add_joined
 from .job import Job
-from .messaging import exchange
+from .messaging import exchange, message_ttl
 from .replies import Refused, evaluation
 
 __all__ = ["evaluate_on_nodes", "grid_executor"]
@@ -66,7 +66,8 @@ def grid_executor(grid: Grid, job: Job, algorithm, table: dict[int, dict],
             content[codec.TASK] = ConfigRecord({
                 codec.ROUND: t, codec.PARTITION_ID: pid,
                 codec.UPLOAD_ENCODING: algorithm.upload_encoding})
-            msgs.append(Message(content, node, MessageType.TRAIN, group_id=str(t + 1)))
+            msgs.append(Message(content, node, MessageType.TRAIN, group_id=str(t + 1),
+                                ttl=message_ttl(timeout)))
             rows.append(row)
         uploads = torch.zeros(S, P, dtype=payload.dtype)
         received = torch.zeros(S, dtype=torch.bool)
@@ -149,7 +150,7 @@ def evaluate_on_nodes(grid: Grid, table: dict, model: torch.Tensor, round: int,
     content = RecordDict()
     codec.put(content, codec.MODEL, model, "auto")
     msgs = [Message(copy.deepcopy(content) if i else content, info["node_id"],
-                    MessageType.EVALUATE, group_id=f"eval-{round}")
+                    MessageType.EVALUATE, group_id=f"eval-{round}", ttl=message_ttl(timeout))
             for i, info in enumerate(asked)]
     replies = exchange(grid, msgs, timeout, poll)
     rows: list[dict] = []

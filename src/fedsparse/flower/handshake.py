@@ -22,7 +22,7 @@ from flwr.serverapp import Grid
 
 from ..screening import cut
 from .job import Job
-from .messaging import exchange
+from .messaging import exchange, message_ttl
 from .replies import Refused, node_info
 
 __all__ = ["HANDSHAKE_TRIES", "Refusals", "add_joined", "handshake", "node_statistics",
@@ -76,8 +76,8 @@ def handshake(grid: Grid, nodes: list[int], job: Job, refusals: Refusals,
         return {}
     timeout, poll = float(job.flower["round_timeout"]), float(job.flower["poll_interval"])
     # The query carries nothing: every node already holds the job (seed included).
-    msgs = [Message(RecordDict(), node, MessageType.QUERY, group_id="handshake")
-            for node in nodes]
+    msgs = [Message(RecordDict(), node, MessageType.QUERY, group_id="handshake",
+                    ttl=message_ttl(timeout)) for node in nodes]
     replies = exchange(grid, msgs, timeout, poll)
     claims: dict[int, list[dict]] = {}
     for i, node in enumerate(nodes):

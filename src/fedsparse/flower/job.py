@@ -26,6 +26,11 @@ A *job* is one fedsparse run, written like a run of an experiment config::
                                       # broadcast (0 = no absolute bound)
     max_update_ratio = 100.0          # refuse uploads farther than this many times the
                                       # round's median distance (>= 1; 0 = no such bound)
+    resume = false                    # continue the stopped run whose checkpoint is in
+                                      # out_dir (see fedsparse.flower.server_checkpoint)
+
+With ``out_dir`` set, the server saves a checkpoint there every ``checkpoint_every``
+rounds (a top-level key, default 10, as in the simulator) and at the end.
 
 Flower carries it as the app's run config (nested tables flattened to dotted keys,
 ``algorithm.sparsity``), so ``flwr run --run-config 'algorithm.sparsity=5'`` overrides
@@ -38,7 +43,6 @@ from __future__ import annotations
 
 import inspect
 import json
-import warnings
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -90,6 +94,8 @@ class Job:
     flower: dict = field(default_factory=lambda: dict(FLOWER_DEFAULTS))
     #: Losses applied on top of the network's own, as in the simulator (experiments).
     channel: dict = field(default_factory=dict)
+    #: Rounds between two checkpoints the server saves in ``flower.out_dir``.
+    checkpoint_every: int = 10
 
     @property
     def torch_dtype(self) -> torch.dtype:
@@ -138,7 +144,8 @@ class Job:
         """The job as a nested dict that :func:`job_from_config` reads back."""
         out = {"rounds": self.rounds, "seed": self.seed, "dtype": self.dtype,
                "data": dict(self.data), "problem": dict(self.problem),
-               "algorithm": dict(self.algorithm), "flower": dict(self.flower)}
+               "algorithm": dict(self.algorithm), "flower": dict(self.flower),
+               "checkpoint_every": self.checkpoint_every}
         if self.clients_per_round is not None:
             out["clients_per_round"] = self.clients_per_round
         if self.channel:
@@ -202,11 +209,6 @@ def job_from_config(config: dict, run: str | int | None = None) -> Job:
     for key in config:
         if key not in _TOP_KEYS and key != "eval_clients":
             raise unknown_key("the job", key, _TOP_KEYS - {"slug"})
-    if config.get("checkpoint_every") is not None:  # accepted as device is, but said
-        warnings.warn(f"checkpoint_every={config['checkpoint_every']!r} is ignored: a Flower "
-                      "run keeps no checkpoints (the server writes its history and model "
-                      "after the last round; a run stopped early keeps nothing and cannot be "
-                      "resumed)", stacklevel=2)
     for table in ("data", "problem", "algorithm"):
         if not isinstance(config.get(table), dict) or "kind" not in config[table]:
             raise ConfigError(f"the job needs a [{table}] table with a kind")
@@ -238,7 +240,9 @@ def job_from_config(config: dict, run: str | int | None = None) -> Job:
               data=dict(config["data"]), problem=dict(config["problem"]),
               algorithm=dict(config["algorithm"]), clients_per_round=cpr,
               dtype=check_choice("dtype", config.get("dtype", "float32"), DTYPES),
-              flower=flower, channel=dict(config.get("channel") or {}))
+              flower=flower, channel=dict(config.get("channel") or {}),
+              checkpoint_every=check_int("checkpoint_every", 10 if config.get(
+                  "checkpoint_every") is None else config["checkpoint_every"], minimum=1))
     if cpr is not None and cpr > job.num_clients:
         raise fail("clients_per_round", cpr, f"must be at most the number of clients "
                    f"{job.num_clients}")

@@ -11,7 +11,21 @@ import time
 from flwr.app import Message
 from flwr.serverapp import Grid
 
-__all__ = ["exchange"]
+__all__ = ["exchange", "message_ttl"]
+
+#: Seconds a message outlives the wait for its reply: slack for the clocks of the
+#: ServerApp and the SuperLink, which stamp and expire it.
+TTL_MARGIN = 60.0
+
+
+def message_ttl(timeout: float) -> float:
+    """The time-to-live of a message whose reply is awaited ``timeout`` seconds.
+
+    Once the wait is over nobody reads its reply, so the SuperLink may drop it: a node
+    back from an outage is then not handed the messages of rounds already over (Flower's
+    default keeps a message 12 hours), each of which it would train on for nothing.
+    """
+    return float(timeout) + TTL_MARGIN
 
 
 def exchange(grid: Grid, messages: list[Message], timeout: float, poll: float = 0.2

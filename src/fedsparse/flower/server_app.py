@@ -37,7 +37,9 @@ One run:
    a weight other than the handshake's, a non-finite or negative objective, ...) is
    left out of the average, logged, and counted in the record's
    ``evaluations_dropped`` (present where it is not 0). The history is saved to
-   ``flower.out_dir`` if set.
+   ``flower.out_dir`` if set -- at the end, or when the run diverges (with the last
+   finite model) -- and so is a checkpoint every ``checkpoint_every`` rounds, which
+   ``flower.resume`` continues (:mod:`fedsparse.flower.server_checkpoint`).
 
 Without ``flower.max_update_norm`` and with ``flower.max_update_ratio = 0`` nothing
 bounds how far one client's upload moves the model; the server says so loudly when
@@ -58,18 +60,26 @@ from flwr.app import Context
 from flwr.common.logger import log
 from flwr.serverapp import Grid, ServerApp
 
-from .._validation import ConfigError, fail
+from .._validation import ConfigError
 from ..algorithms.base import DataSpec
 from ..channels import checked_channel
+from ..checkpoints import CHECKPOINT_FORMAT, RecordLines, resume_checkpoint, save_checkpoint
 from ..client_store import ClientStore, has_personal_models
-from ..contract import check_state, checked_callback
+from ..contract import check_checkpointable, check_state, checked_callback
 from ..history import History
 from ..metrics import MODEL_FIELDS
-from ..rounds import RoundLoop
+from ..rounds import DivergenceError, RoundLoop
 from .grid_round import evaluate_on_nodes, grid_executor
 from .handshake import HANDSHAKE_TRIES, Refusals, handshake, node_statistics, wait_for_nodes
 from .job import Job, job_from_config
 from .messaging import exchange
+from .server_checkpoint import (
+    CHECKPOINT,
+    check_same_nodes,
+    checkpoint_to_continue,
+    node_reports,
+    server_fingerprint,
+)
 
 __all__ = ["HANDSHAKE_TRIES", "FlowerRunError", "app", "exchange", "make_server_app",
            "run_on_grid"]
@@ -79,7 +89,8 @@ class FlowerRunError(RuntimeError):
     """The run could not start (no nodes, inconsistent nodes); the message says why."""
 
 
-def run_on_grid(grid: Grid, job: Job, *, callback: Callable | None = None) -> History:
+def run_on_grid(grid: Grid, job: Job, *, callback: Callable | None = None,
+                checkpoint: Path | None = None, resume_from: Path | None = None) -> History:
     """Run ``job`` over ``grid``; return its :class:`~fedsparse.History`.
 
     The rounds are :class:`fedsparse.rounds.RoundLoop`, the simulator's own loop, with
@@ -90,6 +101,10 @@ def run_on_grid(grid: Grid, job: Job, *, callback: Callable | None = None) -> Hi
     grid : Flower's grid (deployment or simulation runtime).
     job : the validated job.
     callback : called as ``callback(record, state)`` after every round.
+    checkpoint : the file to save the run's state to every ``job.checkpoint_every``
+        rounds, at the end and, with the last finite state, when the run diverges.
+    resume_from : a checkpoint of this job (see
+        :func:`~fedsparse.flower.server_checkpoint.checkpoint_to_continue`) to go on from.
 
     Returns
     -------
@@ -102,6 +117,9 @@ def run_on_grid(grid: Grid, job: Job, *, callback: Callable | None = None) -> Hi
     FlowerRunError
         when no node is left after the handshake (none answered, or every one was
         refused; the message gives each reason).
+    ConfigError
+        when ``resume_from`` was written by another job, or its clients' nodes now report
+        other data.
     """
     fl = job.flower
     timeout, poll = float(fl["round_timeout"]), float(fl["poll_interval"])
@@ -143,6 +161,8 @@ def run_on_grid(grid: Grid, job: Job, *, callback: Callable | None = None) -> Hi
     per_round = job.clients_per_round or getattr(algorithm, "clients_per_round", None)
     state = bound.init(problem, job.seed)
     check_state(bound, state, "init", problem.param_dim(spec.dim), dtype)
+    if checkpoint is not None:  # refused now, not when the first checkpoint is saved
+        check_checkpointable(state, f"{type(bound).__name__}.init", checkpoint)
     # what the nodes report as personal_* metrics
     personal = has_personal_models(bound, problem, state, job.seed)
 
@@ -184,8 +204,30 @@ def run_on_grid(grid: Grid, job: Job, *, callback: Callable | None = None) -> Hi
                      evaluate, ClientStore(None), eval_every=int(fl["evaluate_every"]),
                      max_update_norm=max_norm, max_update_ratio=max_ratio,
                      stop_on_nonfinite_upload=False, every_round=support)
-    history.initial = loop.initial_record(state, job.rounds)
-    state = loop.run(state, history, 0, job.rounds, callback=logged, progress=False)
+    fingerprint, nodes = server_fingerprint(job), node_reports(table)
+    start = 0
+    if resume_from is not None:
+        ckpt = resume_checkpoint(resume_from, fingerprint=fingerprint, rounds=job.rounds,
+                                 state=state, client_state=None)
+        check_same_nodes(ckpt.get("nodes"), nodes, resume_from)
+        state, start = ckpt["state"], ckpt["round"]
+        history.records, history.initial = ckpt["records"], ckpt["initial"]
+        log(INFO, "fedsparse: resuming at round %d of %d from %s", start, job.rounds,
+            resume_from)
+    else:
+        history.initial = loop.initial_record(state, job.rounds)
+    record_lines = RecordLines()
+
+    def save(done_rounds: int, state: dict) -> None:
+        check_checkpointable(state, f"{type(bound).__name__}.aggregate", checkpoint)
+        save_checkpoint(checkpoint, {
+            "format": CHECKPOINT_FORMAT, "round": done_rounds, "state": state,
+            "client_state": None, "records": record_lines.text(history.records),
+            "initial": history.initial, "fingerprint": fingerprint, "nodes": nodes})
+
+    state = loop.run(state, history, start, job.rounds, callback=logged, progress=False,
+                     save=None if checkpoint is None else save,
+                     checkpoint_every=job.checkpoint_every)
     history.model = bound.model(state)
     return history
 
@@ -216,34 +258,31 @@ def make_server_app(job: Job | None = None, *, callback: Callable | None = None,
         if the_job is None:
             raise ConfigError("this ServerApp has no fedsparse job: the run config is empty "
                               "and make_server_app() was given none")
-        out_dir = the_job.flower.get("out_dir")
-        if out_dir:
-            check_out_dir_free(Path(out_dir))  # now, not after the rounds
-        history = run_on_grid(grid, the_job, callback=callback)
-        if out_dir:
-            history.save(Path(out_dir), overwrite=True)
+        out_dir = Path(the_job.flower["out_dir"]) if the_job.flower["out_dir"] else None
+        if out_dir is None:
+            history = run_on_grid(grid, the_job, callback=callback)
+        else:
+            algorithm = the_job.build_algorithm()  # now, not after the rounds
+            resume_from = checkpoint_to_continue(
+                out_dir, resume=the_job.flower["resume"], algorithm=algorithm.name,
+                stateful_clients=algorithm.stateful_clients)
+            if the_job.flower["resume"] and resume_from is None:
+                log(INFO, "fedsparse: no %s in %s yet: the run starts at round 0",
+                    CHECKPOINT, out_dir)
+            try:
+                history = run_on_grid(grid, the_job, callback=callback,
+                                      checkpoint=out_dir / CHECKPOINT, resume_from=resume_from)
+            except DivergenceError as exc:  # keep the last finite model and its rounds
+                exc.history.save(out_dir, overwrite=True)
+                log(INFO, "fedsparse: history to round %d and the last finite model saved "
+                    "to %s", exc.round - 1, out_dir)
+                raise
+            history.save(out_dir, overwrite=True)
             log(INFO, "fedsparse: history and model saved to %s", out_dir)
         if on_finish is not None:
             on_finish(history)
 
     return app
-
-
-#: What :meth:`fedsparse.History.save` writes into ``flower.out_dir``.
-SAVED = ("history.jsonl", "history.csv", "model.npy", "personal_models.npy", "config.json")
-
-
-def check_out_dir_free(out: Path) -> None:
-    """``flower.out_dir`` must be a folder (or none yet) without an earlier run's history:
-    a file there would fail the save after every round has run, and an earlier history
-    would be overwritten without a word."""
-    if out.exists() and not out.is_dir():
-        raise fail("flower.out_dir", str(out), "is a file; give a folder for the history "
-                   "and the model")
-    earlier = [name for name in SAVED if (out / name).exists()]
-    if earlier:
-        raise fail("flower.out_dir", str(out), f"already holds a run's {', '.join(earlier)}; "
-                   "give another folder, so this run cannot overwrite them")
 
 
 #: The ServerApp ``flwr run`` loads (``fedsparse.flower.server_app:app``); its job comes

@@ -1,0 +1,124 @@
+"""The Flower server's checkpoints: saved in ``flower.out_dir``, continued with
+``flower.resume``.
+
+With ``flower.out_dir`` set, the server saves ``checkpoint.pt`` there every
+``checkpoint_every`` rounds, at the end, and with the last finite model when the run
+diverges: the simulator's checkpoint format (:mod:`fedsparse.checkpoints`: atomic, with a
+checksum, every entry checked on resume). A run that stops early (the ServerApp killed, the
+machine lost) is continued by starting it again on the same folder with
+``flower.resume = true`` (``flwr run ... --run-config 'flower.resume=true'``): the server
+reads the checkpoint, checks that it was written by this job -- the same settings except
+``rounds`` (a run may be extended), and nodes that report the same data for the clients
+they held then -- and goes on from its round. Without a checkpoint there, a resumed run
+starts at round 0 (so a restart policy may always set ``resume``).
+
+The state of clients that keep some between rounds (personalised algorithms, SAFARI with
+FedSpa's masks) lives on the nodes, in the Flower run's context, and a new Flower run
+starts without it: such a run cannot be continued, and ``flower.resume`` says so before
+any node is asked for anything. Its checkpoint still holds the last global model.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+from .._validation import ConfigError, fail
+from ..checkpoints import round_rules
+
+#: The checkpoint's file name in ``flower.out_dir``.
+CHECKPOINT = "checkpoint.pt"
+#: What :meth:`fedsparse.History.save` writes into ``flower.out_dir`` at the end of a run.
+SAVED = ("history.jsonl", "history.csv", "model.npy", "personal_models.npy", "config.json")
+#: ``[flower]`` settings a resumed run may change: how long the server waits, where it
+#: saves, and whether it resumes -- not what the run computes (``round_rules``).
+_RUNTIME_KEYS = ("round_timeout", "wait_timeout", "min_nodes", "poll_interval", "out_dir",
+                 "resume")
+
+
+def checkpoint_to_continue(out: Path, *, resume: bool, stateful_clients: bool,
+                           algorithm: str) -> Path | None:
+    """Check ``flower.out_dir`` before any node is asked for anything.
+
+    Parameters
+    ----------
+    out : the folder (``flower.out_dir``).
+    resume : ``flower.resume``.
+    stateful_clients : the algorithm's clients keep state between rounds (on the nodes).
+    algorithm : the algorithm's name, for the message.
+
+    Returns
+    -------
+    Path or None
+        The checkpoint the run continues, or None for a run from round 0.
+
+    Raises
+    ------
+    ConfigError
+        naming ``flower.out_dir`` or ``flower.resume``: the folder is a file, it holds a
+        finished run's history (nothing to resume, and never overwritten), it holds a
+        stopped run's checkpoint but ``resume`` is false, or ``resume`` asks to continue
+        a run whose clients' state went with the nodes' earlier run.
+    """
+    if out.exists() and not out.is_dir():
+        raise fail("flower.out_dir", str(out), "is a file; give a folder for the history, "
+                   "the model and the checkpoints")
+    earlier = [name for name in SAVED if (out / name).exists()]
+    if earlier:
+        why = "a finished run's" if resume else "a run's"
+        raise fail("flower.out_dir", str(out), f"already holds {why} {', '.join(earlier)}; "
+                   "give another folder, so this run cannot overwrite them")
+    checkpoint = out / CHECKPOINT
+    if not checkpoint.exists():
+        return None
+    if not resume:
+        raise fail("flower.out_dir", str(out), f"holds the {CHECKPOINT} of a stopped run; "
+                   "continue it with flower.resume = true (flwr run ... --run-config "
+                   "'flower.resume=true'), or give another folder")
+    if stateful_clients:
+        raise fail("flower.resume", True, f"{algorithm}'s clients keep state between rounds "
+                   "on the nodes, in the Flower run that stopped, and a new run starts "
+                   f"without it: this run cannot be continued ({checkpoint} holds its last "
+                   "global model); start it again in another flower.out_dir")
+    return checkpoint
+
+
+def server_fingerprint(job) -> dict:
+    """What a checkpoint's run and the resuming run must share: the job without its
+    ``rounds``, ``checkpoint_every`` and the ``[flower]`` settings of how the server waits
+    and saves, and the round loop's rules (:func:`fedsparse.checkpoints.round_rules`)."""
+    settings = job.to_dict()
+    for key in ("rounds", "checkpoint_every", "flower"):
+        settings.pop(key)
+    flower = job.flower
+    return {"runtime": "flower", "job": json.dumps(settings, sort_keys=True, default=str),
+            "round_rules": round_rules(int(flower["evaluate_every"]),
+                                       float(flower["max_update_norm"]) or None,
+                                       float(flower["max_update_ratio"]) or None)}
+
+
+def node_reports(table: dict[int, dict]) -> dict[str, str]:
+    """``{partition id: digest}`` of what each node said of its client's data in the
+    handshake (example counts, weight, feature shape, statistics)."""
+    out = {}
+    for pid, info in table.items():
+        said = {k: info[k] for k in ("count", "test_count", "weight", "feature_shape",
+                                     "stats")}
+        text = json.dumps(said, sort_keys=True, default=str)
+        out[str(pid)] = hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
+    return out
+
+
+def check_same_nodes(saved, now: dict[str, str], path: Path) -> None:
+    """Refuse to continue a run whose clients now report other data: each client held
+    by a node both then and now must report what it did then (a client whose node has
+    not come back yet may join later, as in any run)."""
+    if not isinstance(saved, dict):
+        raise ConfigError(f"checkpoint {str(path)!r} is damaged: it has no node reports")
+    changed = sorted(int(pid) for pid in now if pid in saved and saved[pid] != now[pid])
+    if changed:
+        raise fail("flower.resume", True, f"the nodes now holding clients {changed[:10]} "
+                   f"report other data than when checkpoint {str(path)!r} was written (counts, "
+                   "weights, shape or statistics differ); it belongs to another run: give "
+                   "another flower.out_dir")
