@@ -55,8 +55,13 @@ def test_describe_clusters_regression_and_errors(capsys):
                  "--parts-per-cluster", "5"]) == 0
     out = capsys.readouterr().out
     assert "25 clients, 442 examples" in out and "labels per client" not in out
-    assert main(["data", "describe", "e2006"]) == 2
-    assert "give its path" in capsys.readouterr().err
+    for dataset, what in (("e2006", "E2006-tfidf LibSVM file, d = 150,360"),
+                          ("rcv1", "RCV1 binary LibSVM file"), ("libsvm", "any LibSVM")):
+        # the option to add and the file it names, not the loader's "--path=None"
+        assert main(["data", "describe", dataset]) == 2
+        err = capsys.readouterr().err
+        assert f"data set {dataset!r} needs --path FILE, the file it reads: {what}" in err
+        assert "None" not in err
     assert main(["data", "describe", "rcv1", "--path", "/nonexistent/rcv1"]) == 2
     assert "/nonexistent/rcv1" in capsys.readouterr().err
     assert main(["data", "describe", "digits", "--partition", "clusters", "--clients", "300"]) == 2

@@ -108,6 +108,9 @@ def _check_given(args, generated: bool = False, offered=DATASETS) -> None:
         raise ConfigError(f"--path applies to the data sets read from disk "
                           f"({', '.join(sorted(READS_PATH & set(offered)))}), not "
                           f"{args.dataset!r}, which comes with its library")
+    elif args.path is None and DATASETS[args.dataset][0]:
+        # before the loader, whose refusal names its parameter as "--path=None is invalid"
+        raise ConfigError(_needs_path(args.dataset))
     if args.partition is None:
         args.partition = "iid"
     for name, (default, partitions) in _PARTITION_OPTIONS.items():
@@ -117,6 +120,14 @@ def _check_given(args, generated: bool = False, offered=DATASETS) -> None:
                               f"{' or '.join(partitions)}, not {args.partition!r}")
         if value is None:
             setattr(args, name, default)
+
+
+def _needs_path(dataset: str) -> str:
+    """What a data set read only from the user's file says when ``--path`` is missing:
+    the option, the file it reads and the formats it takes."""
+    what = DATASETS[dataset][1].replace(" (path)", "")
+    return (f"data set {dataset!r} needs --path FILE, the file it reads: {what} (text, "
+            "plain or gzip/bzip2/xz-compressed)")
 
 
 def _partition_kwargs(args) -> dict:
