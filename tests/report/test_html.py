@@ -328,3 +328,37 @@ def test_the_page_renders_its_charts_in_a_headless_browser(default_run, tmp_path
                     "--window-size=1280,2400", f"--screenshot={shot}", page.as_uri()],
                    capture_output=True, timeout=120)
     assert shot.stat().st_size > 50_000  # a page with figures, not a blank one
+
+
+def test_a_file_of_another_shape_is_named_not_only_its_folder(tmp_path, capsys):
+    """A hand-edited summary.json, config.toml, best.json or sweep.csv: the error names
+    the file (and the line of a CSV row), where it named the folder of several files."""
+    (tmp_path / "tiny.toml").write_text(TINY.replace("rounds = 3", "rounds = 1"))
+    run, sw = tmp_path / "run", tmp_path / "sw"
+    assert main(["run", str(tmp_path / "tiny.toml"), "--out", str(run), "--quiet"]) == 0
+    assert main(["sweep", str(tmp_path / "tiny.toml"), "--grid",
+                 "algorithm.step_size=[0.1, 0.01]", "--out", str(sw), "--quiet"]) == 0
+    summary = json.loads((run / "summary.json").read_text())
+    config = (run / "config.toml").read_text()
+    lines = (sw / "sweep.csv").read_text().splitlines()
+    cases = [
+        (run / "summary.json", json.dumps({**summary, "claims": ["holds"]}), ""),
+        (run / "summary.json", json.dumps({**summary, "comparisons": "none"}), ""),
+        (run / "config.toml", config + "\n[plot]\nx = 5\n" if "[plot]" not in config
+         else config.replace("[plot]", "[plot]\nx = 5\n[unused]", 1), ""),
+        (sw / "best.json", json.dumps({"Fed-HT": 5}), ""),
+        (sw / "sweep.csv", "\n".join([*lines[:2], lines[2] + ",7", *lines[3:]]) + "\n",
+         ", line 3"),
+        (sw / "sweep.csv", "\n".join([lines[0], lines[1].rsplit(",", 1)[0], *lines[2:]])
+         + "\n", ", line 2"),
+    ]
+    for path, text, line in cases:
+        before = path.read_text()
+        path.write_text(text)
+        capsys.readouterr()
+        assert main(["report", str(path.parent)]) == 2
+        err = capsys.readouterr().err
+        assert f"error: {path}{line}: " in err and "Traceback" not in err, (path.name, err)
+        assert not (path.parent / "report.html").exists()
+        path.write_text(before)
+    assert main(["report", str(run)]) == 0 and main(["report", str(sw)]) == 0

@@ -168,6 +168,25 @@ def _read_toml(path: Path) -> tuple[str, dict]:
         raise ConfigError(f"{path}: not valid TOML ({exc})") from None
 
 
+#: What a value of another shape than fedsparse writes (a hand-edited or foreign file)
+#: raises where a page reads it.
+SHAPE_ERRORS = (ValueError, TypeError, AttributeError, KeyError, IndexError, ArithmeticError)
+
+
+def from_file(path: Path, build, *args):
+    """``build(*args)``, the part of a page read from the file ``path``; a value there of
+    another shape than fedsparse writes raises a ConfigError naming that file (not only
+    its folder, which holds several), the exception's words kept."""
+    try:
+        return build(*args)
+    except SHAPE_ERRORS as exc:
+        if isinstance(exc, ConfigError):
+            raise
+        raise ConfigError(f"{path}: not laid out as fedsparse writes it "
+                          f"({type(exc).__name__}: {exc}); it was edited or not written "
+                          "by fedsparse, and no report was written") from None
+
+
 def _spans(values, decades: float) -> bool:
     pos = [v for v in values if v > 0]
     return len(pos) >= 2 and math.log10(max(pos) / min(pos)) >= decades

@@ -26,6 +26,7 @@ from .html_parts import (
     esc,
     figure_files,
     fmt,
+    from_file,
     image,
     page,
     section,
@@ -56,7 +57,12 @@ def _numeric_fields(records: list[dict]) -> list[str]:
 
 
 def run_page(folder: Path) -> str:
-    summary = read_json_object(folder / "summary.json")
+    """The page of the run folder ``folder``; a value of another shape than fedsparse
+    writes raises a ConfigError naming the file that holds it (``summary.json`` for the
+    claims, tables and seeds, ``config.toml`` for the curves' ``[plot]`` table; a
+    ``history.jsonl`` is checked line by line as it is read)."""
+    where = folder / "summary.json"
+    summary = read_json_object(where)
     config_text, config = _read_toml(folder / "config.toml")
     rows = summary_rows(folder, summary)
     title = summary.get("title") or config.get("title") or folder.name
@@ -74,13 +80,17 @@ def run_page(folder: Path) -> str:
                                 "missing"))
     claim = summary.get("paper_claim") or config.get("paper_claim")
     if claim or summary.get("claims"):
-        sections.append(section("The paper's claims", _claims_html(claim, summary), "claims"))
+        sections.append(section("The paper's claims", from_file(where, _claims_html, claim,
+                                                                summary), "claims"))
     if rows:
-        sections.append(section("Final values", _summary_table(rows), "summary"))
+        sections.append(section("Final values", from_file(where, _summary_table, rows),
+                                "summary"))
     if summary.get("comparisons"):
-        sections.append(section("Rounds to reach the reference", _comparisons_html(
-            summary["comparisons"]), "comparisons"))
-    charts = _charts(rows, histories, config)
+        sections.append(section("Rounds to reach the reference", from_file(
+            where, _comparisons_html, summary["comparisons"]), "comparisons"))
+    # the runs' labels and panels are checked (summary_rows) and their records too
+    # (read_records): what else the curves read is the config's [plot] table
+    charts = from_file(folder / "config.toml", _charts, rows, histories, config)
     if charts:
         shaded = ("" if not any(s["band"] for c in charts for s in c["series"]) else
                   "<p class='note'>Shaded: " + _BAND_NOTES[_band(config)] + ".</p>")
@@ -90,7 +100,8 @@ def run_page(folder: Path) -> str:
         sections.append(section("Figures", '<div class="figures">' + "".join(
             image(p, p.stem.replace("_", " ")) for p in pngs) + "</div>", "figures"))
     if any(r.get("seeds") for r in rows):
-        sections.append(section("Seeds and spread", _seeds_html(rows), "seeds"))
+        sections.append(section("Seeds and spread", from_file(where, _seeds_html, rows),
+                                "seeds"))
     if histories:
         sections.append(section("Every round", _round_tables(rows, histories), "rounds"))
     if not rows:  # a Python experiment's own summary: show it as it is
@@ -101,7 +112,7 @@ def run_page(folder: Path) -> str:
     meta = [("folder", folder.name), ("fedsparse", summary.get("fedsparse_version", "")),
             ("runs", str(len(rows)) if rows else ""),
             ("seeds", str(summary.get("seeds", "")) if summary.get("seeds", 1) != 1 else ""),
-            ("device", _devices(summary, rows)),
+            ("device", from_file(where, _devices, summary, rows)),
             ("took", f"{summary['seconds']:.1f} s" if finite_number(summary.get("seconds"))
              else ""),
             ("report", datetime.datetime.now().isoformat(timespec="minutes"))]

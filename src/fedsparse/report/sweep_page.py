@@ -7,7 +7,7 @@ import csv
 import datetime
 from pathlib import Path
 
-from .._validation import finite_number
+from .._validation import ConfigError, finite_number
 from ..history import read_json_object
 from .html_parts import (
     COLORS,
@@ -19,6 +19,7 @@ from .html_parts import (
     esc,
     figure_files,
     fmt,
+    from_file,
     image,
     page,
     section,
@@ -28,10 +29,32 @@ from .html_parts import (
 __all__ = ["sweep_page"]
 
 
+#: What ``csv.DictReader`` puts in a row for the cells beyond the header's, and for
+#: those a short row lacks.
+_EXTRA, _MISSING = object(), object()
+
+
 def _csv_rows(path: Path) -> list[dict]:
-    with open(path, newline="", encoding="utf-8") as fh:
-        rows = list(csv.DictReader(fh))
-    return [{k: _parse_cell(v) for k, v in r.items()} for r in rows]
+    """The rows of ``sweep.csv`` / ``trials.csv``, each cell parsed; a ConfigError names
+    the file and the line of a row whose cells are not the header's."""
+    rows = []
+    try:
+        with open(path, newline="", encoding="utf-8") as fh:
+            reader = csv.DictReader(fh, restkey=_EXTRA, restval=_MISSING)
+            for r in reader:
+                n = len(r) - (_EXTRA in r) + len(r.get(_EXTRA, ())) \
+                    - sum(v is _MISSING for v in r.values())
+                if n != len(reader.fieldnames):
+                    raise ConfigError(f"{path}, line {reader.line_num}: {n} cells where the "
+                                      f"header has {len(reader.fieldnames)}; the file was "
+                                      "not written by fedsparse or was edited since")
+                rows.append({k: _parse_cell(v) for k, v in r.items()})
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not a text file of comma-separated values ({exc})") from None
+    except csv.Error as exc:
+        raise ConfigError(f"{path}, line {reader.line_num}: not comma-separated values "
+                          f"({exc})") from None
+    return rows
 
 
 def _parse_cell(text: str):
@@ -48,14 +71,19 @@ def _parse_cell(text: str):
 
 
 def sweep_page(folder: Path, kind: str) -> str:
-    best = read_json_object(folder / "best.json")
+    """The page of the sweep or tuning folder ``folder``; a value of another shape than
+    fedsparse writes raises a ConfigError naming the file that holds it (the file and the
+    line for ``sweep.csv`` / ``trials.csv``; ``best.json`` for the winners, the swept
+    fields and the curves' stars, read from the checked rows)."""
+    where = folder / "best.json"
+    best = read_json_object(where)
     rows = _csv_rows(folder / ("trials.csv" if kind == "tune" else "sweep.csv"))
     tuned_text, tuned = _read_toml(folder / "tuned.toml")
     info = read_json_object(folder / "tune.json") if (folder / "tune.json").is_file() else {}
-    fields = _swept_fields(rows, best)
+    fields = from_file(where, _swept_fields, rows, best)
     metric = info.get("metric") or _metric_of(rows, fields)
-    sections = [section("Winners", _best_html(best, metric), "best")]
-    charts = _sweep_charts(rows, fields, metric, best)
+    sections = [section("Winners", from_file(where, _best_html, best, metric), "best")]
+    charts = from_file(where, _sweep_charts, rows, fields, metric, best)
     if charts:
         sections.append(section("Metric against the swept values", _charts_html(charts),
                                 "curves"))
