@@ -308,3 +308,22 @@ def test_every_packaged_config_passes_the_whole_config_check():
 
     for name, path in toml_experiments().items():
         assert resolve_runs(load_config(path)), name
+
+
+def test_a_run_whose_every_run_diverged_exits_1(tmp_path, tiny_toml, capsys):
+    """Every run diverged: no result, so a script must see it in the status (it was 0);
+    some diverged: results all the same, status 0 and a line naming them."""
+    path = tmp_path / "tiny.toml"
+    path.write_text(tiny_toml(rounds=5))
+    big = "algorithm.step_size=1000.0"  # overflows within 5 rounds
+    assert main(["run", str(path), "--out", str(tmp_path / "some"), "--quiet",
+                 "--set", f"Fed-HT:{big}"]) == 0
+    out = capsys.readouterr().out
+    assert "note: 1 of 2 runs diverged: Fed-HT at round " in out
+    for seeds in ([], ["--seeds", "2"]):
+        assert main(["run", str(path), "--out", str(tmp_path / f"all{len(seeds)}"),
+                     "--quiet", "--set", big, *seeds]) == 1
+        err = capsys.readouterr().err
+        assert "fedsparse: error: every run diverged (Fed-HT " in err and "; FedIter-HT " in err
+        assert ("in 2 of 2 seeds" in err) == bool(seeds)
+        assert (tmp_path / f"all{len(seeds)}" / "summary.json").is_file()  # kept, as written

@@ -355,7 +355,44 @@ def cmd_run(args) -> int:
     # what the manifest records as written, not what the experiment says it wrote: a
     # file an experiment adds cannot be left out of this line
     print(wrote_line(out, [*(summary or {}).get("plots", []), "summary.json"]))
+    gone, total, all_gone = _diverged_runs(summary)
+    if gone and all_gone:
+        # no result to read: a script or CI job must see it in the status, not only in
+        # the warnings above (a folder of divergent runs is still written: its histories
+        # show where and how each one went)
+        print(f"fedsparse: error: every run diverged ({'; '.join(gone)}): the folder "
+              "holds their histories (summary.json marks each divergence), but no finite "
+              "result", file=sys.stderr)
+        return 1
+    if gone:  # results all the same (a figure may show a divergent method): said, status 0
+        print(f"note: {len(gone)} of {total} run{'s' if total != 1 else ''} diverged: "
+              f"{'; '.join(gone)} (summary.json marks them diverged, at diverged_round)")
     return 0
+
+
+def _diverged_runs(summary) -> tuple[list[str], int, bool]:
+    """The runs of a run folder's summary that diverged, named (with the round, or the
+    seeds that diverged of those run), the number of runs, and whether every run
+    diverged in every seed: (names, total, all diverged). Only rows that mark it as the
+    TOML runner does (``"diverged": true/false``); a Python experiment's own table
+    counts as none."""
+    rows = (summary or {}).get("runs") if isinstance(summary, dict) else None
+    rows = [r for r in rows if isinstance(r, dict) and isinstance(r.get("diverged"), bool)] \
+        if isinstance(rows, list) else []
+    gone, every = [], bool(rows)
+    for r in rows:
+        name = f"{r['panel']} / {r.get('label')}" if r.get("panel") else str(r.get("label"))
+        seeds = r.get("seeds") if isinstance(r.get("seeds"), dict) else None
+        if seeds is None:
+            if r["diverged"]:
+                gone.append(f"{name} at round {r.get('diverged_round')}")
+            every = every and r["diverged"]
+            continue
+        lost = len(seeds.get("diverged_seeds", []))
+        if lost:
+            gone.append(f"{name} in {lost} of {seeds.get('n')} seeds")
+        every = every and lost >= seeds.get("n", 0)
+    return gone, len(rows), every
 
 
 def _check_log(args, out: Path | None = None) -> None:
