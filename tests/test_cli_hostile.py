@@ -92,8 +92,7 @@ ABBREVIATED = [
     (["data", "describe", "digits", "--labels", "3"], ["--labels", "--labels-per-client"]),
     (["data", "describe", "digits", "--part", "iid"], ["--part", "--partition"]),
     # another command's spelling of an option: the hint names this command's
-    (["data", "write", "digits", "--out", "{tmp}/x", "--force"],
-     ["--force is not an option of this command; it says --overwrite"]),
+    (["data", "write", "digits", "--out", "{tmp}/x", "--forc"], ["--forc", "--force"]),
     (["run", "{tiny}", "--overwrite"],
      ["--overwrite is not an option of this command; it says --force"]),
 ]

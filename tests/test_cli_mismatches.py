@@ -1,4 +1,4 @@
-"""Command lines whose parts do not fit together: an ``--overwrite`` pointed at a folder
+"""Command lines whose parts do not fit together: a ``--force`` pointed at a folder
 that is no data set, a ``--resume`` of another experiment or seed count, an option the
 chosen partition does not take, a field given twice, a channel that does not fit the data,
 damaged files under ``fedsparse report``. Each is refused with exit code 2, a message
@@ -19,7 +19,7 @@ def tiny(tmp_path, tiny_toml):
     return path
 
 
-# ---------------------------------------------------------------- data write --overwrite
+# -------------------------------------------------------------------- data write --force
 
 def _write(out, *extra):
     return ["data", "write", "fedprox_synthetic", "--clients", "3", "--out", str(out), *extra]
@@ -29,23 +29,40 @@ def test_overwrite_never_deletes_a_folder_that_is_no_data_set(tmp_path, cli):
     thesis = tmp_path / "d" / "thesis.tex"
     thesis.parent.mkdir()
     thesis.write_text("years of work")
-    cli.refused(_write(thesis.parent, "--overwrite"), "--out=", "not a data set",
+    cli.refused(_write(thesis.parent, "--force"), "--out=", "not a data set",
              "nothing was deleted")
     assert thesis.read_text() == "years of work"
-    cli.refused(_write(thesis.parent), "--out=", "already exists", "--overwrite")
+    cli.refused(_write(thesis.parent), "--out=", "already exists", "--force")
     plain = tmp_path / "f.txt"
     plain.write_text("mine")
-    cli.refused(_write(plain, "--overwrite"), "is a file")
+    cli.refused(_write(plain, "--force"), "is a file")
     assert plain.read_text() == "mine"
 
 
 def test_overwrite_replaces_an_earlier_data_set_but_not_files_added_to_it(tmp_path, cli):
     out = tmp_path / "set"
     assert cli.run(_write(out))[0] == 0
-    assert cli.run(_write(out, "--overwrite", "--seed", "1"))[0] == 0
+    assert cli.run(_write(out, "--force", "--seed", "1"))[0] == 0
     (out / "notes.txt").write_text("mine")
-    cli.refused(_write(out, "--overwrite"), "notes.txt", "nothing was deleted")
+    cli.refused(_write(out, "--force"), "notes.txt", "nothing was deleted")
     assert (out / "notes.txt").read_text() == "mine"
+
+
+def test_data_write_and_describe_take_force_and_their_earlier_overwrite(tmp_path, cli):
+    """--force, as run, sweep and tune spell it; the earlier --overwrite still works, with
+    a warning, and is no longer offered by --help."""
+    out = tmp_path / "set"
+    assert cli.run(_write(out))[0] == 0
+    code, _, err = cli.run(_write(out, "--overwrite", "--seed", "1"))
+    assert code == 0 and "--overwrite is deprecated: it is called --force now" in err
+    plot = tmp_path / "split.png"
+    plot.write_text("x")
+    describe = ["data", "describe", "digits", "--clients", "4", "--plot", str(plot)]
+    cli.refused(describe, "the file exists", "add --force to replace it")
+    assert cli.run(describe + ["--force"])[0] == 0
+    for command in ("write", "describe"):
+        code, text, _ = cli.run(["data", command, "--help"])
+        assert code == 0 and "--force" in text and "--overwrite" not in text
 
 
 @pytest.mark.parametrize("argv, expected", [

@@ -169,16 +169,18 @@ def leaf_parser(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Ar
     return parser
 
 
-#: Options that one command spells another way: ``run`` and ``flower app`` replace an
-#: earlier run with --force, ``data write`` an earlier data set with --overwrite.
-_SYNONYMS = {"--force": "--overwrite", "--overwrite": "--force"}
+#: Options spelt another way before: every command replaces what is there with --force
+#: (``data write`` and ``data describe`` called it --overwrite, which they still take,
+#: hidden from --help), so another command given --overwrite names --force.
+_SYNONYMS = {"--overwrite": "--force"}
 
 
 def unknown_options(parser: argparse.ArgumentParser, extra: list[str],
                      argv: list[str]) -> str:
     """"unrecognized arguments: ..." with, for each unknown option, the options it may
     have meant."""
-    options = [o for a in parser._actions for o in a.option_strings if o.startswith("--")]
+    options = [o for a in parser._actions for o in a.option_strings if o.startswith("--")
+               and a.help is not argparse.SUPPRESS]  # a deprecated spelling is not offered
     notes = []
     for token in extra:
         if not token.startswith("--"):

@@ -33,9 +33,9 @@ def test_describe_never_writes_its_plot_over_a_file(tmp_path, cli):
     config = tmp_path / "my.toml"
     config.write_text("rounds = 3\n")
     args = ["data", "describe", "digits", "--clients", "4", "--plot", str(config)]
-    cli.refused(args, f"--plot={str(config)!r} is invalid: the file exists", "--overwrite")
+    cli.refused(args, f"--plot={str(config)!r} is invalid: the file exists", "--force")
     assert config.read_text() == "rounds = 3\n"
-    assert cli.run(args + ["--overwrite"])[0] == 0
+    assert cli.run(args + ["--force"])[0] == 0
     assert config.read_bytes()[:4] == b"\x89PNG"
 
 

@@ -16,6 +16,7 @@ describes a written folder.
 from __future__ import annotations
 
 import argparse
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -130,6 +131,16 @@ def _needs_path(dataset: str) -> str:
             "plain or gzip/bzip2/xz-compressed)")
 
 
+def _take_force(args) -> None:
+    """``args.force`` set where the earlier spelling ``--overwrite`` was given: taken still
+    (scripts written for it keep working), hidden from ``--help`` and warned about, since
+    ``fedsparse run``, ``sweep`` and ``tune`` call replacing what is there ``--force``."""
+    if args.overwrite:
+        warnings.warn("--overwrite is deprecated: it is called --force now, as in fedsparse "
+                      "run; --overwrite still works, for now", FutureWarning, stacklevel=2)
+        args.force = True
+
+
 def _partition_kwargs(args) -> dict:
     """Only the options the chosen partitioner takes, so defaults never leak across."""
     kw: dict = {}
@@ -154,13 +165,14 @@ def cmd_describe(args) -> int:
     from .real import REGRESSION, _scale, load_named, make_partition
 
     _expand_paths(args)
+    _take_force(args)
     _check_given(args)
     if args.plot and Path(args.plot).is_dir():
         raise ConfigError(f"--plot={args.plot!r} is invalid: it is a folder; give the PNG "
                           "file to write, e.g. --plot split.png")
-    if args.plot and Path(args.plot).exists() and not args.overwrite:
+    if args.plot and Path(args.plot).exists() and not args.force:
         raise ConfigError(f"--plot={args.plot!r} is invalid: the file exists; give a new "
-                          "name, or add --overwrite to replace it")
+                          "name, or add --force to replace it")
     if args.dataset == ONDISK:
         return _describe_ondisk(args)
     check_seed("--seed", args.seed)  # NumPy's own refusal would name no parameter
@@ -241,9 +253,10 @@ def cmd_write(args) -> int:
     from .ondisk import check_target, write_federated
 
     _expand_paths(args)
+    _take_force(args)
     _check_given(args, generated=args.dataset in GENERATED, offered=set(DATASETS) - set(SPARSE))
     check_seed("--seed", args.seed)  # NumPy's own refusal would name no parameter
-    check_target(Path(args.out), args.overwrite, ("--out", "--overwrite"))  # before the build
+    check_target(Path(args.out), args.force, ("--out", "--force"))  # before the build
     if args.dataset in GENERATED:
         kw = {} if args.test_fraction is None else {"test_fraction": args.test_fraction}
         data = GENERATORS[args.dataset](num_clients=args.clients, seed=args.seed, lazy=True,
@@ -255,7 +268,7 @@ def cmd_write(args) -> int:
                               path=args.path, seed=args.seed, max_examples=args.max_examples,
                               scale=args.scale, test_fraction=0.2 if args.test_fraction is None
                               else args.test_fraction, **_partition_kwargs(args))
-    out = write_federated(data, args.out, overwrite=args.overwrite)
+    out = write_federated(data, args.out, overwrite=args.force)
     print(f"wrote {data!r} to {out}")
     print(f'train on it: data = {{kind = "ondisk", path = "{out}"}} in an experiment config')
     return 0
@@ -301,7 +314,8 @@ def add_data_parser(subparsers) -> argparse.ArgumentParser:
                    + f"; or {ONDISK} (with --path)")
     _split_options(d)
     d.add_argument("--plot", metavar="PNG", help="save the client x label heat map here")
-    d.add_argument("--overwrite", action="store_true", help="replace an existing --plot file")
+    d.add_argument("--force", action="store_true", help="replace an existing --plot file")
+    d.add_argument("--overwrite", action="store_true", help=argparse.SUPPRESS)  # deprecated
     d.set_defaults(func=cmd_describe, option_names=OPTION_NAMES)
     dense = sorted(set(DATASETS) - set(SPARSE))
     w = sub.add_parser("write", help="write a split (or a generated data set) in the on-disk "
@@ -317,7 +331,9 @@ def add_data_parser(subparsers) -> argparse.ArgumentParser:
                    + ", ".join(SPARSE) + " are sparse, which the on-disk format does not "
                    "hold)")
     w.add_argument("--out", required=True, type=folder, help="directory to create")
-    w.add_argument("--overwrite", action="store_true", help="replace an existing data set")
+    w.add_argument("--force", action="store_true", help="replace an earlier data set written "
+                   "there (and nothing else: a folder holding other files is refused)")
+    w.add_argument("--overwrite", action="store_true", help=argparse.SUPPRESS)  # deprecated
     w.add_argument("--test-fraction", type=float, default=None,
                    help="per-client held-out share (default 0.2 for real data, the "
                    "generator's own default otherwise)")

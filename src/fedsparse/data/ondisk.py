@@ -174,7 +174,7 @@ def check_target(path: Path, overwrite: bool, names: tuple[str, str] = ("path", 
     """Refuse to write a data set at ``path`` unless it is new, or ``overwrite`` is set and
     ``path`` holds an earlier data set and nothing else: overwriting never deletes a
     folder or file that is not one of this format's (a thesis, the working directory).
-    ``names`` are how the caller spells the two parameters (``--out``, ``--overwrite``)."""
+    ``names`` are how the caller spells the two parameters (``--out``, ``--force``)."""
     where, flag = names
     if not path.exists() and not path.is_symlink():
         return
