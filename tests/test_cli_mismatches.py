@@ -180,8 +180,38 @@ def test_resume_of_a_toml_run_as_a_python_experiment_is_refused(tiny, tmp_path, 
     assert cli.run(["run", str(tiny), "--out", str(out), "--quiet"])[0] == 0
     before = sorted(p.name for p in out.iterdir())
     cli.refused(["run", "fig6-libsvm", "--quick", "--out", str(out), "--resume"],
-             "experiment a TOML config there, 'fig6-libsvm' now")
+             f"experiment a TOML config ({tiny.resolve()}) there, 'fig6-libsvm' now")
     assert sorted(p.name for p in out.iterdir()) == before
+
+
+def test_a_toml_run_folder_records_the_config_it_was_started_from(tiny, tmp_path, cli):
+    """Its file (resolved) or name and the SHA-256 of its bytes, beside the "a TOML config"
+    --resume compares: a renamed or annotated copy still continues the runs, and so
+    does a folder written before the file was recorded."""
+    import hashlib
+
+    out = tmp_path / "o"
+    assert cli.run(["run", str(tiny), "--out", str(out), "--quiet"])[0] == 0
+    marker = out / ".fedsparse-run"
+    started = {"experiment": "a TOML config", "config": str(tiny.resolve()),
+               "config_sha256": hashlib.sha256(tiny.read_bytes()).hexdigest()}
+    assert started.items() <= json.loads(marker.read_text()).items()
+    copy = tmp_path / "copy.toml"
+    copy.write_bytes(tiny.read_bytes() + b"# a note\n")
+    code, _, err = cli.run(["run", str(copy), "--out", str(out), "--quiet", "--resume",
+                            "--rounds", "4"])
+    assert code == 0, err
+    assert started.items() <= json.loads(marker.read_text()).items()  # where it started
+    earlier = {k: v for k, v in json.loads(marker.read_text()).items()
+               if k not in ("config", "config_sha256")}
+    marker.write_text(json.dumps(earlier))
+    code, _, err = cli.run(["run", str(tiny), "--out", str(out), "--quiet", "--resume",
+                            "--rounds", "5"])
+    assert code == 0, err
+    named = tmp_path / "n"
+    assert cli.run(["run", "fedht-default", "--rounds", "1", "--out", str(named),
+                    "--quiet"])[0] == 0
+    assert json.loads((named / ".fedsparse-run").read_text())["config"] == "fedht-default"
 
 
 # ---------------------------------------------------------------- checks before any run

@@ -6,6 +6,7 @@ and ``--log``).
 
 from __future__ import annotations
 
+import hashlib
 import inspect
 import json
 import shlex
@@ -96,6 +97,22 @@ def _python_identity(name: str, python_exp, kwargs: dict) -> dict:
     if identity["seeds"] is None and python_exp.default_seeds is not None:
         identity["seeds"] = _declared_seeds(python_exp, identity["quick"])
     return identity
+
+
+def _toml_source(experiment: str | None) -> dict:
+    """What a TOML experiment's folder records of the config it was started from
+    (:data:`~fedsparse.experiments.output.SOURCE`): the named experiment, or the file's
+    resolved path, and the SHA-256 of its bytes; chosen as :func:`resolve_experiment`
+    chose the config (a file before a name)."""
+    from .cli_common import DEFAULT_EXPERIMENT
+    from .experiments.registry import toml_experiments
+
+    name = DEFAULT_EXPERIMENT if experiment is None else experiment
+    path, source = Path(name), None
+    if not (name.endswith(".toml") or "/" in name or path.is_file()):
+        source, path = name, toml_experiments()[name]
+    return {"config": source or str(path.resolve()),
+            "config_sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
 
 
 def _declared_seeds(python_exp, quick: bool) -> int:
@@ -336,7 +353,8 @@ def cmd_run(args) -> int:
         if args.seeds:
             check_replicates(runs, args.seeds)
         slugs = [r["slug"] for r in runs]
-        identity = {"experiment": TOML_CONFIG, "seeds": args.seeds}
+        identity = {"experiment": TOML_CONFIG, "seeds": args.seeds,
+                    **_toml_source(args.experiment)}
         _check_resume_seeds(args, out, identity, run=slugs[0])
         created = prepare_output(out, resume=args.resume, force=args.force, slugs=slugs,
                                  writes=output_patterns(config, slugs), identity=identity)

@@ -291,10 +291,17 @@ def more_seeds(old, new) -> bool:
     return isinstance(old, int) and isinstance(new, int) and new > old
 
 
-#: What a run folder's marker records as the experiment of a TOML config: not its file
-#: name (a renamed copy, or the run folder's own config.toml, is the same experiment);
-#: the run folders' names tell its runs apart.
+#: What a run folder's marker records as the experiment of a TOML config, which
+#: ``--resume`` compares: not its file name (a renamed copy, or the run folder's own
+#: config.toml, is the same experiment); the run folders' names tell its runs apart.
 TOML_CONFIG = "a TOML config"
+
+#: What a TOML experiment's marker records besides of the config it was started from:
+#: the named experiment or the file's resolved path (``config``) and the SHA-256 of the
+#: file's bytes (``config_sha256``). Recorded to say which config made the folder, not
+#: compared by ``--resume`` (for the reasons of :data:`TOML_CONFIG`; a folder written
+#: before they were recorded has neither).
+SOURCE = ("config", "config_sha256")
 
 #: What the marker of a ``fedsparse sweep`` and a ``fedsparse tune`` folder records as its
 #: experiment, with the command that wrote it: a search cannot be continued, and a run
@@ -326,13 +333,14 @@ def _check_same_identity(out: Path, identity: dict) -> None:
                    f"({SEARCHES[search]}), not runs to continue: the runs would be mixed "
                    "with them; use --force to replace them or choose another --out")
     differ = {k: (recorded[k], v) for k, v in identity.items()
-              if k in recorded and recorded[k] != v
+              if k in IDENTITY and k in recorded and recorded[k] != v
               and not (k == "seeds" and more_seeds(recorded[k], v))}
     if not differ and more_seeds(recorded.get("seeds"), identity.get("seeds")):
         _record_seeds(out, recorded, identity["seeds"])
     if differ:
-        changes = ", ".join(f"{k} {said(k, old)} there, {said(k, new)} now"
-                            for k, (old, new) in differ.items())
+        source = f" ({recorded['config']})" if isinstance(recorded.get("config"), str) else ""
+        changes = ", ".join(f"{k} {said(k, old)}{source if old == TOML_CONFIG else ''} "
+                            f"there, {said(k, new)} now" for k, (old, new) in differ.items())
         raise fail("--resume", str(out), f"holds the runs of another experiment or setting "
                    f"({changes}), which this one would mix with or replace; continue them with "
                    "the command that started them, or use --force to replace them, or "
@@ -356,7 +364,7 @@ def record_default_seeds(out: Path, identity: dict, default: int) -> None:
 
 
 def _write_marker(out: Path, status: str, **extra) -> None:
-    kept = {k: v for k, v in marker_info(out).items() if k in IDENTITY}
+    kept = {k: v for k, v in marker_info(out).items() if k in IDENTITY or k in SOURCE}
     info = {"status": status, "time": datetime.datetime.now().isoformat(timespec="seconds"),
             **kept, **extra}
     (out / MARKER).write_text(json.dumps(info, indent=2) + "\n")
