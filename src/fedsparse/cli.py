@@ -77,7 +77,7 @@ def _param(text: str) -> tuple[str, str]:
 #: The parameters of ``run_sweep`` and ``run_tune`` that an option of ``sweep`` and
 #: ``tune`` gives and that their errors name: the error names the option instead
 #: (:func:`fedsparse.cli_common.name_typed_options`).
-_SEARCH_OPTION_NAMES = {"metric": "--metric", "seeds": "--seeds"}
+_SEARCH_OPTION_NAMES = {"metric": "--metric", "seeds": "--seeds", "out": "--out"}
 
 #: The trackers ``--log`` takes (fedsparse.loggers.KINDS, without importing it).
 LOG_KINDS = ("tensorboard", "mlflow", "wandb")
@@ -192,6 +192,10 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     _add_search_overrides(sweep, "grid point", "a grid", "runs/NAME-sweep")
     sweep.add_argument("--quiet", action="store_true",
                        help="no line per grid point (the table and the files are printed)")
+    sweep.add_argument("--resume", action="store_true",
+                       help="continue the sweep stopped in --out: the runs it finished are "
+                       "kept (finished.jsonl), the others run (the same config, grid, "
+                       "--metric and --seeds; refused otherwise)")
     sweep.add_argument("--force", action="store_true",
                        help="replace an earlier sweep or run in --out (only the files "
                        "fedsparse wrote there, unless changed since; your own files stay)")
@@ -237,6 +241,10 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     _add_search_overrides(tune, "trial", "a --param", "runs/NAME-tune")
     tune.add_argument("--quiet", action="store_true",
                       help="no line per trial (the table and the files are printed)")
+    tune.add_argument("--resume", action="store_true",
+                      help="continue the tuning stopped in --out: the trials it finished "
+                      "are kept (finished.jsonl), the rest of --trials run (the same "
+                      "settings; refused otherwise)")
     tune.add_argument("--force", action="store_true",
                       help="replace the results of an earlier run in --out")
     _add_log_option(tune)

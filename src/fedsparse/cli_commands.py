@@ -196,18 +196,19 @@ def cmd_sweep(args) -> int:
     _searched_not_fixed(grid, args, "--grid")
     out = expand_home("--out", args.out or Path("runs") / f"{name}-sweep")
     _check_log(args, out)
-    created = prepare_output(out, force=args.force, resumable=False,  # never replaced silently
-                             writes=[*SWEEP_FILES, "FAILED"], identity={"experiment": SWEEP})
+    created = prepare_output(out, resume=args.resume, force=args.force,  # never replaced
+                             writes=[*SWEEP_FILES, "FAILED"],  # silently
+                             identity={"experiment": SWEEP})
     result = _guarded(out, created, args, lambda: run_sweep(
         config, grid, out=out, metric=args.metric, maximize=args.maximize, seeds=args.seeds,
-        jobs=args.jobs, loggers=args.log, log=_search_log(args)), resumable=False)
+        jobs=args.jobs, loggers=args.log, log=_search_log(args), resume=args.resume))
     return _report_search(result, out, args, "pivot")
 
 
 def cmd_tune(args) -> int:
     from .experiments.config import check_metric
     from .experiments.output import TUNING, prepare_output
-    from .experiments.tune import parse_space, require_optuna, run_tune
+    from .experiments.tune import TUNE_FILES, parse_space, require_optuna, run_tune
 
     if not args.param:
         raise ConfigError("tune needs at least one --param FIELD=SPACE, e.g. --param "
@@ -223,13 +224,13 @@ def cmd_tune(args) -> int:
     name, config = _search_config(args, device, "tuning needs")
     out = expand_home("--out", args.out or Path("runs") / f"{name}-tune")
     _check_log(args, out)
-    created = prepare_output(out, force=args.force, resumable=False,
-                             identity={"experiment": TUNING})
+    created = prepare_output(out, resume=args.resume, force=args.force,
+                             writes=[*TUNE_FILES, "FAILED"], identity={"experiment": TUNING})
     result = _guarded(out, created, args, lambda: run_tune(
         config, space, trials=args.trials, out=out, metric=args.metric,
         maximize=args.maximize, seeds=args.seeds, jobs=args.jobs, sampler=args.sampler,
-        sampler_seed=args.sampler_seed, loggers=args.log, log=_search_log(args)),
-        resumable=False)
+        sampler_seed=args.sampler_seed, loggers=args.log, log=_search_log(args),
+        resume=args.resume))
     return _report_search(result, out, args, "table")
 
 

@@ -212,30 +212,25 @@ def _command(args, out: Path, *, add: str | None = None, drop=("--force", "--res
     return shlex.join(["fedsparse", *tokens])
 
 
-def _guarded(out: Path, created: bool, args, block, *, resumable: bool = True):
+def _guarded(out: Path, created: bool, args, block):
     """``block()`` under :func:`output_guard`; on Ctrl-C or SIGTERM, print the exact
     command that continues (or, if nothing was kept, starts again) and return
     :data:`INTERRUPTED`."""
     from .experiments.output import FAILED, has_output, output_guard
 
-    if resumable:
-        resume, rerun = _command(args, out, add="--resume"), None
-    else:
-        resume, rerun = None, _command(args, out, add="--force", drop=("--force",))
+    resume = _command(args, out, add="--resume")
     started = time.time()
     try:
         # SIGTERM (`kill`, a scheduler's stop) interrupts as Ctrl-C does: the folder is
         # marked and the command that continues printed, instead of dying unmarked
         with sigterm_raises(lambda signum: KeyboardInterrupt("terminated (SIGTERM)")), \
-                output_guard(out, created=created, resume_command=resume,
-                             rerun_command=rerun):
+                output_guard(out, created=created, resume_command=resume):
             return as_interrupted(block)  # an error unwinding from Ctrl-C is the Ctrl-C
     except KeyboardInterrupt:
         if has_output(out):
             kept = (f"what finished is kept in {out} (see {out / FAILED})"
                     if (out / FAILED).exists() else f"{out} is as it was")
-            how = f"Continue with:\n  {resume}" if resume else f"Start again with:\n  {rerun}"
-            print(f"fedsparse: interrupted; {kept}. {how}", file=sys.stderr)
+            print(f"fedsparse: interrupted; {kept}. Continue with:\n  {resume}", file=sys.stderr)
         else:
             typed = shlex.join(["fedsparse", *(getattr(args, "argv", None) or [])])
             print("fedsparse: interrupted before any result was written (nothing was kept). "

@@ -170,7 +170,7 @@ def prepare_output(out: str | Path, *, resume: bool = False, force: bool = False
       :data:`TUNING` as its experiment) is kept in the folder's marker; ``resume``
       refuses a folder whose marker names other values, since the continued runs would
       be mixed with or replace results of another experiment or seed count (or of a
-      search, which cannot be continued); only a larger number of seeds is
+      search, which only its own command continues); only a larger number of seeds is
       accepted (the earlier replicates continue, the new ones are added).
 
     Returns
@@ -181,7 +181,7 @@ def prepare_output(out: str | Path, *, resume: bool = False, force: bool = False
     Raises
     ------
     ConfigError
-        naming ``--resume`` (if ``resumable``: a sweep is not) and ``--force`` when
+        naming ``--resume`` (if ``resumable``) and ``--force`` when
         ``out`` already holds results, naming the files fedsparse did not write when
         those options cannot apply.
     """
@@ -304,8 +304,8 @@ TOML_CONFIG = "a TOML config"
 SOURCE = ("config", "config_sha256")
 
 #: What the marker of a ``fedsparse sweep`` and a ``fedsparse tune`` folder records as its
-#: experiment, with the command that wrote it: a search cannot be continued, and a run
-#: continued there with ``--resume`` would be mixed with its results.
+#: experiment, with the command that wrote it: only that command continues the search
+#: (``--resume``), and a run continued there would be mixed with its results.
 SWEEP, TUNING = "a sweep", "a tuning"
 SEARCHES = {SWEEP: "fedsparse sweep", TUNING: "fedsparse tune"}
 
@@ -330,8 +330,9 @@ def _check_same_identity(out: Path, identity: dict) -> None:
     search = recorded.get("experiment")
     if search in SEARCHES and identity.get("experiment") != search:
         raise fail("--resume", str(out), f"holds the results of {search} "
-                   f"({SEARCHES[search]}), not runs to continue: the runs would be mixed "
-                   "with them; use --force to replace them or choose another --out")
+                   f"({SEARCHES[search]}), not what this command continues: its results "
+                   f"would be mixed with them; continue it with {SEARCHES[search]} ... "
+                   "--resume, use --force to replace them or choose another --out")
     differ = {k: (recorded[k], v) for k, v in identity.items()
               if k in IDENTITY and k in recorded and recorded[k] != v
               and not (k == "seeds" and more_seeds(recorded[k], v))}
@@ -384,7 +385,7 @@ def output_guard(out: str | Path, *, created: bool, resume_command: str | None =
     created : ``out`` did not exist before the run (from :func:`prepare_output`): a
         failure before any result is written then removes the folder itself.
     resume_command : the exact command that continues the run (``... --resume``), or
-        None if it cannot be resumed (a sweep).
+        None if it cannot be resumed.
     rerun_command : the exact command that starts it again.
     """
     out = Path(out).expanduser()
@@ -447,7 +448,8 @@ def failed_text(what: str, *, resume_command: str | None, rerun_command: str | N
     where = f"(from the folder {os.getcwd()})"
     if resume_command:
         how = (f"The runs that finished are complete; the others may be partial. Continue "
-               f"from the checkpoints with\n\n    {resume_command}\n\n{where}, or start "
+               f"(a run from its checkpoints, a sweep or tuning from the runs it finished) "
+               f"with\n\n    {resume_command}\n\n{where}, or start "
                "over by writing --force instead of --resume.\n")
     elif rerun_command:
         how = f"Start it again with\n\n    {rerun_command}\n\n{where}.\n"

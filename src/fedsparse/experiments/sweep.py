@@ -15,6 +15,13 @@ The direction follows the metric: accuracy-like metrics (names containing accura
 precision or recall) are maximised, everything else (objective, errors, bytes) is
 minimised; ``maximize=True/False`` overrides. A grid point where the run diverged (for
 any seed) never wins; it is recorded as in :mod:`fedsparse.experiments.seeds`.
+
+Each run (a run of the config at a grid point, for one seed) is kept in ``out`` as it
+finishes, in ``finished.jsonl`` (:mod:`fedsparse.experiments.search_record`), so a
+stopped sweep continues with ``resume=True`` (``fedsparse sweep ... --resume``): the
+runs that finished are read back, not run again, and the files are those of a sweep that
+was never stopped. It must be the same sweep: the same config, grid, metric and seeds
+(another ``maximize`` or ``jobs`` is allowed: neither changes a run's result).
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ from ..loggers import resolve_loggers
 from .config import METRICS, RUN_KEYS, build_algorithm, build_problem, check_metric, resolve_runs
 from .run_selection import apply_overrides, set_path
 from .runner import _data, execute_run, recordable_metrics
+from .search_record import RECORD, SearchRecord
 from .seeds import (
     best_direction,
     check_replicates,
@@ -45,15 +53,17 @@ from .seeds import (
 )
 from .workers import run_in_workers
 
-#: The files a sweep writes into its output folder.
-SWEEP_FILES = ("sweep.csv", "best.json", "sweep.png", "tuned.toml")
+#: The files a sweep writes into its output folder (the record of its finished runs as
+#: they finish, the others at its end).
+SWEEP_FILES = (RECORD, "sweep.csv", "best.json", "sweep.png", "tuned.toml")
 #: Data sets built by a worker process of a parallel sweep, reused by its later points.
 _WORKER_DATA: dict = {}
 
 
 def run_sweep(config: dict, grid: dict[str, list], *, out: str | Path | None = None,
               metric: str = "objective", maximize: bool | None = None,
-              seeds: int | None = None, jobs: int = 1, log=print, loggers=None) -> dict:
+              seeds: int | None = None, jobs: int = 1, log=print, loggers=None,
+              resume: bool = False) -> dict:
     """Run every run of ``config`` at every point of ``grid``; pick the best point per run.
 
     Parameters
@@ -61,7 +71,8 @@ def run_sweep(config: dict, grid: dict[str, list], *, out: str | Path | None = N
     config : an experiment config (:mod:`fedsparse.experiments.config`).
     grid : {dotted field of a run (e.g. "algorithm.step_size"): list of values}; the
         points are every combination.
-    out : folder for ``sweep.csv``, ``best.json``, ``sweep.png`` and ``tuned.toml``.
+    out : folder for ``sweep.csv``, ``best.json``, ``sweep.png`` and ``tuned.toml``, and
+        for ``finished.jsonl``, which keeps each run as it finishes.
     metric : record field compared at the last round.
     maximize : True to maximise, False to minimise; None = by the metric's name
         (accuracy, f1, precision, recall: maximised; the rest minimised).
@@ -73,7 +84,10 @@ def run_sweep(config: dict, grid: dict[str, list], *, out: str | Path | None = N
     log : called with each progress line and the pivot table.
     loggers : experiment trackers (:func:`fedsparse.loggers.resolve_loggers`) that get
         every run at every point (and seed) as a run named ``<run>/<field>=<value>``,
-        their files under ``out``.
+        their files under ``out`` (a continued sweep logs only the runs it runs).
+    resume : continue the sweep stopped in ``out``: its finished runs are read back from
+        ``finished.jsonl`` and not run again. Without it, a folder holding that record
+        (a stopped or finished sweep) is refused.
 
     Returns
     -------
@@ -87,7 +101,9 @@ def run_sweep(config: dict, grid: dict[str, list], *, out: str | Path | None = N
     ------
     ConfigError
         for an empty grid or value list, a field that cannot be set, a run that cannot
-        be built at some point, or a metric the runs do not record (listing those they do).
+        be built at some point, or a metric the runs do not record (listing those they
+        do); for a record of another sweep in ``out`` on ``resume``, naming what differs,
+        and for a record there without ``resume``.
     """
     grid = _check_grid(grid)
     jobs = check_int("jobs", jobs, minimum=1)
@@ -107,6 +123,11 @@ def run_sweep(config: dict, grid: dict[str, list], *, out: str | Path | None = N
     tasks = [(p, i, with_seed(run, k) if seeds else run)
              for p, runs in enumerate(point_runs) for i, run in enumerate(runs)
              for k in range(n_seeds)]
+    record = SearchRecord(out, "sweep", {"config": config, "grid": grid,
+                                         "metric": metric, "seeds": seeds},
+                          resume=resume, results=SWEEP_FILES[1:])
+    run_keys = [{"point": points[p], "run": keys[i], "replicate": k % n_seeds}
+                for k, (p, i, _) in enumerate(tasks)]
     trackers = resolve_loggers(loggers, out, experiment=Path(out or "sweep").absolute().name)
     for tracker in trackers:
         tracker.prepare()
@@ -117,6 +138,8 @@ def run_sweep(config: dict, grid: dict[str, list], *, out: str | Path | None = N
         sweep shows its progress (in parallel, in the order the cells finish)."""
         p, i, _ = tasks[k]
         _check_recorded(res, metric, keys[i])
+        if record.result(run_keys[k]) is None:
+            record.add(run_keys[k], res)
         cell = finished.setdefault((p, i), {})
         cell[k] = res
         if len(cell) == n_seeds:  # every cell is n_seeds tasks
@@ -124,7 +147,15 @@ def run_sweep(config: dict, grid: dict[str, list], *, out: str | Path | None = N
                        seeds is not None)
             log(_progress_line(row, points[p], metric))
 
-    _execute([t[2] for t in tasks], metric, jobs, cache, trackers, done)
+    kept = {k: r for k in range(len(tasks)) if (r := record.result(run_keys[k])) is not None}
+    if kept:
+        log(f"continuing the sweep in {out}: {len(kept)} of {len(tasks)} runs finished "
+            f"before, {len(tasks) - len(kept)} to run")
+    for k, res in kept.items():
+        done(k, res)
+    todo = [k for k in range(len(tasks)) if k not in kept]
+    _execute([tasks[k][2] for k in todo], metric, jobs, cache, trackers,
+             lambda m, res: done(todo[m], res))
     rows, best = [], {}
     for p, point in enumerate(points):
         for i, key in enumerate(keys):  # the seeds of a cell in task order, as they ran
@@ -194,6 +225,8 @@ def _runs_at(config: dict, point: dict, cache: dict, metric: str) -> list[dict]:
 
 def _execute(runs: list[dict], metric: str, jobs: int, cache: dict, loggers, done) -> None:
     """Every run (:func:`_evaluate`), ``done(k, result)`` called as run ``k`` finishes."""
+    if not runs:  # a continued sweep whose runs had all finished
+        return
     if jobs == 1 or len(runs) == 1:
         for k, run in enumerate(runs):
             done(k, _evaluate(run, metric, cache, loggers))

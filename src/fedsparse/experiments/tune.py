@@ -40,6 +40,15 @@ batches of ``jobs``: the phases propose ``jobs`` trials per run, they run in par
 processes, and their results are told in trial order. The proposals depend only on the
 sampler's seed and the results told before, so a tuning is
 repeatable for a given ``jobs`` (``jobs=1`` is Optuna's sequential search).
+
+That is how a stopped tuning continues (``resume=True``, ``fedsparse tune ... --resume``):
+each trial's runs are kept in ``finished.jsonl`` as they finish
+(:mod:`fedsparse.experiments.search_record`); a continued tuning asks the sampler for
+the same trials again and tells it the kept results instead of running them, so its
+files are those of a tuning never stopped (Optuna's storage would keep the trials but
+not the sampler's random state, and so not the trials after them). It must be the same
+tuning: config, space, trials, metric, direction, seeds, jobs, sampler, its seed and
+Optuna's version; a trial the sampler still proposes otherwise than recorded runs anew.
 """
 
 from __future__ import annotations
@@ -60,6 +69,7 @@ from ..rounds import DivergenceError
 from .config import check_metric, resolve_runs
 from .refine import refine_count, refine_point
 from .runner import execute_run
+from .search_record import RECORD, SearchRecord
 from .seeds import (
     best_direction,
     check_replicates,
@@ -80,6 +90,9 @@ DIVERGE_FACTOR = 1e3
 SAMPLERS = ("tpe", "gp", "random")
 #: Data sets built by a worker process, reused by its later trials.
 _WORKER_DATA: dict = {}
+#: The files a tuning writes into its output folder (the record of its finished runs as
+#: they finish, the others at its end).
+TUNE_FILES = (RECORD, "trials.csv", "best.json", "tune.json", "tune.png", "tuned.toml")
 
 
 def require_optuna(option: str = "tune") -> None:
@@ -93,7 +106,8 @@ def require_optuna(option: str = "tune") -> None:
 def run_tune(config: dict, space: dict[str, Space | str], *, trials: int,
              out: str | Path | None = None, metric: str = "objective",
              maximize: bool | None = None, seeds: int | None = None, jobs: int = 1,
-             sampler: str = "tpe", sampler_seed: int = 0, log=print, loggers=None) -> dict:
+             sampler: str = "tpe", sampler_seed: int = 0, log=print, loggers=None,
+             resume: bool = False) -> dict:
     """Search ``space`` for each run of ``config`` with Optuna; pick each run's best trial.
 
     Parameters
@@ -103,7 +117,8 @@ def run_tune(config: dict, space: dict[str, Space | str], *, trials: int,
         (:func:`parse_space`)}.
     trials : trials per run.
     out : folder for ``trials.csv``, ``best.json``, ``tune.png``, ``tuned.toml`` and
-        ``tune.json``.
+        ``tune.json``, and for ``finished.jsonl``, which keeps each trial's runs as they
+        finish.
     metric : record field compared at the last round.
     maximize : True / False; None = by the metric's name (as in a sweep).
     seeds : run each trial over this many seeds and compare the mean.
@@ -113,7 +128,11 @@ def run_tune(config: dict, space: dict[str, Space | str], *, trials: int,
     sampler_seed : the sampler's seed (run i's study uses ``sampler_seed + i``).
     log : called with each trial's line and the final table.
     loggers : experiment trackers (:func:`fedsparse.loggers.resolve_loggers`) that get
-        every trial as a run named ``<run>/trial-<k>``.
+        every trial as a run named ``<run>/trial-<k>`` (a continued tuning logs only
+        the runs it runs).
+    resume : continue the tuning stopped in ``out``: the trials are asked again, and
+        those whose runs finished are told their kept results, not run again. Without
+        it, a folder holding that record (a stopped or finished tuning) is refused.
 
     Returns
     -------
@@ -127,7 +146,9 @@ def run_tune(config: dict, space: dict[str, Space | str], *, trials: int,
     ------
     ConfigError
         for a missing Optuna, an empty space, a field that cannot be set, a metric the
-        runs do not record, or an unknown sampler.
+        runs do not record, or an unknown sampler; for a record of another tuning in
+        ``out`` on ``resume``, naming what differs, and for a record there without
+        ``resume``.
     """
     require_optuna()
     import optuna
@@ -158,6 +179,13 @@ def run_tune(config: dict, space: dict[str, Space | str], *, trials: int,
     trackers = resolve_loggers(loggers, out, experiment=Path(out or "tune").absolute().name)
     for tracker in trackers:
         tracker.prepare()
+    record = SearchRecord(out, "tuning", {
+        "config": config, "space": {n: str(s) for n, s in space.items()}, "trials": trials,
+        "metric": metric, "maximize": up, "seeds": seeds, "jobs": jobs, "sampler": sampler,
+        "sampler_seed": sampler_seed, "optuna_version": optuna.__version__},
+        resume=resume, results=TUNE_FILES[1:])
+    if len(record):
+        log(f"continuing the tuning in {out} from the {len(record)} runs it finished before")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     studies = [optuna.create_study(direction="maximize" if up else "minimize",
                                    sampler=_sampler(sampler, sampler_seed + i, trials),
@@ -192,7 +220,9 @@ def run_tune(config: dict, space: dict[str, Space | str], *, trials: int,
         tasks = [r for *_, replicates in asked for r in replicates]
         wheres = [_trial_where(space, keys[i], trial.number, point)
                   for i, trial, point, replicates in asked for _ in replicates]
-        results = _execute(tasks, metric, jobs, cache, trackers, wheres)
+        run_keys = [{"run": keys[i], "trial": trial.number, "point": point, "replicate": k}
+                    for i, trial, point, replicates in asked for k in range(len(replicates))]
+        results = _run_batch(record, run_keys, tasks, wheres, metric, jobs, cache, trackers)
         at = 0
         for i, trial, point, replicates in asked:
             res = results[at:at + len(replicates)]
@@ -305,17 +335,37 @@ def _evaluate(run: dict, metric: str, cache: dict | None = None, loggers=(),
             "recorded": history.recorded()}
 
 
+def _run_batch(record: SearchRecord, run_keys: list[dict], runs: list[dict],
+               wheres: list[str], metric: str, jobs: int, cache: dict, loggers) -> list[dict]:
+    """A batch's results: those ``record`` kept, the others run (:func:`_execute`) and
+    kept as each finishes."""
+    results = [record.result(key) for key in run_keys]
+    todo = [k for k, r in enumerate(results) if r is None]
+
+    def finished(m: int, res: dict) -> None:
+        results[todo[m]] = res
+        record.add(run_keys[todo[m]], res)
+
+    _execute([runs[k] for k in todo], metric, jobs, cache, loggers, [wheres[k] for k in todo],
+             finished)
+    return results
+
+
 def _execute(runs: list[dict], metric: str, jobs: int, cache: dict, loggers,
-             wheres: list[str]) -> list[dict]:
+             wheres: list[str], done) -> None:
+    """Every run (:func:`_evaluate`), ``done(k, result)`` called as run ``k`` finishes."""
+    if not runs:  # a batch whose runs had all finished before a resume
+        return
     if jobs == 1 or len(runs) == 1:
-        return [_evaluate(run, metric, cache, loggers, where)
-                for run, where in zip(runs, wheres, strict=True)]
+        for k, (run, where) in enumerate(zip(runs, wheres, strict=True)):
+            done(k, _evaluate(run, metric, cache, loggers, where))
+        return
     threads = max(1, (os.cpu_count() or 1) // jobs)
     from .sweep import run_in_workers  # as the sweep: stopped at once by Ctrl-C or SIGTERM
 
-    return run_in_workers(_evaluate, [(run, metric, None, loggers, where) for run, where
-                                      in zip(runs, wheres, strict=True)],
-                          min(jobs, len(runs)), threads)
+    run_in_workers(_evaluate, [(run, metric, None, loggers, where) for run, where
+                               in zip(runs, wheres, strict=True)],
+                   min(jobs, len(runs)), threads, done)
 
 
 def _trial_where(space: dict, key: str, number: int, point: dict) -> str:

@@ -1,0 +1,183 @@
+"""A stopped sweep keeps the runs it finished and continues with ``--resume``: the same
+files as a sweep never stopped, the finished runs not run again, a sweep of other
+settings refused by name."""
+
+import json
+
+import pytest
+
+from fedsparse import ConfigError
+from fedsparse.cli import main
+from fedsparse.experiments import sweep
+from fedsparse.experiments.config import load_config
+
+GRID = {"algorithm.step_size": [1e-3, 0.05]}
+FILES = ("sweep.csv", "best.json", "tuned.toml")
+RECORD = "finished.jsonl"  # the runs a sweep finished, kept as they finish
+
+
+@pytest.fixture
+def tiny(tmp_path, tiny_toml):
+    path = tmp_path / "tiny.toml"
+    path.write_text(tiny_toml(rounds=2))
+    return path
+
+
+@pytest.fixture
+def runs(monkeypatch):
+    """The runs the sweep evaluates, counted; ``runs.stop_after = k`` stops the sweep
+    (as Ctrl-C does) when run k + 1 starts."""
+    evaluate = sweep._evaluate
+
+    class Runs:
+        count = 0
+        stop_after = None
+        original = evaluate
+
+    def counted(*args, **kwargs):
+        if Runs.stop_after is not None and Runs.count >= Runs.stop_after:
+            raise KeyboardInterrupt
+        Runs.count += 1
+        return evaluate(*args, **kwargs)
+
+    monkeypatch.setattr(sweep, "_evaluate", counted)
+    return Runs
+
+
+def _quiet(*_):
+    pass
+
+
+def _stopped(config, out, runs, k, **options):
+    """A sweep into ``out`` stopped after ``k`` runs."""
+    runs.count, runs.stop_after = 0, k
+    with pytest.raises(KeyboardInterrupt):
+        sweep.run_sweep(config, GRID, out=out, log=_quiet, **options)
+    runs.count, runs.stop_after = 0, None
+
+
+def test_a_stopped_sweep_continues_to_the_files_of_one_never_stopped(tiny, tmp_path, runs):
+    # a stopped sweep kept nothing: every run started again from the first
+    config = load_config(tiny)
+    whole = sweep.run_sweep(config, GRID, out=tmp_path / "whole", seeds=2, log=_quiet)
+    assert runs.count == 8  # 2 points x 2 runs x 2 seeds
+    out = tmp_path / "stopped"
+    _stopped(config, out, runs, 3, seeds=2)
+    assert len((out / RECORD).read_text().splitlines()) == 1 + 3  # settings, 3 runs
+    lines = []
+    resumed = sweep.run_sweep(config, GRID, out=out, seeds=2, log=lines.append, resume=True)
+    assert runs.count == 8 - 3  # the finished runs are read back, not run again
+    assert "3 of 8 runs finished before, 5 to run" in lines[0]
+    assert resumed["rows"] == whole["rows"] and resumed["best"] == whole["best"]
+    for name in FILES:
+        assert (out / name).read_bytes() == (tmp_path / "whole" / name).read_bytes(), name
+    # a finished sweep continued runs nothing and writes the same files again
+    sweep.run_sweep(config, GRID, out=out, seeds=2, log=_quiet, resume=True)
+    assert runs.count == 5
+
+
+def test_a_line_cut_short_by_the_stop_is_dropped_and_its_run_runs_again(tiny, tmp_path,
+                                                                        runs):
+    config = load_config(tiny)
+    whole = sweep.run_sweep(config, GRID, log=_quiet)
+    out = tmp_path / "stopped"
+    _stopped(config, out, runs, 2)
+    text = (out / RECORD).read_text()
+    last = text.splitlines()[-1]
+    (out / RECORD).write_text(text[:-len(last) - 1] + last[:25])  # killed mid-write
+    assert sweep.run_sweep(config, GRID, out=out, log=_quiet, resume=True)["rows"] == \
+        whole["rows"]
+    assert runs.count == 4 - 1
+    assert all(json.loads(line) for line in (out / RECORD).read_text().splitlines())
+    # a line damaged in the middle is no cut: refused, naming the file and the line
+    lines = (out / RECORD).read_text().splitlines()
+    lines[2] = lines[2][:-3]
+    (out / RECORD).write_text("\n".join(lines) + "\n")
+    with pytest.raises(ConfigError, match=f"line 3 of its {RECORD} is not a record"):
+        sweep.run_sweep(config, GRID, out=out, log=_quiet, resume=True)
+
+
+@pytest.mark.parametrize("change, named", [
+    ({"grid": {"algorithm.step_size": [1e-3, 0.06]}},
+     r"grid\['algorithm.step_size'\]\[1\]: 0.05 there, 0.06 now"),
+    ({"grid": {"algorithm.step_size": [1e-3, 0.05], "seed": [0, 1]}},
+     r"grid.seed: null there, \[0, 1\] now"),
+    ({"metric": "rel_error"}, r'metric: "objective" there, "rel_error" now'),
+    ({"seeds": 2}, "seeds: null there, 2 now"),
+    ({"rounds": 3}, r"config.defaults.rounds: 2 there, 3 now"),
+], ids=["grid-value", "grid-field", "metric", "seeds", "config"])
+def test_a_sweep_of_other_settings_is_refused_naming_what_differs(change, named, tiny,
+                                                                  tmp_path, runs):
+    config = load_config(tiny)
+    out = tmp_path / "stopped"
+    _stopped(config, out, runs, 1)
+    before = (out / RECORD).read_bytes()
+    if "rounds" in change:
+        config["defaults"]["rounds"] = change.pop("rounds")
+    options = {"grid": GRID, "metric": "objective", **change}
+    with pytest.raises(ConfigError, match=f"holds a sweep of other settings \\({named}\\)"):
+        sweep.run_sweep(config, options.pop("grid"), out=out, log=_quiet, resume=True,
+                        **options)
+    assert runs.count == 0 and (out / RECORD).read_bytes() == before
+
+
+def test_a_kept_sweep_is_never_replaced_without_resume(tiny, tmp_path, runs):
+    config = load_config(tiny)
+    out = tmp_path / "stopped"
+    _stopped(config, out, runs, 1)
+    with pytest.raises(ConfigError, match="holds a sweep that was stopped or finished"):
+        sweep.run_sweep(config, GRID, out=out, log=_quiet)
+    # results without a record (an older fedsparse) cannot be continued, nor replaced
+    (out / RECORD).unlink()
+    (out / "sweep.csv").write_text("run\n")
+    with pytest.raises(ConfigError, match="no record of its finished runs"):
+        sweep.run_sweep(config, GRID, out=out, log=_quiet, resume=True)
+    with pytest.raises(ConfigError, match="resume=True is invalid: needs out"):
+        sweep.run_sweep(config, GRID, log=_quiet, resume=True)
+
+
+def test_the_command_line_continues_a_stopped_sweep(tiny, tmp_path, runs, capsys):
+    command = ["sweep", str(tiny), "--grid", "algorithm.step_size=[1e-3, 0.05]", "--quiet"]
+    assert main([*command, "--out", str(tmp_path / "whole")]) == 0
+    out = tmp_path / "stopped"
+    runs.count, runs.stop_after = 0, 2
+    assert main([*command, "--out", str(out)]) == 130
+    runs.count, runs.stop_after = 0, None
+    err = capsys.readouterr().err
+    assert "--resume" in err and "--resume" in (out / "FAILED").read_text()
+    # without --resume the stopped sweep is refused, as any earlier output is
+    assert main([*command, "--out", str(out)]) == 2
+    assert "continue them with --resume" in capsys.readouterr().err
+    # another config (here --rounds) is refused by name, the folder left as it was
+    assert main([*command, "--out", str(out), "--resume", "--rounds", "3"]) == 2
+    assert "--out=" in (err := capsys.readouterr().err)
+    assert "config.runs[0].rounds: 2 there, 3 now" in err
+    # fedsparse run does not continue a sweep's folder: it names the command that does
+    assert main(["run", str(tiny), "--out", str(out), "--resume", "--quiet"]) == 2
+    assert "continue it with fedsparse sweep ... --resume" in capsys.readouterr().err
+    assert runs.count == 0
+    assert main([*command, "--out", str(out), "--resume"]) == 0
+    assert runs.count == 4 - 2
+    assert not (out / "FAILED").exists()
+    for name in FILES:
+        assert (out / name).read_bytes() == (tmp_path / "whole" / name).read_bytes(), name
+
+
+def test_a_stopped_sweep_continues_in_parallel_workers(tiny, tmp_path, runs, monkeypatch):
+    # --jobs changes no run's result: a serial sweep may continue in two processes
+    config = load_config(tiny)
+    whole = sweep.run_sweep(config, GRID, log=_quiet)
+    out = tmp_path / "stopped"
+    _stopped(config, out, runs, 1)
+    monkeypatch.setattr(sweep, "_evaluate", runs.original)  # the workers' own
+    handed = []
+    in_workers = sweep.run_in_workers
+
+    def counted(fn, calls, *args):
+        handed.extend(calls)
+        return in_workers(fn, calls, *args)
+
+    monkeypatch.setattr(sweep, "run_in_workers", counted)
+    resumed = sweep.run_sweep(config, GRID, out=out, log=_quiet, jobs=2, resume=True)
+    assert len(handed) == 4 - 1 and resumed["rows"] == whole["rows"]
+    assert len((out / RECORD).read_text().splitlines()) == 1 + 4

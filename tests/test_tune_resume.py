@@ -1,0 +1,112 @@
+"""A stopped tuning keeps the trials it finished and continues with ``--resume``: the
+sampler is asked for the same trials again and told the kept results, so the files are
+those of a tuning never stopped, and a tuning of other settings is refused by name."""
+
+import pytest
+
+from fedsparse import ConfigError
+from fedsparse.cli import main
+from fedsparse.experiments import tune
+from fedsparse.experiments.config import load_config
+
+pytest.importorskip("optuna")
+
+SPACE = {"algorithm.step_size": "log(1e-3, 1)"}
+FILES = ("trials.csv", "best.json", "tune.json", "tuned.toml")
+RECORD = "finished.jsonl"  # the runs a tuning finished, kept as they finish
+
+
+@pytest.fixture
+def tiny(tmp_path, tiny_toml):
+    path = tmp_path / "tiny.toml"
+    path.write_text(tiny_toml(rounds=3))
+    return path
+
+
+@pytest.fixture
+def runs(monkeypatch):
+    """The trials' runs, counted; ``runs.stop_after = k`` stops the tuning (as Ctrl-C
+    does) when run k + 1 starts."""
+    evaluate = tune._evaluate
+
+    class Runs:
+        count = 0
+        stop_after = None
+
+    def counted(*args, **kwargs):
+        if Runs.stop_after is not None and Runs.count >= Runs.stop_after:
+            raise KeyboardInterrupt
+        Runs.count += 1
+        return evaluate(*args, **kwargs)
+
+    monkeypatch.setattr(tune, "_evaluate", counted)
+    return Runs
+
+
+def _quiet(*_):
+    pass
+
+
+def test_a_stopped_tuning_keeps_its_trials_and_ends_as_one_never_stopped(tiny, tmp_path,
+                                                                        runs):
+    # a stopped tuning kept nothing, and could not be continued
+    config = load_config(tiny)
+    whole = tune.run_tune(config, SPACE, trials=5, out=tmp_path / "whole", log=_quiet)
+    assert runs.count == 10  # 2 runs x 5 trials
+    out = tmp_path / "stopped"
+    runs.count, runs.stop_after = 0, 7  # in the refinement trials
+    with pytest.raises(KeyboardInterrupt):
+        tune.run_tune(config, SPACE, trials=5, out=out, log=_quiet)
+    runs.count, runs.stop_after = 0, None
+    assert len((out / RECORD).read_text().splitlines()) == 1 + 7
+    lines = []
+    resumed = tune.run_tune(config, SPACE, trials=5, out=out, log=lines.append, resume=True)
+    assert runs.count == 10 - 7  # the finished trials are told, not run again
+    assert "from the 7 runs it finished before" in lines[0]
+    assert resumed["rows"] == whole["rows"] and resumed["best"] == whole["best"]
+    for name in FILES:
+        assert (out / name).read_bytes() == (tmp_path / "whole" / name).read_bytes(), name
+
+
+@pytest.mark.parametrize("change, named", [
+    ({"trials": 6}, "trials: 5 there, 6 now"),
+    ({"sampler_seed": 1}, "sampler_seed: 0 there, 1 now"),
+    ({"space": {"algorithm.step_size": "log(1e-3, 2)"}},
+     r"space\['algorithm.step_size'\]: \"log\(0.001, 1.0\)\" there, \"log\(0.001, 2.0\)\" now"),
+    ({"maximize": True}, "maximize: false there, true now"),
+], ids=["trials", "sampler_seed", "space", "direction"])
+def test_a_tuning_of_other_settings_is_refused_naming_what_differs(change, named, tiny,
+                                                                   tmp_path, runs):
+    config = load_config(tiny)
+    out = tmp_path / "stopped"
+    runs.stop_after = 1
+    with pytest.raises(KeyboardInterrupt):
+        tune.run_tune(config, SPACE, trials=5, out=out, log=_quiet)
+    runs.count, runs.stop_after = 0, None
+    options = {"space": SPACE, "trials": 5, **change}
+    with pytest.raises(ConfigError, match=f"holds a tuning of other settings \\({named}\\)"):
+        tune.run_tune(config, options.pop("space"), out=out, log=_quiet, resume=True,
+                      **options)
+    assert runs.count == 0
+
+
+def test_the_command_line_continues_a_stopped_tuning(tiny, tmp_path, runs, capsys):
+    command = ["tune", str(tiny), "--param", "algorithm.step_size=log(1e-3, 1)",
+               "--trials", "4", "--quiet"]
+    assert main([*command, "--out", str(tmp_path / "whole")]) == 0
+    out = tmp_path / "stopped"
+    runs.count, runs.stop_after = 0, 3
+    assert main([*command, "--out", str(out)]) == 130
+    runs.count, runs.stop_after = 0, None
+    assert "--resume" in (out / "FAILED").read_text()
+    capsys.readouterr()
+    assert main([*command, "--out", str(out)]) == 2
+    assert "continue them with --resume" in capsys.readouterr().err
+    # a sweep does not continue a tuning's folder
+    assert main(["sweep", str(tiny), "--grid", "seed=[0, 1]", "--out", str(out),
+                 "--resume"]) == 2
+    assert "holds the results of a tuning (fedsparse tune)" in capsys.readouterr().err
+    assert main([*command, "--out", str(out), "--resume"]) == 0
+    assert runs.count == 8 - 3
+    for name in FILES:
+        assert (out / name).read_bytes() == (tmp_path / "whole" / name).read_bytes(), name
