@@ -172,7 +172,12 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     show.add_argument("experiment")
     show.set_defaults(func=cmd_show)
 
-    sweep = sub.add_parser("sweep", help="grid search over config fields")
+    sweep = sub.add_parser("sweep", help="grid search over config fields",
+                           description="Run every run of a TOML experiment at every point "
+                           "of the --grid; writes sweep.csv, best.json, sweep.png and "
+                           "tuned.toml (fedsparse run tuned.toml reruns the winners). Each "
+                           "run is kept in finished.jsonl as it finishes: --resume "
+                           "continues a stopped sweep.")
     sweep.add_argument("experiment")
     sweep.add_argument("--grid", action="append", type=_grid, metavar="FIELD=[V1, V2]",
                        help="e.g. algorithm.step_size=[1, 0.1, 0.01] (repeatable; required)")
@@ -212,7 +217,9 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                           "(fedsparse run tuned.toml reruns the winners). The trials "
                           "start spread over the space, the sampler proposes the next "
                           "and the last refine the best so far by a golden-section line "
-                          "search. Trials that diverge are pruned.")
+                          "search. Trials that diverge are pruned. Each trial's runs are "
+                          "kept in finished.jsonl as they finish: --resume continues a "
+                          "stopped tuning.")
     tune.add_argument("experiment")
     tune.add_argument("--param", action="append", type=_param, metavar="FIELD=SPACE",
                       help="a field and its values: log(LOW, HIGH), uniform(LOW, HIGH), "
