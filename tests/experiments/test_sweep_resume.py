@@ -149,9 +149,11 @@ def test_the_command_line_continues_a_stopped_sweep(tiny, tmp_path, runs, capsys
     assert main([*command, "--out", str(out)]) == 2
     assert "continue them with --resume" in capsys.readouterr().err
     # another config (here --rounds) is refused by name, the folder left as it was
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
     assert main([*command, "--out", str(out), "--resume", "--rounds", "3"]) == 2
     assert "--out=" in (err := capsys.readouterr().err)
     assert "config.runs[0].rounds: 2 there, 3 now" in err
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
     # fedsparse run does not continue a sweep's folder: it names the command that does
     assert main(["run", str(tiny), "--out", str(out), "--resume", "--quiet"]) == 2
     assert "continue it with fedsparse sweep ... --resume" in capsys.readouterr().err

@@ -78,27 +78,30 @@ class SearchRecord:
                        f"record of finished runs, {RECORD}), which would be replaced; "
                        "continue it with resume=True (--resume on the command line), or "
                        "choose another folder")
+        if resume:
+            self._load(out, lines, results)
         if self.path.exists() and self.path.stat().st_size != length:
             with open(self.path, "r+b") as fh:  # a line cut short by a stop
                 fh.truncate(length)
-        if not resume:
-            return
+
+    def _load(self, out, lines: list[dict], results: tuple[str, ...]) -> None:
+        """Read the record's ``lines`` back, refusing another search's (checked before
+        anything in ``out`` changes)."""
         if not lines:
             found = [name for name in results if (Path(out) / name).exists()]
             if found:
-                raise fail("out", str(out), f"holds the results of a {kind} "
+                raise fail("out", str(out), f"holds the results of a {self.kind} "
                            f"({', '.join(found)}) but no record of its finished runs "
                            f"({RECORD}: a fedsparse that kept none wrote them): there is "
                            "nothing to continue from; replace them (--force, or remove "
                            "them) or choose another folder")
-        else:
-            self._check_header(out, lines[0])
-            for number, line in enumerate(lines[1:], start=2):
-                if not isinstance(line.get("key"), dict) or \
-                        not isinstance(line.get("result"), dict):
-                    raise self._damaged(out, number)
-                self._results[canonical(line["key"])] = line["result"]
-            self._started = True
+            return
+        self._check_header(out, lines[0])
+        for number, line in enumerate(lines[1:], start=2):
+            if not isinstance(line.get("key"), dict) or not isinstance(line.get("result"), dict):
+                raise self._damaged(out, number)
+            self._results[canonical(line["key"])] = line["result"]
+        self._started = True
 
     def _read(self) -> tuple[list[dict], int]:
         """The record's complete lines and their length in bytes (a last line without
