@@ -32,7 +32,7 @@ def runs(monkeypatch):
     class Runs:
         count = 0
         stop_after = None
-        original = evaluate
+        original = evaluate  # the workers' own, unpatched
 
     def counted(*args, **kwargs):
         if Runs.stop_after is not None and Runs.count >= Runs.stop_after:
@@ -171,7 +171,7 @@ def test_a_stopped_sweep_continues_in_parallel_workers(tiny, tmp_path, runs, mon
     whole = sweep.run_sweep(config, GRID, log=_quiet)
     out = tmp_path / "stopped"
     _stopped(config, out, runs, 1)
-    monkeypatch.setattr(sweep, "_evaluate", runs.original)  # the workers' own
+    monkeypatch.setattr(sweep, "_evaluate", runs.original)
     handed = []
     in_workers = sweep.run_in_workers
 

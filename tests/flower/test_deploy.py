@@ -145,12 +145,7 @@ def test_a_run_whose_superlink_is_lost_resumes_from_its_checkpoint(cluster, tmp_
 
     out = tmp_path / "out"
     job = {**_job(out, rounds=4), "checkpoint_every": 1}
-    project = write_app_project(job, tmp_path / "app", address=cluster.address,
-                                flwr_home=cluster.home)
-    cluster.superlink("--insecure")
-    for i in range(2):
-        cluster.supernode(f"node{i}", f"partition-id={i} num-partitions=2", "--insecure")
-    cluster.wait_for(lambda: _nodes_active(cluster, 2), 60, "2 SuperNodes to connect")
+    project = _two_insecure_nodes(cluster, job, tmp_path / "app")
     lost = []
 
     def lose_the_server_in_round_three(line):
@@ -167,12 +162,7 @@ def test_a_run_whose_superlink_is_lost_resumes_from_its_checkpoint(cluster, tmp_
     again = Cluster(tmp_path / "again")
     request.addfinalizer(again.stop_all)
     resumed = {**job, "flower": {**job["flower"], "resume": True}}
-    project = write_app_project(resumed, tmp_path / "app-again", address=again.address,
-                                flwr_home=again.home)
-    again.superlink("--insecure")
-    for i in range(2):
-        again.supernode(f"node{i}", f"partition-id={i} num-partitions=2", "--insecure")
-    again.wait_for(lambda: _nodes_active(again, 2), 60, "2 SuperNodes to connect")
+    project = _two_insecure_nodes(again, resumed, tmp_path / "app-again")
     log = again.run_job(project, "fedsparse-local", timeout=RUN_TIMEOUT)
     assert re.search(r"resuming at round [12] of 4", log), log + again.dump()
     assert (out / "model.npy").exists(), log + again.dump()
@@ -180,3 +170,14 @@ def test_a_run_whose_superlink_is_lost_resumes_from_its_checkpoint(cluster, tmp_
     assert [r["round"] for r in history] == [1, 2, 3, 4]
     assert all(r["delivered_clients"] == [0, 1] for r in history), history
     _check_against_simulator(out, job)
+
+
+def _two_insecure_nodes(cluster, job: dict, app):
+    """``job``'s app project for ``cluster``, whose SuperLink and two SuperNodes (without
+    TLS) are started and connected."""
+    project = write_app_project(job, app, address=cluster.address, flwr_home=cluster.home)
+    cluster.superlink("--insecure")
+    for i in range(2):
+        cluster.supernode(f"node{i}", f"partition-id={i} num-partitions=2", "--insecure")
+    cluster.wait_for(lambda: _nodes_active(cluster, 2), 60, "2 SuperNodes to connect")
+    return project
