@@ -183,3 +183,40 @@ def test_a_diverging_run_saves_its_last_finite_model(fake_grid, tmp_path):
     assert json.loads(rows[-1])["round"] == last
     model = np.load(tmp_path / "out" / "model.npy")
     assert np.isfinite(model).all() and np.abs(model).max() > 0
+
+
+def test_a_resumed_run_keeps_the_nodes_it_refused(fake_grid, tmp_path):
+    """The nodes refused before the stop stay in ``refused_nodes`` and are not asked
+    again, as in the uninterrupted run."""
+    def heavy(content):  # a weight above its example count: refused in the handshake
+        content[codec.NODE][codec.WEIGHT] = 1e9
+
+    job = _job()
+    hostile = {77: (3, lambda kind, group: heavy if kind == "query" else "ok")}
+    whole = run_on_grid(fake_grid(job, range(3), nodes=hostile), job)
+    checkpoint = tmp_path / CHECKPOINT
+    with pytest.raises(Stop):
+        run_on_grid(fake_grid(job, range(3), nodes=hostile), job, checkpoint=checkpoint,
+                    callback=_stop_after(5))
+    grid = fake_grid(job, range(3), nodes=hostile)
+    resumed = run_on_grid(grid, job, checkpoint=checkpoint, resume_from=checkpoint)
+    assert resumed.config["refused_nodes"] == whole.config["refused_nodes"]
+    assert list(resumed.config["refused_nodes"]) == [77]
+    assert 77 not in {node for _, _, node in grid.sent}  # never asked again
+    assert _rows(resumed) == _rows(whole)
+    # and kept when the refused node is gone by the time the run resumes
+    gone = run_on_grid(fake_grid(job, range(3)), job, resume_from=checkpoint)
+    assert list(gone.config["refused_nodes"]) == [77]
+
+
+def test_a_damaged_checkpoint_is_refused_before_any_node_is_asked(fake_grid, tmp_path):
+    checkpoint = tmp_path / CHECKPOINT
+    job = _job()
+    run_on_grid(fake_grid(job, range(4)), job, checkpoint=checkpoint)
+    data = checkpoint.read_bytes()
+    checkpoint.write_bytes(data[:len(data) // 2])
+    grid = fake_grid(job, range(4))
+    with pytest.raises(ConfigError, match=r"checkpoint '.*checkpoint\.pt' has no fedsparse "
+                       "checksum at its end: it is truncated"):
+        run_on_grid(grid, job, resume_from=checkpoint)
+    assert grid.sent == []

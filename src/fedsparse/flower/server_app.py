@@ -63,7 +63,13 @@ from flwr.serverapp import Grid, ServerApp
 from .._validation import ConfigError
 from ..algorithms.base import DataSpec
 from ..channels import checked_channel
-from ..checkpoints import CHECKPOINT_FORMAT, RecordLines, resume_checkpoint, save_checkpoint
+from ..checkpoints import (
+    CHECKPOINT_FORMAT,
+    RecordLines,
+    load_checkpoint,
+    save_checkpoint,
+    validate_checkpoint,
+)
 from ..client_store import ClientStore, has_personal_models
 from ..contract import check_checkpointable, check_state, checked_callback
 from ..history import History
@@ -78,6 +84,7 @@ from .server_checkpoint import (
     check_same_nodes,
     checkpoint_to_continue,
     node_reports,
+    saved_refusals,
     server_fingerprint,
 )
 
@@ -104,7 +111,8 @@ def run_on_grid(grid: Grid, job: Job, *, callback: Callable | None = None,
     checkpoint : the file to save the run's state to every ``job.checkpoint_every``
         rounds, at the end and, with the last finite state, when the run diverges.
     resume_from : a checkpoint of this job (see
-        :func:`~fedsparse.flower.server_checkpoint.checkpoint_to_continue`) to go on from.
+        :func:`~fedsparse.flower.server_checkpoint.checkpoint_to_continue`) to go on from;
+        read before the nodes are waited for; the nodes its run refused stay refused.
 
     Returns
     -------
@@ -127,6 +135,15 @@ def run_on_grid(grid: Grid, job: Job, *, callback: Callable | None = None,
     algorithm = job.build_algorithm()
     N = job.num_clients
     needed = int(fl["min_nodes"]) or N
+    refusals = Refusals()
+    fingerprint = server_fingerprint(job)
+    saved = None
+    if resume_from is not None:
+        # read and matched to this job before the nodes are waited for (its content is
+        # checked against the fresh state below); the nodes its run refused stay refused
+        # (never asked again) and listed, as in the uninterrupted run
+        saved = load_checkpoint(resume_from, fingerprint)
+        refusals.reasons.update(saved_refusals(saved.get("refused_nodes"), resume_from))
     nodes = wait_for_nodes(grid, needed, float(fl["wait_timeout"]))
     log(INFO, "fedsparse: %d node(s) connected, %d client(s) in the job", len(nodes), N)
     max_norm = float(fl["max_update_norm"]) or None
@@ -135,8 +152,7 @@ def run_on_grid(grid: Grid, job: Job, *, callback: Callable | None = None,
         log(WARNING, "fedsparse: NO BOUND ON UPLOADS: flower.max_update_norm and "
             "flower.max_update_ratio are both 0, so one client's upload can move the model "
             "arbitrarily far; set flower.max_update_ratio (default 100) to bound it")
-    refusals = Refusals()
-    table = handshake(grid, nodes, job, refusals)
+    table = handshake(grid, [n for n in nodes if n not in refusals.reasons], job, refusals)
     if not table:
         why = {**{node: "no handshake reply within round_timeout" for node in
                   refusals.unanswered}, **refusals.reasons}
@@ -204,11 +220,11 @@ def run_on_grid(grid: Grid, job: Job, *, callback: Callable | None = None,
                      evaluate, ClientStore(None), eval_every=int(fl["evaluate_every"]),
                      max_update_norm=max_norm, max_update_ratio=max_ratio,
                      stop_on_nonfinite_upload=False, every_round=support)
-    fingerprint, nodes = server_fingerprint(job), node_reports(table)
+    nodes = node_reports(table)
     start = 0
-    if resume_from is not None:
-        ckpt = resume_checkpoint(resume_from, fingerprint=fingerprint, rounds=job.rounds,
-                                 state=state, client_state=None)
+    if saved is not None:
+        ckpt = validate_checkpoint(saved, path=resume_from, rounds=job.rounds, state=state,
+                                   client_state=None, file_size=resume_from.stat().st_size)
         check_same_nodes(ckpt.get("nodes"), nodes, resume_from)
         state, start = ckpt["state"], ckpt["round"]
         history.records, history.initial = ckpt["records"], ckpt["initial"]
@@ -223,7 +239,8 @@ def run_on_grid(grid: Grid, job: Job, *, callback: Callable | None = None,
         save_checkpoint(checkpoint, {
             "format": CHECKPOINT_FORMAT, "round": done_rounds, "state": state,
             "client_state": None, "records": record_lines.text(history.records),
-            "initial": history.initial, "fingerprint": fingerprint, "nodes": nodes})
+            "initial": history.initial, "fingerprint": fingerprint, "nodes": nodes,
+            "refused_nodes": dict(refusals.reasons)})
 
     state = loop.run(state, history, start, job.rounds, callback=logged, progress=False,
                      save=None if checkpoint is None else save,

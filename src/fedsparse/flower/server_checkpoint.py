@@ -9,8 +9,10 @@ machine lost) is continued by starting it again on the same folder with
 ``flower.resume = true`` (``flwr run ... --run-config 'flower.resume=true'``): the server
 reads the checkpoint, checks that it was written by this job -- the same settings except
 ``rounds`` (a run may be extended), and nodes that report the same data for the clients
-they held then -- and goes on from its round. Without a checkpoint there, a resumed run
-starts at round 0 (so a restart policy may always set ``resume``).
+they held then -- and goes on from its round. The nodes its run refused stay refused
+(never asked again) and listed in ``refused_nodes``, as in the uninterrupted run. Without
+a checkpoint there, a resumed run starts at round 0 (so a restart policy may always set
+``resume``).
 
 The state of clients that keep some between rounds (personalised algorithms, SAFARI with
 FedSpa's masks) lives on the nodes, in the Flower run's context, and a new Flower run
@@ -108,6 +110,20 @@ def node_reports(table: dict[int, dict]) -> dict[str, str]:
         text = json.dumps(said, sort_keys=True, default=str)
         out[str(pid)] = hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
     return out
+
+
+def saved_refusals(saved, path: Path) -> dict[int, str]:
+    """The nodes a checkpoint's run had refused, ``{node id: why}``: a resumed run keeps
+    them refused and in its ``refused_nodes``, as the uninterrupted run would (a
+    checkpoint without the entry had refused none)."""
+    if saved is None:
+        return {}
+    if not isinstance(saved, dict) or not all(
+            isinstance(node, int) and not isinstance(node, bool) and isinstance(why, str)
+            for node, why in saved.items()):
+        raise ConfigError(f"checkpoint {str(path)!r} is damaged: its refused_nodes is not a "
+                          "table of node ids and reasons")
+    return dict(saved)
 
 
 def check_same_nodes(saved, now: dict[str, str], path: Path) -> None:
