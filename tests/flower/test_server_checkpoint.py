@@ -220,3 +220,49 @@ def test_a_damaged_checkpoint_is_refused_before_any_node_is_asked(fake_grid, tmp
                        "checksum at its end: it is truncated"):
         run_on_grid(grid, job, resume_from=checkpoint)
     assert grid.sent == []
+
+
+class _LateNode:
+    """Client 3's node connects only after the handshake (``late`` calls of
+    ``get_node_ids``: 2 = in time for round 1)."""
+
+    def __init__(self, grid, late=2):
+        self.grid, self.node, self.late, self.calls = grid, grid.nodes.pop(1003), late, 0
+        grid.get_node_ids = self
+
+    def __call__(self):
+        self.calls += 1
+        if self.calls == self.late:
+            self.grid.nodes[1003] = self.node
+        return list(self.grid.nodes)
+
+
+def _halve_weight_of(pid):
+    def halve(content):
+        content[codec.NODE][codec.WEIGHT] = content[codec.NODE][codec.WEIGHT] / 2
+
+    return lambda kind, group, p: halve if (kind, p) == ("query", pid) else "ok"
+
+
+def test_a_client_whose_node_joined_late_is_held_to_its_data_on_resume(fake_grid, tmp_path):
+    """A node that joined after the handshake (``add_joined``) is in the checkpoint's
+    node reports: on resume its client must report the same data, whether its node is
+    there at the handshake or joins later."""
+    checkpoint = tmp_path / CHECKPOINT
+    job = _job()
+    grid = fake_grid(job, range(4))
+    _LateNode(grid, late=4)  # client 3 joins in round 2
+    with pytest.raises(Stop):
+        run_on_grid(grid, job, checkpoint=checkpoint, callback=_stop_after(5))
+    assert 1003 in {node for kind, _, node in grid.sent if kind == "train"}
+    # its node is there at the resume's handshake, with other data
+    with pytest.raises(ConfigError, match=r"holding clients \[3\] report other data"):
+        run_on_grid(fake_grid(job, range(4), fate=_halve_weight_of(3)), job,
+                    resume_from=checkpoint)
+    # its node joins after the resume's handshake, with other data: refused
+    grid = fake_grid(job, range(4), fate=_halve_weight_of(3))
+    _LateNode(grid)
+    resumed = run_on_grid(grid, job, checkpoint=checkpoint, resume_from=checkpoint)
+    assert "client 3" in resumed.config["refused_nodes"][1003]
+    assert not any(kind == "train" and node == 1003 for kind, _, node in grid.sent)
+    assert all(3 not in r["delivered_clients"] for r in resumed.records[4:])

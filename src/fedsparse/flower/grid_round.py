@@ -30,18 +30,19 @@ __all__ = ["evaluate_on_nodes", "grid_executor"]
 
 def grid_executor(grid: Grid, job: Job, algorithm, table: dict[int, dict],
                   refusals: Refusals, weights: torch.Tensor,
-                  feature_shape: tuple[int, ...]):
+                  feature_shape: tuple[int, ...], reports: dict[str, str] | None = None):
     """``execute`` for :class:`~fedsparse.rounds.RoundLoop`: one ``train`` message per
     sampled client that has a live node; a client without one, and a reply that is an
     error, late, malformed or of the wrong shape, is a failed upload of that client
-    (logged, counted, never fatal)."""
+    (logged, counted, never fatal). ``reports``: what the nodes that join must report
+    (:func:`~fedsparse.flower.handshake.add_joined`)."""
     fl = job.flower
     timeout, poll = float(fl["round_timeout"]), float(fl["poll_interval"])
 
     def execute(t: int, clients: torch.Tensor, payload: torch.Tensor, config: dict,
                 state_rows) -> Replies:
         nodes_now = set(grid.get_node_ids())
-        add_joined(grid, table, refusals, nodes_now, job, weights, feature_shape)
+        add_joined(grid, table, refusals, nodes_now, job, weights, feature_shape, reports)
         S, P = int(clients.shape[0]), int(payload.shape[-1])
         problems: dict[int, str] = {}
         # A client whose node has gone offline is not sent anything (and so not delivered):

@@ -24,6 +24,7 @@ from ..screening import cut
 from .job import Job
 from .messaging import exchange, message_ttl
 from .replies import Refused, node_info
+from .server_checkpoint import node_report
 
 __all__ = ["HANDSHAKE_TRIES", "Refusals", "add_joined", "handshake", "node_statistics",
            "wait_for_nodes"]
@@ -140,16 +141,27 @@ def _keep_the_runs(table: dict[int, dict], refusals: Refusals, value_of, expecte
 
 
 def add_joined(grid: Grid, table: dict[int, dict], refusals: Refusals, nodes_now: set,
-               job: Job, weights: torch.Tensor, feature_shape: tuple[int, ...]) -> None:
+               job: Job, weights: torch.Tensor, feature_shape: tuple[int, ...],
+               reports: dict[str, str] | None = None) -> None:
     """Handshake with the nodes that joined (or rejoined with a new id) since, or have not
     answered yet; update ``table`` and ``weights`` in place, keeping a partition that an
-    online node still holds. A refused node is not asked again."""
+    online node still holds. A refused node is not asked again.
+
+    ``reports`` (a resumed run: its checkpoint's
+    :func:`~fedsparse.flower.server_checkpoint.node_reports`): a node whose client is in
+    it must report the same data, else it is refused, as the handshake of the resume
+    refuses the whole checkpoint."""
     known = {info["node_id"] for info in table.values()} | set(refusals.reasons)
     new = sorted(nodes_now - known)
     if not new:
         return
     statistics = frozenset(next(iter(table.values()))["stats"]) if table else None
     for pid, info in handshake(grid, new, job, refusals, feature_shape, statistics).items():
+        if reports and str(pid) in reports and node_report(info) != reports[str(pid)]:
+            refusals.refuse(info["node_id"], f"it reports other data for client {pid} (counts, "
+                            "weights, shape or statistics) than the checkpoint this run "
+                            "resumes was written with")
+            continue
         old = table.get(pid)
         if old is not None and old["node_id"] in nodes_now:
             refusals.refuse(info["node_id"], f"partition_id={pid} is held by the online node "

@@ -213,19 +213,23 @@ def run_on_grid(grid: Grid, job: Job, *, callback: Callable | None = None,
         if callback is not None:
             callback(record, state)
 
+    # A resumed run's checkpoint's node reports: a client's node that joins later must
+    # report the same data, and a client whose node is not back stays in the next
+    # checkpoints, so a second resume still checks it.
+    earlier: dict[str, str] = {}
     loop = RoundLoop(bound, weights, job.seed, per_round,
                      checked_channel(job.build_channel(), N, job.rounds),
                      grid_executor(grid, job, bound, table, refusals, weights,
-                                    feature_shape),
+                                   feature_shape, earlier),
                      evaluate, ClientStore(None), eval_every=int(fl["evaluate_every"]),
                      max_update_norm=max_norm, max_update_ratio=max_ratio,
                      stop_on_nonfinite_upload=False, every_round=support)
-    nodes = node_reports(table)
     start = 0
     if saved is not None:
         ckpt = validate_checkpoint(saved, path=resume_from, rounds=job.rounds, state=state,
                                    client_state=None, file_size=resume_from.stat().st_size)
-        check_same_nodes(ckpt.get("nodes"), nodes, resume_from)
+        check_same_nodes(ckpt.get("nodes"), node_reports(table), resume_from)
+        earlier.update(ckpt["nodes"])
         state, start = ckpt["state"], ckpt["round"]
         history.records, history.initial = ckpt["records"], ckpt["initial"]
         log(INFO, "fedsparse: resuming at round %d of %d from %s", start, job.rounds,
@@ -239,7 +243,9 @@ def run_on_grid(grid: Grid, job: Job, *, callback: Callable | None = None,
         save_checkpoint(checkpoint, {
             "format": CHECKPOINT_FORMAT, "round": done_rounds, "state": state,
             "client_state": None, "records": record_lines.text(history.records),
-            "initial": history.initial, "fingerprint": fingerprint, "nodes": nodes,
+            "initial": history.initial, "fingerprint": fingerprint,
+            # every client a node has held, late joiners included (``table`` grows)
+            "nodes": {**earlier, **node_reports(table)},
             "refused_nodes": dict(refusals.reasons)})
 
     state = loop.run(state, history, start, job.rounds, callback=logged, progress=False,

@@ -9,10 +9,10 @@ machine lost) is continued by starting it again on the same folder with
 ``flower.resume = true`` (``flwr run ... --run-config 'flower.resume=true'``): the server
 reads the checkpoint, checks that it was written by this job -- the same settings except
 ``rounds`` (a run may be extended), and nodes that report the same data for the clients
-they held then -- and goes on from its round. The nodes its run refused stay refused
-(never asked again) and listed in ``refused_nodes``, as in the uninterrupted run. Without
-a checkpoint there, a resumed run starts at round 0 (so a restart policy may always set
-``resume``).
+they held then, or join later (a node that joins with other data is refused) -- and
+goes on from its round. The nodes its run refused stay refused (never asked again) and
+listed in ``refused_nodes``, as in the uninterrupted run. Without a checkpoint there, a
+resumed run starts at round 0 (so a restart policy may always set ``resume``).
 
 The state of clients that keep some between rounds (personalised algorithms, SAFARI with
 FedSpa's masks) lives on the nodes, in the Flower run's context, and a new Flower run
@@ -100,16 +100,17 @@ def server_fingerprint(job) -> dict:
                                        float(flower["max_update_ratio"]) or None)}
 
 
+def node_report(info: dict) -> str:
+    """A digest of what a node said of its client's data in the handshake (example
+    counts, weight, feature shape, statistics)."""
+    said = {k: info[k] for k in ("count", "test_count", "weight", "feature_shape", "stats")}
+    text = json.dumps(said, sort_keys=True, default=str)
+    return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
+
+
 def node_reports(table: dict[int, dict]) -> dict[str, str]:
-    """``{partition id: digest}`` of what each node said of its client's data in the
-    handshake (example counts, weight, feature shape, statistics)."""
-    out = {}
-    for pid, info in table.items():
-        said = {k: info[k] for k in ("count", "test_count", "weight", "feature_shape",
-                                     "stats")}
-        text = json.dumps(said, sort_keys=True, default=str)
-        out[str(pid)] = hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
-    return out
+    """``{partition id: digest}`` (:func:`node_report`) of every client in ``table``."""
+    return {str(pid): node_report(info) for pid, info in table.items()}
 
 
 def saved_refusals(saved, path: Path) -> dict[int, str]:
@@ -129,7 +130,8 @@ def saved_refusals(saved, path: Path) -> dict[int, str]:
 def check_same_nodes(saved, now: dict[str, str], path: Path) -> None:
     """Refuse to continue a run whose clients now report other data: each client held
     by a node both then and now must report what it did then (a client whose node has
-    not come back yet may join later, as in any run)."""
+    not come back yet may join later, as in any run, and is held to the same:
+    :func:`fedsparse.flower.handshake.add_joined`)."""
     if not isinstance(saved, dict):
         raise ConfigError(f"checkpoint {str(path)!r} is damaged: it has no node reports")
     changed = sorted(int(pid) for pid in now if pid in saved and saved[pid] != now[pid])
