@@ -266,3 +266,21 @@ def test_a_client_whose_node_joined_late_is_held_to_its_data_on_resume(fake_grid
     assert "client 3" in resumed.config["refused_nodes"][1003]
     assert not any(kind == "train" and node == 1003 for kind, _, node in grid.sent)
     assert all(3 not in r["delivered_clients"] for r in resumed.records[4:])
+
+
+def test_an_out_dir_under_home_is_saved_there(fake_grid, tmp_path, monkeypatch):
+    """``flower.out_dir = "~/result"`` is the home folder's ``result``, as in the
+    simulator's ``--out``, not a folder named ``~`` in the ServerApp's working folder."""
+    home, cwd = tmp_path / "home", tmp_path / "cwd"
+    home.mkdir()
+    cwd.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(cwd)
+    job = _job("~/result")
+    stopped = make_server_app(job, callback=_stop_after(3))
+    with pytest.raises(Stop):
+        _serve(stopped, fake_grid(job, range(4)))
+    assert (home / "result" / CHECKPOINT).exists()
+    _serve(make_server_app(_job("~/result", resume=True)), fake_grid(job, range(4)))
+    assert (home / "result" / "model.npy").exists()
+    assert list(cwd.iterdir()) == []

@@ -20,7 +20,8 @@ A *job* is one fedsparse run, written like a run of an experiment config::
     min_nodes = 0                     # nodes to wait for (0 = one per client)
     evaluate_every = 0                # evaluate on the nodes every k rounds (0 = at the end
                                       # only, -1 = never)
-    out_dir = ""                      # where the ServerApp saves history + model ("" = nowhere)
+    out_dir = ""                      # where the ServerApp saves history + model ("" = nowhere;
+                                      # "~" = its home; relative: to its working folder)
     poll_interval = 0.2               # seconds between two pulls for replies
     max_update_norm = 0.0             # refuse uploads farther than this (l2) from the
                                       # broadcast (0 = no absolute bound)

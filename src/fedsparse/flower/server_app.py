@@ -60,7 +60,7 @@ from flwr.app import Context
 from flwr.common.logger import log
 from flwr.serverapp import Grid, ServerApp
 
-from .._validation import ConfigError
+from .._validation import ConfigError, expand_home
 from ..algorithms.base import DataSpec
 from ..channels import checked_channel
 from ..checkpoints import (
@@ -281,7 +281,11 @@ def make_server_app(job: Job | None = None, *, callback: Callable | None = None,
         if the_job is None:
             raise ConfigError("this ServerApp has no fedsparse job: the run config is empty "
                               "and make_server_app() was given none")
-        out_dir = Path(the_job.flower["out_dir"]) if the_job.flower["out_dir"] else None
+        # "~" is the home folder, as for the simulator's --out; a relative folder is
+        # relative to the ServerApp's working folder (the SuperLink's), so the messages
+        # name it in full
+        out_dir = expand_home("flower.out_dir", the_job.flower["out_dir"]).absolute() \
+            if the_job.flower["out_dir"] else None
         if out_dir is None:
             history = run_on_grid(grid, the_job, callback=callback)
         else:
