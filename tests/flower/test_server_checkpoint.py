@@ -84,6 +84,11 @@ def test_a_resume_may_extend_the_run_but_not_change_it(fake_grid, tmp_path):
     other = job_from_config({**job.to_dict(), "seed": 3})
     with pytest.raises(ConfigError, match=r"belongs to another run; .*job"):
         run_on_grid(fake_grid(other, range(4)), other, resume_from=checkpoint)
+    shorter = job_from_config({**job.to_dict(), "rounds": 4})
+    with pytest.raises(ConfigError, match=r"already holds 8 rounds, but the resumed run asks "
+                       r"for 4: ask for at least 8 rounds \(--run-config 'rounds=8'\), or "
+                       r"start over in another flower\.out_dir"):
+        run_on_grid(fake_grid(shorter, range(4)), shorter, resume_from=checkpoint)
     stricter = _job(max_update_ratio=10.0)
     with pytest.raises(ConfigError, match="round_rules"):
         run_on_grid(fake_grid(stricter, range(4)), stricter, resume_from=checkpoint)
@@ -217,9 +222,12 @@ def test_a_damaged_checkpoint_is_refused_before_any_node_is_asked(fake_grid, tmp
     checkpoint.write_bytes(data[:len(data) // 2])
     grid = fake_grid(job, range(4))
     with pytest.raises(ConfigError, match=r"checkpoint '.*checkpoint\.pt' has no fedsparse "
-                       "checksum at its end: it is truncated"):
+                       "checksum at its end: it is truncated") as refused:
         run_on_grid(grid, job, resume_from=checkpoint)
     assert grid.sent == []
+    # the simulator's --resume is not an option of a Flower run
+    assert "in another flower.out_dir" in str(refused.value)
+    assert "--resume" not in str(refused.value)
 
 
 class _LateNode:

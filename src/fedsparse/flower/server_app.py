@@ -83,6 +83,7 @@ from .server_checkpoint import (
     CHECKPOINT,
     check_same_nodes,
     checkpoint_to_continue,
+    in_flower_terms,
     node_reports,
     saved_refusals,
     server_fingerprint,
@@ -142,7 +143,8 @@ def run_on_grid(grid: Grid, job: Job, *, callback: Callable | None = None,
         # read and matched to this job before the nodes are waited for (its content is
         # checked against the fresh state below); the nodes its run refused stay refused
         # (never asked again) and listed, as in the uninterrupted run
-        saved = load_checkpoint(resume_from, fingerprint)
+        with in_flower_terms():
+            saved = load_checkpoint(resume_from, fingerprint)
         refusals.reasons.update(saved_refusals(saved.get("refused_nodes"), resume_from))
     nodes = wait_for_nodes(grid, needed, float(fl["wait_timeout"]))
     log(INFO, "fedsparse: %d node(s) connected, %d client(s) in the job", len(nodes), N)
@@ -226,8 +228,10 @@ def run_on_grid(grid: Grid, job: Job, *, callback: Callable | None = None,
                      stop_on_nonfinite_upload=False, every_round=support)
     start = 0
     if saved is not None:
-        ckpt = validate_checkpoint(saved, path=resume_from, rounds=job.rounds, state=state,
-                                   client_state=None, file_size=resume_from.stat().st_size)
+        with in_flower_terms():
+            ckpt = validate_checkpoint(saved, path=resume_from, rounds=job.rounds,
+                                       state=state, client_state=None,
+                                       file_size=resume_from.stat().st_size)
         check_same_nodes(ckpt.get("nodes"), node_reports(table), resume_from)
         earlier.update(ckpt["nodes"])
         state, start = ckpt["state"], ckpt["round"]

@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
+from contextlib import contextmanager
 from pathlib import Path
 
 from .._validation import ConfigError, fail
@@ -140,3 +142,20 @@ def check_same_nodes(saved, now: dict[str, str], path: Path) -> None:
                    f"report other data than when checkpoint {str(path)!r} was written (counts, "
                    "weights, shape or statistics differ); it belongs to another run: give "
                    "another flower.out_dir")
+
+
+@contextmanager
+def in_flower_terms():
+    """The checkpoint checks shared with the simulator name its options (``--rounds``,
+    ``--resume``); a Flower run is told its own: ``--run-config 'rounds=N'`` and another
+    ``flower.out_dir`` (the same folder without ``resume`` is refused while its
+    checkpoint is there)."""
+    try:
+        yield
+    except ConfigError as exc:
+        text = re.sub(r"\(e\.g\. --rounds (\d+)\)", r"(--run-config 'rounds=\1')", str(exc))
+        text = re.sub(r"start (the run )?over without --resume",
+                      r"start \1over in another flower.out_dir", text)
+        if text == str(exc):
+            raise
+        raise ConfigError(text) from None
