@@ -56,10 +56,13 @@ class FakeGrid:
         that raises gives an error reply with the exception, as a SuperNode does.
     nodes : more nodes, ``{node_id: (partition_id, fate)}`` with ``fate(message_type,
         group_id)`` as above: two nodes may claim one partition.
+    node_config : more node config for every node (e.g. ``{"state-dir": ...}``).
+    run_id : the Flower run's id (a resumed run is another run).
     """
 
     def __init__(self, job, partitions, fate=lambda kind, group, pid: "ok",
-                 nodes: dict[int, tuple[int, Callable]] | None = None):
+                 nodes: dict[int, tuple[int, Callable]] | None = None,
+                 node_config: dict | None = None, run_id: int = 1):
         from flwr.app import Context, RecordDict
 
         from fedsparse.flower import make_client_app
@@ -70,9 +73,10 @@ class FakeGrid:
         self.nodes = {}
         extra = {1000 + pid: (pid, None) for pid in partitions} | dict(nodes or {})
         for node, (pid, node_fate) in extra.items():
-            self.nodes[node] = Context(run_id=1, node_id=node, state=RecordDict(),
+            self.nodes[node] = Context(run_id=run_id, node_id=node, state=RecordDict(),
                                        node_config={"partition-id": pid,
-                                                    "num-partitions": job.num_clients},
+                                                    "num-partitions": job.num_clients,
+                                                    **(node_config or {})},
                                        run_config={})
             if node_fate is not None:
                 self.fates[node] = node_fate

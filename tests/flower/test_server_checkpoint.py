@@ -16,7 +16,7 @@ from flwr.app import Context, RecordDict  # noqa: E402
 
 from fedsparse import ConfigError  # noqa: E402
 from fedsparse.flower import codec, job_from_config, make_server_app  # noqa: E402
-from fedsparse.flower.server_app import run_on_grid  # noqa: E402
+from fedsparse.flower.server_app import FlowerRunError, run_on_grid  # noqa: E402
 from fedsparse.flower.server_checkpoint import CHECKPOINT, checkpoint_to_continue  # noqa: E402
 from fedsparse.rounds import DivergenceError  # noqa: E402
 
@@ -111,30 +111,24 @@ def test_a_resume_whose_nodes_report_other_data_is_refused(fake_grid, tmp_path):
 
 def test_the_out_dir_rules_before_any_node_is_asked(tmp_path):
     out = tmp_path / "run"
-    assert checkpoint_to_continue(out, resume=True, stateful_clients=False,
-                                  algorithm="fed_iter_ht") is None  # none yet: round 0
+    assert checkpoint_to_continue(out, resume=True) is None  # none yet: round 0
     out.mkdir()
     (out / "model.npy").write_bytes(b"x")
     with pytest.raises(ConfigError, match=r"flower\.out_dir=.*already holds a run's "
                        r"model\.npy; give another folder"):
-        checkpoint_to_continue(out, resume=False, stateful_clients=False, algorithm="a")
+        checkpoint_to_continue(out, resume=False)
     (out / "model.npy").unlink()
     (out / CHECKPOINT).write_bytes(b"x")
     with pytest.raises(ConfigError, match=r"flower\.out_dir=.*holds the checkpoint\.pt of a "
                        r"stopped run; continue it with flower\.resume = true"):
-        checkpoint_to_continue(out, resume=False, stateful_clients=False, algorithm="a")
-    assert checkpoint_to_continue(out, resume=True, stateful_clients=False,
-                                  algorithm="a") == out / CHECKPOINT
-    with pytest.raises(ConfigError, match=r"flower\.resume=True is invalid: fedmac's clients "
-                       "keep state between rounds on the nodes"):
-        checkpoint_to_continue(out, resume=True, stateful_clients=True, algorithm="fedmac")
+        checkpoint_to_continue(out, resume=False)
+    assert checkpoint_to_continue(out, resume=True) == out / CHECKPOINT
     (out / "history.jsonl").write_text("{}\n")
     with pytest.raises(ConfigError, match=r"already holds a finished run's history\.jsonl"):
-        checkpoint_to_continue(out, resume=True, stateful_clients=False, algorithm="a")
+        checkpoint_to_continue(out, resume=True)
     (tmp_path / "file").write_text("x")
     with pytest.raises(ConfigError, match="is a file"):
-        checkpoint_to_continue(tmp_path / "file", resume=False, stateful_clients=False,
-                               algorithm="a")
+        checkpoint_to_continue(tmp_path / "file", resume=False)
 
 
 def test_resume_needs_an_out_dir_and_a_bool():
@@ -292,3 +286,117 @@ def test_an_out_dir_under_home_is_saved_there(fake_grid, tmp_path, monkeypatch):
     _serve(make_server_app(_job("~/result", resume=True)), fake_grid(job, range(4)))
     assert (home / "result" / "model.npy").exists()
     assert list(cwd.iterdir()) == []
+
+
+#: Jobs whose clients keep state between rounds, and the rounds in which client 1's node
+#: is unreachable: FedMac (averaging 2 of the 4 clients) and Per-FedAvg (2 trained a
+#: round), whose state is the personalised model evaluated at round 6 (client 1 misses
+#: rounds 5 and 6, so its round-4 model is evaluated); SAFARI with FedSpa's masks, which
+#: client 1 trains from again in round 6 after missing round 5.
+STATEFUL = {
+    "fedmac": ({"kind": "fedmac", "lam": 0.5, "step_size": 0.05, "personal_step_size": 0.05,
+                "gamma": 0.05, "gamma_w": 0.05, "rho": 0.01, "local_steps": 3,
+                "batch_size": 5, "clients_per_round": 2}, None, ("5", "6")),
+    "per_fedavg": ({"kind": "per_fedavg", "step_size": 0.05, "inner_step_size": 0.05,
+                    "local_steps": 2, "batch_size": 5}, 2, ("5", "6")),
+    "safari_fedspa": ({"kind": "safari", "density": 0.5, "local_steps": 2, "batch_size": 5,
+                       "step_size": 0.01, "pruner": "fedspa"}, None, ("5",)),
+}
+
+
+def _stateful_job(kind):
+    algorithm, per_round, _ = STATEFUL[kind]
+    return job_from_config({
+        **JOB, "clients_per_round": per_round, "algorithm": algorithm,
+        "data": {"kind": "fedprox_synthetic", "num_clients": 4, "dim": 12, "num_classes": 3},
+        "problem": {"kind": "softmax", "num_classes": 3}})
+
+
+@pytest.mark.parametrize("kind", sorted(STATEFUL))
+def test_clients_that_keep_state_on_disk_resume_with_the_checkpoints_state(fake_grid, tmp_path,
+                                                                          kind):
+    """The stopped run's nodes trained past the checkpoint (round 5 of 6, checkpoint at
+    4); the resumed run's nodes (new contexts, the same disks) go on with each client's
+    state as of round 4 and end where the uninterrupted run ends, personalised models
+    included. In both, client 1's node is unreachable in round 5 (:data:`STATEFUL`), so
+    its state after round 4 is read back, not the one the stopped run left on its disk
+    after round 5."""
+    offline = STATEFUL[kind][2]
+
+    def client_1_offline(kind, group, pid):
+        return "error" if kind == "train" and group in offline and pid == 1 else "ok"
+
+    job = _stateful_job(kind)
+    whole = run_on_grid(fake_grid(job, range(4), client_1_offline), job)
+    disks = {"state-dir": str(tmp_path / "nodes")}
+    checkpoint = tmp_path / CHECKPOINT
+    with pytest.raises(Stop):
+        run_on_grid(fake_grid(job, range(4), node_config=disks, run_id=7), job,
+                    checkpoint=checkpoint, callback=_stop_after(5))
+    resumed = run_on_grid(fake_grid(job, range(4), client_1_offline, node_config=disks,
+                                    run_id=8), job, checkpoint=checkpoint,
+                          resume_from=checkpoint)
+    assert torch.equal(resumed.model, whole.model)
+    assert _rows(resumed) == _rows(whole)
+    # a node deletes, as it trains, its states older than the newest one at or before
+    # the checkpoint it was told of: a few are left of the 6 rounds
+    clients = list((tmp_path / "nodes").glob("job-*/client-*"))
+    assert len(clients) == 4
+    for client in clients:
+        rounds = sorted(int(p.stem.removeprefix("after-round-")) for p in client.glob("*.pt"))
+        assert 1 <= len(rounds) <= 3 and max(rounds) <= 6, rounds
+
+
+def test_a_resume_refuses_the_nodes_that_kept_their_clients_state_in_memory(fake_grid,
+                                                                           tmp_path):
+    job = _stateful_job("fedmac")
+    checkpoint = tmp_path / CHECKPOINT
+    with pytest.raises(Stop):
+        run_on_grid(fake_grid(job, range(4)), job, checkpoint=checkpoint,
+                    callback=_stop_after(3))
+    with pytest.raises(FlowerRunError, match=r"no node can continue the run of .*: it keeps "
+                       r"client \d's state in memory only \(no node config state-dir\)"):
+        run_on_grid(fake_grid(job, range(4), run_id=2), job, resume_from=checkpoint)
+    # two of the four nodes kept it: the others are refused, and their clients' uploads
+    # fail, as for clients without a node
+    grid = fake_grid(job, [0, 1], node_config={"state-dir": str(tmp_path / "nodes")}, run_id=3)
+    for pid in (2, 3):
+        grid.nodes[1000 + pid] = type(grid)(job, [pid], run_id=3).nodes[1000 + pid]
+    history = run_on_grid(grid, job, resume_from=checkpoint)
+    assert sorted(history.config["refused_nodes"]) == [1002, 1003]
+    assert all(set(r["delivered_clients"]) <= {0, 1} for r in history.records[3:])
+
+
+def test_a_node_keeps_only_the_states_of_the_runs_history(tmp_path):
+    from fedsparse.flower.node_state import NodeStateStore
+
+    job = _stateful_job("fedmac")
+    store = NodeStateStore(tmp_path, job, 3)
+    fresh = {"w": torch.zeros(1, 5), "steps": torch.zeros(1, dtype=torch.int64)}
+
+    def state(value):
+        return {"w": torch.full((1, 5), float(value)), "steps": torch.tensor([value])}
+
+    store.begin(run_id=1, start=0)
+    for done in (1, 2, 4, 5):  # trained in rounds 1, 2, 4 and 5; checkpoint at round 4
+        store.save(done, state(done))
+    store.prune(saved_round=4)
+    assert sorted(p.name for p in store.folder.glob("*.pt")) == [
+        "after-round-00000004.pt", "after-round-00000005.pt"]
+    assert store.load(fresh, before=5)["w"][0, 0] == 5
+    # the run stopped in round 6; a new run resumes from round 4: round 5's state is of
+    # the stopped run's lost rounds, and goes
+    store.begin(run_id=2, start=4)
+    assert store.load(fresh, before=6)["w"][0, 0] == 4
+    store.save(5, state(50))
+    store.begin(run_id=2, start=4)  # the node restarted within the run: its state stays
+    assert store.load(fresh, before=6)["w"][0, 0] == 50
+    assert store.load(fresh, before=3) is None  # nothing kept before round 4
+    # a file that is not this algorithm's client state is named
+    store.save(6, {"w": torch.zeros(2, 5), "steps": torch.zeros(1, dtype=torch.int64)})
+    with pytest.raises(ConfigError, match=r"client state file '.*after-round-00000006\.pt': "
+                       r"w is not a NaN-free torch\.float32 tensor of shape \(1, 5\)"):
+        store.load(fresh, before=6)
+    (store.folder / "after-round-00000006.pt").write_bytes(b"not a checkpoint")
+    with pytest.raises(ConfigError, match="after-round-00000006"):
+        store.load(fresh, before=6)

@@ -11,7 +11,10 @@ Three message types:
 * ``train`` -- decode the broadcast payload, run ``algorithm.client_update`` with
   S = 1 and ``clients = tensor([partition_id])``, so the counter-based random numbers
   draw the same mini-batches as the embedded simulator, and reply with the encoded
-  upload; per-client algorithm state stays on the node in ``context.state``;
+  upload; per-client algorithm state stays on the node in ``context.state`` and, with
+  the node config ``state-dir``, on its disk, by round, so that a resumed run goes on
+  with the state the client had at the server's checkpoint
+  (:mod:`fedsparse.flower.node_state`);
 * ``evaluate`` -- loss (and accuracy) of the global model on the local data and, for a
   personalised algorithm (FedMac, pFedMe, Per-FedAvg, HeurFedAMP), of this client's
   personalised model, which lives in ``context.state`` and never leaves the node: the
@@ -47,6 +50,7 @@ from ..metrics import evaluate_personal
 from . import codec
 from .job import Job, job_from_config
 from .node_data import NodeData, load_node_data
+from .node_state import NodeStateStore
 
 STATE_KEY = "fedsparse.client_state"
 
@@ -65,6 +69,9 @@ class _Runtime:
     #: P, the size of the model the server sends (a dictionary's coefficients, or the
     #: problem's parameters), computed on the first message.
     model_size: int | None = None
+    #: The client's state on disk (node config ``state-dir``, for an algorithm whose
+    #: clients keep state), or None.
+    store: NodeStateStore | None = None
 
 
 _RUNTIMES: dict[str, _Runtime] = {}
@@ -98,6 +105,12 @@ def _runtime(default_job: Job | None, default_key: dict | None, context: Context
                         torch.ones(job.num_clients, dtype=torch.float64), device)
         rt = _Runtime(job, problem, job.build_algorithm().bind(problem, spec, {}), node,
                       device)
+        state_dir = node_config.get("state-dir")
+        if state_dir is not None and (not isinstance(state_dir, str) or not state_dir):
+            raise fail("node config state-dir", state_dir, "must be a folder path, e.g. "
+                       "--node-config 'state-dir=\"/var/lib/fedsparse\"'")
+        if state_dir and rt.algorithm.stateful_clients:
+            rt.store = NodeStateStore(state_dir, job, node.partition_id)
         if len(_RUNTIMES) > 64:  # a long-lived process serving many runs: do not grow forever
             _RUNTIMES.clear()
         _RUNTIMES[key] = rt
@@ -123,18 +136,31 @@ def _on(device: torch.device, tensors: dict | None) -> dict | None:
     return None if tensors is None else {k: v.to(device) for k, v in tensors.items()}
 
 
-def _client_state(rt: _Runtime, context: Context) -> dict | None:
+def _client_state(rt: _Runtime, context: Context, done: int) -> dict | None:
+    """The client's state once round ``done`` is over: the one this run keeps in its
+    context, else the latest the node's disk holds (a resumed run, or a node restarted
+    within one), else the initial one."""
     if STATE_KEY in context.state:
         return _on(rt.device, codec.record_to_tensors(context.state[STATE_KEY]))
     if not rt.algorithm.stateful_clients:
         return None
-    return rt.algorithm.init_clients(rt.problem, torch.tensor([rt.node.partition_id]),
-                                     rt.job.seed)
+    fresh = rt.algorithm.init_clients(rt.problem, torch.tensor([rt.node.partition_id]),
+                                      rt.job.seed)
+    kept = None if rt.store is None else rt.store.load(fresh, before=done)
+    return fresh if kept is None else kept
 
 
-def _personal_model(rt: _Runtime, context: Context, model: torch.Tensor
+def _begin_run(rt: _Runtime, context: Context, meta) -> None:
+    """Where the client's state is on disk: this run's history only (the server says
+    which round the run started from; an older server says nothing, and no file goes)."""
+    if rt.store is not None and codec.START_ROUND in meta:
+        rt.store.begin(int(context.run_id), _task_int(meta, codec.START_ROUND))
+
+
+def _personal_model(rt: _Runtime, context: Context, model: torch.Tensor, done: int
                     ) -> torch.Tensor | None:
-    """(P,) this client's personalised model, or None if the algorithm has none.
+    """(P,) this client's personalised model once round ``done`` is over, or None if the
+    algorithm has none.
 
     ``algorithm.personalized`` reads the client state kept on the node and, for a client
     that has not trained yet, the server state that stands in for it: the global model
@@ -145,7 +171,7 @@ def _personal_model(rt: _Runtime, context: Context, model: torch.Tensor
     """
     if not rt.algorithm.stateful_clients:
         return None
-    client_state = _client_state(rt, context)
+    client_state = _client_state(rt, context, done)
     if rt.initial is None:
         rt.initial = rt.algorithm.init(rt.problem, rt.job.seed)
     personal = rt.algorithm.personalized(rt.algorithm.with_global_model(rt.initial, model),
@@ -246,7 +272,8 @@ def make_client_app(job: Job | None = None) -> ClientApp:
                 codec.NUM_PARTITIONS: node.num_partitions,
                 codec.COUNT: int(node.train.counts[0]), codec.WEIGHT: float(node.weight),
                 codec.FEATURE_SHAPE: list(DataSpec.of(_local_dataset(node)).feature_shape),
-                codec.DTYPE: str(node.train.X.dtype), codec.SOURCE: node.source}
+                codec.DTYPE: str(node.train.X.dtype), codec.SOURCE: node.source,
+                codec.KEEPS_STATE: rt.store is not None}
         if node.test is not None:  # its evaluate replies must then report the same count
             info[codec.TEST_EXAMPLES] = int(node.test.counts[0])
         # The statistics the server's algorithm.bind needs (e.g. L_i for an "auto" step),
@@ -268,9 +295,10 @@ def make_client_app(job: Job | None = None) -> ClientApp:
             raise fail(f"server task {codec.UPLOAD_ENCODING}", encoding,
                        f"must be one of {', '.join(ENCODINGS)}")
         payload = _model_payload(rt, msg, codec.PAYLOAD)
+        t = _task_int(meta, codec.ROUND)
+        _begin_run(rt, context, meta)
         ctx = ClientContext(rt.problem, rt.node.train, torch.tensor([rt.node.partition_id]),
-                            _task_int(meta, codec.ROUND), rt.job.seed,
-                            state=_client_state(rt, context),
+                            t, rt.job.seed, state=_client_state(rt, context, t),
                             config=_config(msg.content, rt.device))
         try:
             uploads, new_state, info = rt.algorithm.client_update(payload.to(rt.device), ctx)
@@ -278,6 +306,10 @@ def make_client_app(job: Job | None = None) -> ClientApp:
             raise ConfigError(f"the server's train message lacks the config value "
                               f"{exc.args[0]!r} that {rt.algorithm.name} needs") from None
         _store_state(context, new_state)
+        if rt.store is not None and new_state is not None:
+            rt.store.save(t + 1, new_state)
+            if codec.SAVED_ROUND in meta:
+                rt.store.prune(_task_int(meta, codec.SAVED_ROUND))
         content = RecordDict()
         codec.put(content, codec.UPLOAD, uploads[0], encoding)
         metrics = {k: float(v) for k, v in info.items()}
@@ -298,7 +330,11 @@ def make_client_app(job: Job | None = None) -> ClientApp:
         for key in ("objective", "accuracy", "test_objective", "test_accuracy"):
             if measured[key] is not None:
                 metrics[key] = float(measured[key])
-        personal = _personal_model(rt, context, model)
+        meta = msg.content[codec.TASK] if codec.TASK in msg.content else {}
+        _begin_run(rt, context, meta)
+        # the model after round ROUND (an older server says nothing: the latest state)
+        done = _task_int(meta, codec.ROUND) if codec.ROUND in meta else rt.job.rounds
+        personal = _personal_model(rt, context, model, done)
         if personal is not None:
             mine = evaluate_personal(rt.problem, _local_dataset(rt.node), personal[None])
             metrics.update({k: float(v) for k, v in mine.items() if v is not None})

@@ -60,6 +60,12 @@ TASK = "fedsparse"
 ROUND = "round"
 PARTITION_ID = "partition_id"
 UPLOAD_ENCODING = "upload_encoding"
+#: In :data:`TASK` of ``train`` and ``evaluate``: the round the run started from (0, or
+#: its checkpoint's), and of ``train`` the server's last checkpoint round (the round
+#: itself when it keeps none): what a node that keeps its clients' state on disk
+#: (:mod:`fedsparse.flower.node_state`) reads and deletes by.
+START_ROUND = "start_round"
+SAVED_ROUND = "saved_round"
 #: In :data:`NODE` (the handshake): the node's partition id (:data:`PARTITION_ID`), the
 #: number of partitions it was told of, its training examples, the feature shape of
 #: one example (a list of ints), the dtype of its data and where its data came from.
@@ -68,6 +74,9 @@ COUNT = "count"
 FEATURE_SHAPE = "feature_shape"
 DTYPE = "dtype"
 SOURCE = "source"
+#: In :data:`NODE`: whether the node keeps its clients' state on disk (node config
+#: ``state-dir``), which a resumed run of an algorithm with client state needs.
+KEEPS_STATE = "keeps_state"
 #: train: the algorithm's client config, scalars (ConfigRecord) and tensors (ArrayRecord).
 CONFIG = "config"
 CONFIG_ARRAYS = "config.arrays"

@@ -24,17 +24,19 @@ from .handshake import Refusals, add_joined
 from .job import Job
 from .messaging import exchange, message_ttl
 from .replies import Refused, evaluation
+from .server_checkpoint import RunTimeline
 
 __all__ = ["evaluate_on_nodes", "grid_executor"]
 
 
 def grid_executor(grid: Grid, job: Job, algorithm, table: dict[int, dict],
                   refusals: Refusals, weights: torch.Tensor,
-                  feature_shape: tuple[int, ...], reports: dict[str, str] | None = None):
+                  feature_shape: tuple[int, ...], timeline: RunTimeline):
     """``execute`` for :class:`~fedsparse.rounds.RoundLoop`: one ``train`` message per
     sampled client that has a live node; a client without one, and a reply that is an
     error, late, malformed or of the wrong shape, is a failed upload of that client
-    (logged, counted, never fatal). ``reports``: what the nodes that join must report
+    (logged, counted, never fatal). ``timeline``: what the nodes are told of the run's
+    start and checkpoints, and the rules for nodes that join a resumed run
     (:func:`~fedsparse.flower.handshake.add_joined`)."""
     fl = job.flower
     timeout, poll = float(fl["round_timeout"]), float(fl["poll_interval"])
@@ -42,7 +44,7 @@ def grid_executor(grid: Grid, job: Job, algorithm, table: dict[int, dict],
     def execute(t: int, clients: torch.Tensor, payload: torch.Tensor, config: dict,
                 state_rows) -> Replies:
         nodes_now = set(grid.get_node_ids())
-        add_joined(grid, table, refusals, nodes_now, job, weights, feature_shape, reports)
+        add_joined(grid, table, refusals, nodes_now, job, weights, feature_shape, timeline)
         S, P = int(clients.shape[0]), int(payload.shape[-1])
         problems: dict[int, str] = {}
         # A client whose node has gone offline is not sent anything (and so not delivered):
@@ -66,7 +68,9 @@ def grid_executor(grid: Grid, job: Job, algorithm, table: dict[int, dict],
                                         algorithm.broadcast_encoding)
             content[codec.TASK] = ConfigRecord({
                 codec.ROUND: t, codec.PARTITION_ID: pid,
-                codec.UPLOAD_ENCODING: algorithm.upload_encoding})
+                codec.UPLOAD_ENCODING: algorithm.upload_encoding,
+                codec.START_ROUND: timeline.start,
+                codec.SAVED_ROUND: t if timeline.saved is None else timeline.saved})
             msgs.append(Message(content, node, MessageType.TRAIN, group_id=str(t + 1),
                                 ttl=message_ttl(timeout)))
             rows.append(row)
@@ -133,12 +137,15 @@ def _put_config(content: RecordDict, config: dict) -> None:
 
 
 def evaluate_on_nodes(grid: Grid, table: dict, model: torch.Tensor, round: int,
-                      timeout: float, poll: float, personal: bool) -> tuple[dict, int]:
+                      timeout: float, poll: float, personal: bool, start: int = 0
+                      ) -> tuple[dict, int]:
     """Objective (and accuracy) of ``model``, the model after ``round`` rounds, over the
     online nodes whose replies pass :func:`~fedsparse.flower.replies.evaluation`:
     sum_i p_i f_i(x) with the handshake's weights renormalised over them, like the
     simulator's evaluation; and, when the nodes hold personalised models, ``personal_*``
     (train) and ``personal_test_*`` metrics micro-averaged by the nodes' example counts.
+    ``start``: the round the run started from (a node keeping its clients' state on disk
+    reads the state of this run's history, :mod:`fedsparse.flower.node_state`).
 
     Returns
     -------
@@ -150,6 +157,7 @@ def evaluate_on_nodes(grid: Grid, table: dict, model: torch.Tensor, round: int,
     asked = [info for info in table.values() if info["node_id"] in online]
     content = RecordDict()
     codec.put(content, codec.MODEL, model, "auto")
+    content[codec.TASK] = ConfigRecord({codec.ROUND: round, codec.START_ROUND: start})
     msgs = [Message(copy.deepcopy(content) if i else content, info["node_id"],
                     MessageType.EVALUATE, group_id=f"eval-{round}", ttl=message_ttl(timeout))
             for i, info in enumerate(asked)]

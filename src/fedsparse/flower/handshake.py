@@ -24,7 +24,7 @@ from ..screening import cut
 from .job import Job
 from .messaging import exchange, message_ttl
 from .replies import Refused, node_info
-from .server_checkpoint import node_report
+from .server_checkpoint import RunTimeline
 
 __all__ = ["HANDSHAKE_TRIES", "Refusals", "add_joined", "handshake", "node_statistics",
            "wait_for_nodes"]
@@ -142,25 +142,23 @@ def _keep_the_runs(table: dict[int, dict], refusals: Refusals, value_of, expecte
 
 def add_joined(grid: Grid, table: dict[int, dict], refusals: Refusals, nodes_now: set,
                job: Job, weights: torch.Tensor, feature_shape: tuple[int, ...],
-               reports: dict[str, str] | None = None) -> None:
+               timeline: RunTimeline | None = None) -> None:
     """Handshake with the nodes that joined (or rejoined with a new id) since, or have not
     answered yet; update ``table`` and ``weights`` in place, keeping a partition that an
     online node still holds. A refused node is not asked again.
 
-    ``reports`` (a resumed run: its checkpoint's
-    :func:`~fedsparse.flower.server_checkpoint.node_reports`): a node whose client is in
-    it must report the same data, else it is refused, as the handshake of the resume
-    refuses the whole checkpoint."""
+    ``timeline`` (:class:`~fedsparse.flower.server_checkpoint.RunTimeline`): in a
+    resumed run, a node whose client the checkpoint knows must report the same data, and
+    where the clients keep state it must keep it on disk; else it is refused."""
     known = {info["node_id"] for info in table.values()} | set(refusals.reasons)
     new = sorted(nodes_now - known)
     if not new:
         return
     statistics = frozenset(next(iter(table.values()))["stats"]) if table else None
     for pid, info in handshake(grid, new, job, refusals, feature_shape, statistics).items():
-        if reports and str(pid) in reports and node_report(info) != reports[str(pid)]:
-            refusals.refuse(info["node_id"], f"it reports other data for client {pid} (counts, "
-                            "weights, shape or statistics) than the checkpoint this run "
-                            "resumes was written with")
+        why = None if timeline is None else timeline.refusal(pid, info)
+        if why is not None:
+            refusals.refuse(info["node_id"], why)
             continue
         old = table.get(pid)
         if old is not None and old["node_id"] in nodes_now:
@@ -203,3 +201,16 @@ def _warn_if_one_dominates(name: str, values: torch.Tensor) -> None:
             "%.4g; a step size derived from the largest value (step_size=\"auto\") is set by "
             "that one node: check it, or give a numeric step size", top, name,
             float(values[top]), float(values[top]) / median, median)
+
+
+def refuse_unfit_nodes(table: dict[int, dict], weights: torch.Tensor, refusals: Refusals,
+                       timeline: RunTimeline) -> None:
+    """Refuse the nodes of ``table`` that ``timeline`` says cannot take part in a resumed
+    run (:meth:`~fedsparse.flower.server_checkpoint.RunTimeline.refusal`): their clients
+    leave the table and their weight becomes 0, as for a client without a node."""
+    for pid, info in list(table.items()):
+        why = timeline.refusal(pid, info)
+        if why is not None:
+            refusals.refuse(info["node_id"], why)
+            del table[pid]
+            weights[pid] = 0.0

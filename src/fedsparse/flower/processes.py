@@ -296,4 +296,3 @@ class Cluster:
         deadline = time.monotonic() + 5.0
         while processes_using(self.home) and time.monotonic() < deadline:
             time.sleep(0.1)
-

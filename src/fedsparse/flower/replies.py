@@ -108,7 +108,8 @@ def node_info(content, num_clients: int) -> dict:
     -------
     dict
         ``partition_id``, ``count``, ``test_count`` (None without test data),
-        ``weight``, ``feature_shape`` (tuple) and ``stats`` ({name: float}).
+        ``weight``, ``feature_shape`` (tuple), ``stats`` ({name: float}) and
+        ``keeps_state`` (the node keeps its clients' state on disk; False if unsaid).
 
     Raises
     ------
@@ -141,8 +142,12 @@ def node_info(content, num_clients: int) -> dict:
             raise Refused(f"statistic name {shown(name)} is empty or too long")
         # at most float32's largest: the server stores the statistics in the run's dtype
         stats[name] = number(info, key, low=0.0, high=FLOAT32_MAX)
+    keeps_state = _field(info, codec.KEEPS_STATE) if codec.KEEPS_STATE in info else False
+    if not isinstance(keeps_state, bool):
+        raise Refused(f"{codec.KEEPS_STATE}={shown(keeps_state)} is not true or false")
     return {"partition_id": pid, "count": count, "test_count": test_count, "weight": weight,
-            "feature_shape": tuple(int(n) for n in shape), "stats": stats}
+            "feature_shape": tuple(int(n) for n in shape), "stats": stats,
+            "keeps_state": keeps_state}
 
 
 def evaluation(content, node: dict, personal: bool) -> dict:

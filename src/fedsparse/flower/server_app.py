@@ -76,11 +76,19 @@ from ..history import History
 from ..metrics import MODEL_FIELDS
 from ..rounds import DivergenceError, RoundLoop
 from .grid_round import evaluate_on_nodes, grid_executor
-from .handshake import HANDSHAKE_TRIES, Refusals, handshake, node_statistics, wait_for_nodes
+from .handshake import (
+    HANDSHAKE_TRIES,
+    Refusals,
+    handshake,
+    node_statistics,
+    refuse_unfit_nodes,
+    wait_for_nodes,
+)
 from .job import Job, job_from_config
 from .messaging import exchange
 from .server_checkpoint import (
     CHECKPOINT,
+    RunTimeline,
     check_same_nodes,
     checkpoint_to_continue,
     in_flower_terms,
@@ -190,11 +198,16 @@ def run_on_grid(grid: Grid, job: Job, *, callback: Callable | None = None,
                               "runtime": "flower", "nodes": len(table),
                               "refused_nodes": refusals.reasons})
 
+    # What the nodes are told of the run's start and checkpoints; a resumed run's rules
+    # for its nodes (set below once the checkpoint is read).
+    timeline = RunTimeline(saved=None if checkpoint is None else 0)
+
     def evaluate(model, state, store, round: int) -> dict:
         # The simulator's record fields (None where the server cannot know them: it has
         # no ground truth, and no accuracy for a regression problem).
         out = dict.fromkeys(MODEL_FIELDS)
-        metrics, dropped = evaluate_on_nodes(grid, table, model, round, timeout, poll, personal)
+        metrics, dropped = evaluate_on_nodes(grid, table, model, round, timeout, poll, personal,
+                                             timeline.start)
         out.update(metrics)
         if dropped:
             out["evaluations_dropped"] = dropped
@@ -215,14 +228,10 @@ def run_on_grid(grid: Grid, job: Job, *, callback: Callable | None = None,
         if callback is not None:
             callback(record, state)
 
-    # A resumed run's checkpoint's node reports: a client's node that joins later must
-    # report the same data, and a client whose node is not back stays in the next
-    # checkpoints, so a second resume still checks it.
-    earlier: dict[str, str] = {}
     loop = RoundLoop(bound, weights, job.seed, per_round,
                      checked_channel(job.build_channel(), N, job.rounds),
                      grid_executor(grid, job, bound, table, refusals, weights,
-                                   feature_shape, earlier),
+                                   feature_shape, timeline),
                      evaluate, ClientStore(None), eval_every=int(fl["evaluate_every"]),
                      max_update_norm=max_norm, max_update_ratio=max_ratio,
                      stop_on_nonfinite_upload=False, every_round=support)
@@ -233,23 +242,36 @@ def run_on_grid(grid: Grid, job: Job, *, callback: Callable | None = None,
                                        state=state, client_state=None,
                                        file_size=resume_from.stat().st_size)
         check_same_nodes(ckpt.get("nodes"), node_reports(table), resume_from)
-        earlier.update(ckpt["nodes"])
         state, start = ckpt["state"], ckpt["round"]
+        timeline.start, timeline.saved = start, start if checkpoint is not None else None
+        timeline.reports.update(ckpt["nodes"])
+        timeline.needs_kept_state = bound.stateful_clients
+        refuse_unfit_nodes(table, weights, refusals, timeline)
+        if not table:
+            reasons = "; ".join(f"node {n}: {w}" for n, w in list(refusals.reasons.items())[:3])
+            raise FlowerRunError(f"no node can continue the run of {resume_from} ({reasons})")
         history.records, history.initial = ckpt["records"], ckpt["initial"]
         log(INFO, "fedsparse: resuming at round %d of %d from %s", start, job.rounds,
             resume_from)
     else:
         history.initial = loop.initial_record(state, job.rounds)
+        if checkpoint is not None and bound.stateful_clients:
+            memory_only = sorted(pid for pid, info in table.items() if not info["keeps_state"])
+            if memory_only:
+                log(WARNING, "fedsparse: the nodes of clients %s keep their state in memory "
+                    "only (no node config state-dir): if this run stops, a resumed run "
+                    "cannot take them back", memory_only[:10])
     record_lines = RecordLines()
 
     def save(done_rounds: int, state: dict) -> None:
         check_checkpointable(state, f"{type(bound).__name__}.aggregate", checkpoint)
+        timeline.saved = done_rounds
         save_checkpoint(checkpoint, {
             "format": CHECKPOINT_FORMAT, "round": done_rounds, "state": state,
             "client_state": None, "records": record_lines.text(history.records),
             "initial": history.initial, "fingerprint": fingerprint,
             # every client a node has held, late joiners included (``table`` grows)
-            "nodes": {**earlier, **node_reports(table)},
+            "nodes": {**timeline.reports, **node_reports(table)},
             "refused_nodes": dict(refusals.reasons)})
 
     state = loop.run(state, history, start, job.rounds, callback=logged, progress=False,
@@ -293,10 +315,7 @@ def make_server_app(job: Job | None = None, *, callback: Callable | None = None,
         if out_dir is None:
             history = run_on_grid(grid, the_job, callback=callback)
         else:
-            algorithm = the_job.build_algorithm()  # now, not after the rounds
-            resume_from = checkpoint_to_continue(
-                out_dir, resume=the_job.flower["resume"], algorithm=algorithm.name,
-                stateful_clients=algorithm.stateful_clients)
+            resume_from = checkpoint_to_continue(out_dir, resume=the_job.flower["resume"])
             if the_job.flower["resume"] and resume_from is None:
                 log(INFO, "fedsparse: no %s in %s yet: the run starts at round 0",
                     CHECKPOINT, out_dir)

@@ -15,9 +15,12 @@ listed in ``refused_nodes``, as in the uninterrupted run. Without a checkpoint t
 resumed run starts at round 0 (so a restart policy may always set ``resume``).
 
 The state of clients that keep some between rounds (personalised algorithms, SAFARI with
-FedSpa's masks) lives on the nodes, in the Flower run's context, and a new Flower run
-starts without it: such a run cannot be continued, and ``flower.resume`` says so before
-any node is asked for anything. Its checkpoint still holds the last global model.
+FedSpa's masks) lives on the nodes, in the Flower run's context, which a new Flower run
+does not have; a node with the node config ``state-dir`` also keeps it on disk, by round
+(:mod:`fedsparse.flower.node_state`), and a resumed run of such an algorithm goes on
+with the state its clients had at the checkpoint. A node without ``state-dir`` cannot
+take part in it: it is refused (logged, listed in ``refused_nodes``), and its client's
+uploads are failed uploads.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import hashlib
 import json
 import re
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from .._validation import ConfigError, fail
@@ -41,16 +45,13 @@ _RUNTIME_KEYS = ("round_timeout", "wait_timeout", "min_nodes", "poll_interval", 
                  "resume")
 
 
-def checkpoint_to_continue(out: Path, *, resume: bool, stateful_clients: bool,
-                           algorithm: str) -> Path | None:
+def checkpoint_to_continue(out: Path, *, resume: bool) -> Path | None:
     """Check ``flower.out_dir`` before any node is asked for anything.
 
     Parameters
     ----------
     out : the folder (``flower.out_dir``).
     resume : ``flower.resume``.
-    stateful_clients : the algorithm's clients keep state between rounds (on the nodes).
-    algorithm : the algorithm's name, for the message.
 
     Returns
     -------
@@ -60,10 +61,9 @@ def checkpoint_to_continue(out: Path, *, resume: bool, stateful_clients: bool,
     Raises
     ------
     ConfigError
-        naming ``flower.out_dir`` or ``flower.resume``: the folder is a file, it holds a
-        finished run's history (nothing to resume, and never overwritten), it holds a
-        stopped run's checkpoint but ``resume`` is false, or ``resume`` asks to continue
-        a run whose clients' state went with the nodes' earlier run.
+        naming ``flower.out_dir``: the folder is a file, it holds a finished run's
+        history (nothing to resume, and never overwritten), or it holds a stopped run's
+        checkpoint but ``resume`` is false.
     """
     if out.exists() and not out.is_dir():
         raise fail("flower.out_dir", str(out), "is a file; give a folder for the history, "
@@ -80,11 +80,6 @@ def checkpoint_to_continue(out: Path, *, resume: bool, stateful_clients: bool,
         raise fail("flower.out_dir", str(out), f"holds the {CHECKPOINT} of a stopped run; "
                    "continue it with flower.resume = true (flwr run ... --run-config "
                    "'flower.resume=true'), or give another folder")
-    if stateful_clients:
-        raise fail("flower.resume", True, f"{algorithm}'s clients keep state between rounds "
-                   "on the nodes, in the Flower run that stopped, and a new run starts "
-                   f"without it: this run cannot be continued ({checkpoint} holds its last "
-                   "global model); start it again in another flower.out_dir")
     return checkpoint
 
 
@@ -159,3 +154,36 @@ def in_flower_terms():
         if text == str(exc):
             raise
         raise ConfigError(text) from None
+
+
+@dataclass
+class RunTimeline:
+    """What the nodes are told of the run's history, and what a resumed run asks of them.
+
+    Attributes
+    ----------
+    start : the round the run started from (0, or its checkpoint's).
+    saved : the last round checkpointed (the start round when resumed); None without
+        checkpoints, when a node that keeps state on disk keeps only its latest.
+    reports : a resumed run's node reports (:func:`node_reports`), to which the nodes
+        that join later are held; every client a node has held, so that a second resume
+        still checks a client whose node is not back.
+    needs_kept_state : a resumed run of an algorithm whose clients keep state: only
+        nodes that keep it on disk (node config ``state-dir``) can go on.
+    """
+
+    start: int = 0
+    saved: int | None = None
+    reports: dict[str, str] = field(default_factory=dict)
+    needs_kept_state: bool = False
+
+    def refusal(self, pid: int, info: dict) -> str | None:
+        """Why the node of client ``pid``, handshake ``info``, cannot take part, or None."""
+        if str(pid) in self.reports and node_report(info) != self.reports[str(pid)]:
+            return (f"it reports other data for client {pid} (counts, weights, shape or "
+                    "statistics) than the checkpoint this run resumes was written with")
+        if self.needs_kept_state and not info.get("keeps_state"):
+            return (f"it keeps client {pid}'s state in memory only (no node config "
+                    "state-dir), so it lost it with the run that stopped; this resumed run "
+                    "needs the state the client had at the checkpoint")
+        return None
