@@ -140,12 +140,17 @@ def test_a_run_whose_superlink_is_lost_resumes_from_its_checkpoint(cluster, tmp_
     """The server machine is lost once round 2 of 4 is logged (the SuperLink and the
     ServerApp it started are killed); a new SuperLink and new SuperNodes run the job
     again with ``flower.resume``: it goes on from the last checkpoint (round 2, or round 1
-    if the kill came before its save) and ends with the simulator's history and model."""
+    if the kill came before its save) and ends with the simulator's history and model.
+    The job is SAFARI with FedSpa's masks, which each client keeps between rounds: the
+    nodes keep them on their disks (node config ``state-dir``) and the new nodes train
+    from the masks their clients had at the checkpoint."""
     from fedsparse.flower.demo import Cluster
 
     out = tmp_path / "out"
-    job = {**_job(out, rounds=4), "checkpoint_every": 1}
-    project = _two_insecure_nodes(cluster, job, tmp_path / "app")
+    job = {**_job(out, rounds=4), "checkpoint_every": 1,
+           "algorithm": {"kind": "safari", "density": 0.5, "local_steps": 3,
+                         "batch_size": 10, "step_size": 0.01, "pruner": "fedspa"}}
+    project = _two_insecure_nodes(cluster, job, tmp_path / "app", tmp_path)
     lost = []
 
     def lose_the_server_in_round_three(line):
@@ -162,7 +167,7 @@ def test_a_run_whose_superlink_is_lost_resumes_from_its_checkpoint(cluster, tmp_
     again = Cluster(tmp_path / "again")
     request.addfinalizer(again.stop_all)
     resumed = {**job, "flower": {**job["flower"], "resume": True}}
-    project = _two_insecure_nodes(again, resumed, tmp_path / "app-again")
+    project = _two_insecure_nodes(again, resumed, tmp_path / "app-again", tmp_path)
     log = again.run_job(project, "fedsparse-local", timeout=RUN_TIMEOUT)
     assert re.search(r"resuming at round [12] of 4", log), log + again.dump()
     assert (out / "model.npy").exists(), log + again.dump()
@@ -170,14 +175,17 @@ def test_a_run_whose_superlink_is_lost_resumes_from_its_checkpoint(cluster, tmp_
     assert [r["round"] for r in history] == [1, 2, 3, 4]
     assert all(r["delivered_clients"] == [0, 1] for r in history), history
     _check_against_simulator(out, job)
+    assert list((tmp_path / "node1-state").glob("job-*/client-1/after-round-*.pt"))
 
 
-def _two_insecure_nodes(cluster, job: dict, app):
+def _two_insecure_nodes(cluster, job: dict, app, disks):
     """``job``'s app project for ``cluster``, whose SuperLink and two SuperNodes (without
-    TLS) are started and connected."""
+    TLS; node ``i`` keeps its client's state in ``disks / node<i>-state``) are started and
+    connected."""
     project = write_app_project(job, app, address=cluster.address, flwr_home=cluster.home)
     cluster.superlink("--insecure")
     for i in range(2):
-        cluster.supernode(f"node{i}", f"partition-id={i} num-partitions=2", "--insecure")
+        cluster.supernode(f"node{i}", f"partition-id={i} num-partitions=2 "
+                          f'state-dir="{disks / f"node{i}-state"}"', "--insecure")
     cluster.wait_for(lambda: _nodes_active(cluster, 2), 60, "2 SuperNodes to connect")
     return project
