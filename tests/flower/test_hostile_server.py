@@ -766,3 +766,26 @@ def test_an_accuracy_a_hair_above_one_from_rounding_is_an_honest_reply():
     assert evaluation(reply(1.0000000000000002), node, False)["accuracy"] > 1.0
     with pytest.raises(Refused, match="accuracy"):
         evaluation(reply(2.0), node, False)
+
+
+def test_a_regression_nodes_accuracy_is_refused(fake_grid):
+    """A least-squares problem has no accuracy: nodes that all report one (an honest
+    ClientApp never does) must not put one in the history."""
+    from fedsparse.flower.replies import evaluation
+
+    node = {"weight": 0.5, "count": 13}
+    reply = RecordDict({"metrics": MetricRecord({"weight": 0.5, "num-examples": 13,
+                                                 "objective": 0.1, "accuracy": 0.9})})
+    assert evaluation(reply, node, False)["accuracy"] == 0.9  # a classifier's is kept
+    with pytest.raises(Refused, match="accuracy, but the problem is a regression"):
+        evaluation(reply, node, False, classification=False)
+
+    def claim_accuracy(content):
+        content["metrics"]["accuracy"] = 0.99
+
+    job = job_from_config({**JOB, "flower": {**JOB["flower"], "evaluate_every": 1}})
+    grid = fake_grid(job, range(4), fate=lambda kind, group, pid:
+                     claim_accuracy if kind == "evaluate" else "ok")
+    history = run_on_grid(grid, job)
+    assert history.column("accuracy") == [None] * job.rounds
+    assert history.records[-1]["evaluations_dropped"] == 4

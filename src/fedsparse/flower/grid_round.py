@@ -137,15 +137,17 @@ def _put_config(content: RecordDict, config: dict) -> None:
 
 
 def evaluate_on_nodes(grid: Grid, table: dict, model: torch.Tensor, round: int,
-                      timeout: float, poll: float, personal: bool, start: int = 0
-                      ) -> tuple[dict, int]:
+                      timeout: float, poll: float, personal: bool, start: int = 0,
+                      classification: bool = True) -> tuple[dict, int]:
     """Objective (and accuracy) of ``model``, the model after ``round`` rounds, over the
     online nodes whose replies pass :func:`~fedsparse.flower.replies.evaluation`:
     sum_i p_i f_i(x) with the handshake's weights renormalised over them, like the
     simulator's evaluation; and, when the nodes hold personalised models, ``personal_*``
     (train) and ``personal_test_*`` metrics micro-averaged by the nodes' example counts.
-    ``start``: the round the run started from (a node keeping its clients' state on disk
-    reads the state of this run's history, :mod:`fedsparse.flower.node_state`).
+    ``classification``: whether the problem has classes (a regression's nodes report no
+    accuracy, and one that does is left out). ``start``: the round the run started from
+    (a node keeping its clients' state on disk reads the state of this run's history,
+    :mod:`fedsparse.flower.node_state`).
 
     Returns
     -------
@@ -171,7 +173,7 @@ def evaluate_on_nodes(grid: Grid, table: dict, model: torch.Tensor, round: int,
             why = f"error reply: {cut(reply.error.reason)}"
         else:
             try:
-                rows.append(evaluation(reply.content, info, personal))
+                rows.append(evaluation(reply.content, info, personal, classification))
                 continue
             except Refused as exc:
                 why = str(exc)

@@ -150,7 +150,7 @@ def node_info(content, num_clients: int) -> dict:
             "keeps_state": keeps_state}
 
 
-def evaluation(content, node: dict, personal: bool) -> dict:
+def evaluation(content, node: dict, personal: bool, classification: bool = True) -> dict:
     """The checked metrics of one node's evaluate reply.
 
     Parameters
@@ -158,6 +158,8 @@ def evaluation(content, node: dict, personal: bool) -> dict:
     content : the reply's RecordDict.
     node : the node's checked handshake (:func:`node_info`).
     personal : whether the algorithm has personalised models (``personal_*`` metrics).
+    classification : whether the problem has classes; a regression problem has no
+        accuracy, so a reply that reports one is refused.
 
     Returns
     -------
@@ -196,6 +198,8 @@ def evaluation(content, node: dict, personal: bool) -> dict:
                 continue
             if key.startswith("personal_") and not personal:
                 raise Refused(f"{key}, but the algorithm has no personalised models")
+            if key.endswith("accuracy") and not classification:
+                raise Refused(f"{key}, but the problem is a regression (it has no accuracy)")
             if "test_" in key and codec.TEST_EXAMPLES not in out:
                 raise Refused(f"{key} without {codec.TEST_EXAMPLES}")
             out[key] = number(metrics, key, low=0.0, high=high)

@@ -207,7 +207,8 @@ def run_on_grid(grid: Grid, job: Job, *, callback: Callable | None = None,
         # no ground truth, and no accuracy for a regression problem).
         out = dict.fromkeys(MODEL_FIELDS)
         metrics, dropped = evaluate_on_nodes(grid, table, model, round, timeout, poll, personal,
-                                             timeline.start)
+                                             timeline.start,
+                                             problem.task == "classification")
         out.update(metrics)
         if dropped:
             out["evaluations_dropped"] = dropped
