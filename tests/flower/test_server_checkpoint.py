@@ -400,3 +400,31 @@ def test_a_node_keeps_only_the_states_of_the_runs_history(tmp_path):
     (store.folder / "after-round-00000006.pt").write_bytes(b"not a checkpoint")
     with pytest.raises(ConfigError, match="after-round-00000006"):
         store.load(fresh, before=6)
+
+
+def test_two_server_apps_never_write_one_out_dir(fake_grid, tmp_path):
+    """A second ServerApp on the folder of a running one (another process holds it) is
+    refused before it asks any node, naming flower.out_dir; the folder is free again
+    once the first ends."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "out"
+    out.mkdir()
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import fcntl, os, sys, time; fd = os.open(sys.argv[1], "
+         "os.O_RDONLY); fcntl.flock(fd, fcntl.LOCK_EX); print('held', flush=True); "
+         "time.sleep(60)", str(out)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        job = _job(out)
+        grid = fake_grid(job, range(4))
+        with pytest.raises(ConfigError, match=r"flower\.out_dir=.* is in use: .* or choose "
+                           r"another flower\.out_dir"):
+            _serve(make_server_app(job), grid)
+        assert grid.sent == []
+    finally:
+        holder.kill()
+        holder.wait()
+    _serve(make_server_app(job), fake_grid(job, range(4)))
+    assert (out / "model.npy").exists()

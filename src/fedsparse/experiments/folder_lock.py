@@ -15,6 +15,8 @@ file systems), no lock is taken: the folder works as before, unguarded.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from .._validation import fail
@@ -41,7 +43,7 @@ def lock_folder(out: Path, option: str = "--out") -> None:
     except BlockingIOError:
         os.close(fd)
         raise fail(option, str(out), "is in use: another fedsparse command is writing there "
-                   "now; wait until it ends (or stop it), or choose another --out") from None
+                   f"now; wait until it ends (or stop it), or choose another {option}") from None
     except OSError:  # a file system without flock: unguarded, as before
         os.close(fd)
         return
@@ -52,3 +54,17 @@ def release_folder_locks() -> None:
     """Let go of every folder this process holds."""
     while _HELD:
         os.close(_HELD.popitem()[1])
+
+
+@contextmanager
+def folder_held(out: Path, option: str) -> Iterator[None]:
+    """:func:`lock_folder` for the block only (a Flower ServerApp's ``flower.out_dir``):
+    released at its end unless this process held the folder before."""
+    held = os.path.realpath(out) in _HELD
+    lock_folder(out, option)
+    try:
+        yield
+    finally:
+        fd = None if held else _HELD.pop(os.path.realpath(out), None)
+        if fd is not None:
+            os.close(fd)

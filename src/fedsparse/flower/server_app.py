@@ -60,7 +60,7 @@ from flwr.app import Context
 from flwr.common.logger import log
 from flwr.serverapp import Grid, ServerApp
 
-from .._validation import ConfigError, expand_home
+from .._validation import ConfigError, expand_home, fail
 from ..algorithms.base import DataSpec
 from ..channels import checked_channel
 from ..checkpoints import (
@@ -72,6 +72,7 @@ from ..checkpoints import (
 )
 from ..client_store import ClientStore, has_personal_models
 from ..contract import check_checkpointable, check_state, checked_callback
+from ..experiments.folder_lock import folder_held
 from ..history import History
 from ..metrics import MODEL_FIELDS
 from ..rounds import DivergenceError, RoundLoop
@@ -316,19 +317,29 @@ def make_server_app(job: Job | None = None, *, callback: Callable | None = None,
         if out_dir is None:
             history = run_on_grid(grid, the_job, callback=callback)
         else:
-            resume_from = checkpoint_to_continue(out_dir, resume=the_job.flower["resume"])
-            if the_job.flower["resume"] and resume_from is None:
-                log(INFO, "fedsparse: no %s in %s yet: the run starts at round 0",
-                    CHECKPOINT, out_dir)
-            try:
-                history = run_on_grid(grid, the_job, callback=callback,
-                                      checkpoint=out_dir / CHECKPOINT, resume_from=resume_from)
-            except DivergenceError as exc:  # keep the last finite model and its rounds
-                exc.history.save(out_dir, overwrite=True)
-                log(INFO, "fedsparse: history to round %d and the last finite model saved "
-                    "to %s", exc.round - 1, out_dir)
-                raise
-            history.save(out_dir, overwrite=True)
+            if not out_dir.exists():
+                try:
+                    out_dir.mkdir(parents=True)
+                except OSError as exc:
+                    raise fail("flower.out_dir", str(out_dir), "cannot be created: "
+                               f"{exc.strerror}") from None
+            # one ServerApp at a time in the folder (a second would write the same
+            # checkpoint and history), held from before its checks to the last save
+            with folder_held(out_dir, "flower.out_dir"):
+                resume_from = checkpoint_to_continue(out_dir, resume=the_job.flower["resume"])
+                if the_job.flower["resume"] and resume_from is None:
+                    log(INFO, "fedsparse: no %s in %s yet: the run starts at round 0",
+                        CHECKPOINT, out_dir)
+                try:
+                    history = run_on_grid(grid, the_job, callback=callback,
+                                          checkpoint=out_dir / CHECKPOINT,
+                                          resume_from=resume_from)
+                except DivergenceError as exc:  # keep the last finite model and its rounds
+                    exc.history.save(out_dir, overwrite=True)
+                    log(INFO, "fedsparse: history to round %d and the last finite model "
+                        "saved to %s", exc.round - 1, out_dir)
+                    raise
+                history.save(out_dir, overwrite=True)
             log(INFO, "fedsparse: history and model saved to %s", out_dir)
         if on_finish is not None:
             on_finish(history)
