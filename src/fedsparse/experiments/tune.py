@@ -174,16 +174,17 @@ def run_tune(config: dict, space: dict[str, Space | str], *, trials: int,
     first = _runs_at(config, start, cache, metric)
     if seeds:
         check_replicates(first, n_seeds)
-    from ..loggers import resolve_loggers
-
-    trackers = resolve_loggers(loggers, out, experiment=Path(out or "tune").absolute().name)
-    for tracker in trackers:
-        tracker.prepare()
+    # checked before the trackers prepare their folders: a refused resume leaves ``out``
     record = SearchRecord(out, "tuning", {
         "config": config, "space": {n: str(s) for n, s in space.items()}, "trials": trials,
         "metric": metric, "maximize": up, "seeds": seeds, "jobs": jobs, "sampler": sampler,
         "sampler_seed": sampler_seed, "optuna_version": optuna.__version__},
         resume=resume, results=TUNE_FILES[1:])
+    from ..loggers import resolve_loggers
+
+    trackers = resolve_loggers(loggers, out, experiment=Path(out or "tune").absolute().name)
+    for tracker in trackers:
+        tracker.prepare()
     if len(record):
         log(f"continuing the tuning in {out} from the {len(record)} runs it finished before")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
