@@ -45,15 +45,31 @@ def test_safari_section_names_the_models_the_experiments_run():
     assert re.search(r"300 rounds, 3 seeds", section)
 
 
-def test_safari_section_says_which_images_the_global_model_is_evaluated_on():
-    # The CPU-scale runs hold out a share of each client's training images; the
-    # paper-scale runs deal the official test split by label: the page says which is which.
+def test_safari_section_says_which_images_the_global_model_is_evaluated_on(monkeypatch,
+                                                                          tmp_path):
+    # The paper-scale runs deal the official test split by label, and so do the CPU-scale
+    # runs that were moved to it; the others hold out 1/6 of each client's training
+    # images: the page says which is which, by name.
     section = " ".join(_section(DOC.read_text(), 4).split())
-    data = {r["data"]["test_fraction"] for r in resolve_runs(S.fig2_config(S.FULL))}
-    assert data == {1 / 6}, data
+    monkeypatch.setattr(S, "run_safari", lambda config, out, budget, **_: (config, budget))
+    cpu = {name: getattr(S, name.replace("-", "_"))(tmp_path)
+           for name in python_experiments()
+           if name.startswith("safari-") and not name.startswith("safari-paper")}
+    official = section[section.index("the paper-scale runs below do so"):]
+    official = official[:official.index(".")]
+    for name, (config, budget) in cpu.items():
+        data = [r["data"] for r in resolve_runs(config)]
+        if budget.test_split == "official":
+            assert {d["test_split"] for d in data} == {"official"}, name
+            assert f"`{name}`" in official, name
+        else:
+            assert {d["test_fraction"] for d in data} == {1 / 6}, name
+            assert f"`{name}`" not in official, name
+            held = section[section.index("still evaluate on per-client held-out sets"):]
+            assert f"`{name}`" in held[:held.index("`test_fraction = 1/6`")], name
+            assert "the union holds 10,000 images" in section
     paper = [r["data"] for r in resolve_runs(S.fig2_config(SP.PAPER))]
     assert {d["test_split"] for d in paper} == {"official"}
     assert not any("test_fraction" in d for d in paper)
-    assert "`test_fraction = 1/6`" in section and "the union holds 10,000 images" in section
     assert 'test_split="official"' in section and "the paper-scale runs below do so" in section
     assert "all 60,000 Fashion-MNIST training images" in section

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 import statistics
 
 import pytest
@@ -214,7 +215,7 @@ def test_fedmac_prose_quotes_the_committed_per_seed_leads():
         assert quoted in text, quoted
 
 
-NO_COMP = "no compensation"
+COMP, NO_COMP = "compensation", "no compensation"
 
 
 def _jitter_gap(experiment: str, panel: str, run: str, reference: str) -> list[float]:
@@ -746,3 +747,122 @@ def test_fedmac_figure_prose_quotes_the_committed_figures():
             *(f"{run('fedmac-fig6', g)['gm_best']:.2f}" for g in G))]
     for q in quoted:
         assert q in text, q
+
+
+# ------------------------------------------------------------- which images SAFARI tests on
+
+
+SAFARI_CPU = ("safari-fmnist", "safari-pruners", "safari-probability", "safari-sparsity",
+              "safari-fedprox", "safari-fmnist-cnn")
+
+
+def test_safari_runs_say_which_test_split_they_were_tested_on(monkeypatch, tmp_path):
+    # A committed CPU run tests either on the official test split dealt by label or on
+    # 1/6 of each client's share held out: its setting line, and the assumptions table's
+    # test-set row, say which, and the experiment's full budget is the one that ran.
+    from fedsparse.experiments import safari as S
+
+    monkeypatch.setattr(S, "run_safari", lambda config, out, budget, **_: budget)
+    budgets = {name: getattr(S, name.replace("-", "_"))(tmp_path) for name in SAFARI_CPU}
+    text = _page("safari.md")
+    row = text[text.index("| test set |"):text.index("| optimiser |")]
+    named = {}
+    for split, words in (("official", "**official test split** ("),
+                         ("held_out", "**held out** (")):
+        group = row[row.index(words) + len(words):].split(")")[0] if words in row else ""
+        named[split] = set(re.findall(r"`(safari-[a-z-]+)`", group))
+    for experiment in SAFARI_CPU:
+        s = RUNS[experiment]
+        assert s["test_split"] == budgets[experiment].test_split, experiment
+        assert RP.TEST_SPLITS[s["test_split"]] in RP.setting_line(s), experiment
+        assert experiment in named[s["test_split"]], (experiment, named)
+    assert named["official"] | named["held_out"] == set(SAFARI_CPU)
+
+
+def test_collect_reads_the_test_split_of_an_older_safari_analysis(tmp_path):
+    # a safari.json whose budget does not name the split: the run folder's config does
+    out = tmp_path / "out"
+    out.mkdir()
+    s = RUNS["safari-fmnist"]
+    (out / "summary.json").write_text(json.dumps({"rounds": 50, "seeds": 3, "device": "cpu",
+                                                  "gpu": None, "wall_clock_s": 10.0}))
+    budget = {"rounds": 50, "seeds": 3, "max_examples": None, "model": "mlp"}
+    (out / "safari.json").write_text(json.dumps({"budget": budget, "measures": s["measures"],
+                                                 "panels": s["panels"]}))
+    config = ('[defaults.data]\ntest_split = "official"\n\n[[runs]]\nlabel = "a"\n\n'
+              '[[runs]]\nlabel = "b"\n\n[runs.data]\ntest_split = "{}"\n')
+    (out / "config.toml").write_text(config.format("official"))
+    record = json.loads(RP.collect("safari-fmnist", out, runs=tmp_path / "runs").read_text())
+    assert record["test_split"] == "official"
+    assert "tested on the official test split, 50 rounds" in RP.setting_line(record)
+    (out / "config.toml").write_text(config.format("held_out"))
+    with pytest.raises(ConfigError, match="held_out, official; the pages quote runs"):
+        RP.collect("safari-fmnist", out, runs=tmp_path / "runs")
+    budget["test_split"] = "held_out"  # the analysis names it: that is the split
+    (out / "safari.json").write_text(json.dumps({"budget": budget, "measures": s["measures"],
+                                                 "panels": s["panels"]}))
+    record = json.loads(RP.collect("safari-fmnist", out, runs=tmp_path / "runs").read_text())
+    assert record["test_split"] == "held_out"
+
+
+def _seeds(values: list[float], digits: int = 2) -> str:
+    return ", ".join(f"{v:.{digits}f}" for v in values)
+
+
+def _span(values: list[float], digits: int = 1) -> str:
+    return f"{min(values):.{digits}f}-{max(values):.{digits}f}"
+
+
+def test_safari_fmnist_prose_quotes_the_committed_run():
+    # Figures 2 and 5: every number of the bullets and the summary rows, to the digits
+    # printed, and each verdict by the page's rule.
+    text = _page("safari.md")
+    s = RUNS["safari-fmnist"]
+    p06, asym = "MAG + FedAvg, P = 0.6", "MAG + FedAvg, asymmetric P (0.18 / 0.6)"
+    comp06 = _diff("safari-fmnist", p06, "no drop - compensation")
+    comp_asym = _diff("safari-fmnist", asym, "no drop - compensation")
+    assert not _holds(comp06) and not _holds(comp_asym)
+    level = _diff("safari-fmnist", p06, "compensation - no compensation")
+    stall = _diff("safari-fmnist", asym, "compensation - no compensation")
+    assert min(stall) > 0 and _holds(stall)
+    runs = s["panels"][p06]["runs"]
+    jitter = {r: [100 * v for v in runs[r]["jitter"]["values"]] for r in (COMP, NO_COMP)}
+    assert _holds(_jitter_gap("safari-fmnist", p06, NO_COMP, COMP))
+    below = sorted(v for v in level if v > 0)
+    above = sorted(-v for v in level if v < 0)
+    assert len(below) == 1 and len(above) == 2
+    ratios = [d["ratio"] for panel in s["distances"].values() for d in panel["per_seed"]]
+    assert max(ratios) < 0.30
+    dist = [f"{p['ratio']['mean']:.3f} ± {p['ratio']['std']:.3f}"
+            for p in s["distances"].values()]
+    no_drop = s["panels"][p06]["runs"]["no drop"]["score"]["mean"]
+    for quoted in (f"{_mean_std(comp06)} points of score ({_seeds(comp06)} on the three seeds)",
+                   f"{_mean_std(comp_asym)} points of score ({_seeds(comp_asym)} on the three "
+                   "seeds): no difference we can resolve with 3 seeds",
+                   f"no drop - compensation: MAG {_mean_std(comp06)}, SynFlow",
+                   f"MAG {_mean_std(comp_asym)} points ({min(comp_asym):.2f} to "
+                   f"{max(comp_asym):.2f} by seed)",
+                   f"within {abs(statistics.mean(level)):.2f} ± {statistics.stdev(level):.2f} "
+                   f"points of compensation's",
+                   f"one seed ends {below[0]:.1f} points below, two end {above[0]:.1f} and "
+                   f"{above[1]:.1f} points above",
+                   f"jumps by {_mean_std(jitter[NO_COMP])} points",
+                   f"against {_mean_std(jitter[COMP])} with compensation "
+                   f"({_span(jitter[NO_COMP])} against {_span(jitter[COMP])} on every seed)",
+                   f"Accuracy stalls: {_mean_std(stall)} points below compensation "
+                   f"({_span(stall)} on every seed)",
+                   f"within / between = {dist[0]} (P = 0.6) and {dist[1]} (asymmetric)",
+                   "distances are below 0.30 of the between-group ones on every seed",
+                   f"no drop's test accuracy averages {100 * no_drop:.2f}% over rounds 41-50"):
+        assert quoted in text, quoted
+
+
+def test_safari_summary_quotes_the_jitter_ratios_of_the_three_pruners():
+    # no compensation's jitter over compensation's at P = 0.6, from the tables' means
+    text = _page("safari.md")
+    ratios = []
+    for experiment, pruner in (("safari-fmnist", "MAG"), ("safari-pruners", "SynFlow"),
+                               ("safari-pruners", "FedSpa")):
+        runs = RUNS[experiment]["panels"][f"{pruner} + FedAvg, P = 0.6"]["runs"]
+        ratios.append(runs[NO_COMP]["jitter"]["mean"] / runs[COMP]["jitter"]["mean"])
+    assert f"the curve shakes {_span(ratios)} times as much from round to round" in text

@@ -196,7 +196,7 @@ INFO: dict[str, ExperimentInfo] = {
     "fedgradmp-fig9": ExperimentInfo("fedgradmp", "Figure 9", "5 s"),
     "fedgradmp-fig10": ExperimentInfo("fedgradmp", "Figure 10", "4 min"),
     "fedgradmp-fig11": ExperimentInfo("fedgradmp", "Figure 11", "10 s"),
-    "safari-fmnist": ExperimentInfo("safari", "Figures 2 and 5", "15 min", (FASHION,),
+    "safari-fmnist": ExperimentInfo("safari", "Figures 2 and 5", "3.5 min", (FASHION,),
                                     gpu=True),
     "safari-fmnist-cnn": ExperimentInfo("safari", "Figures 2 and 5 (CNN)", "12 min",
                                         (FASHION,), gpu=True),

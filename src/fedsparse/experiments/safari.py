@@ -182,7 +182,8 @@ def finish_safari(config: dict, out, budget: Budget, summary: dict | None = None
                         if not p.startswith(("test_", "distances-", "score_vs_"))]
     summary["plots"] += draw_figures(config, out, config.get("title", ""))
     analysis = {"budget": {"rounds": budget.rounds, "seeds": budget.seeds,
-                           "max_examples": budget.max_examples, "model": budget.model},
+                           "max_examples": budget.max_examples, "model": budget.model,
+                           "test_split": budget.test_split},
                 "measures": {
                     "score": f"mean test accuracy of the last {SCORE_ROUNDS} rounds",
                     "curve_mean": "mean test accuracy over all rounds",

@@ -27,6 +27,7 @@ import argparse
 import json
 import re
 import sys
+import tomllib
 from pathlib import Path
 
 from .._validation import ConfigError
@@ -43,6 +44,9 @@ BLOCK = re.compile(r"(<!-- begin generated: (?P<key>[^>]+?) -->\n)(?P<body>.*?)"
 REQUIRED = ("experiment", "rounds", "seeds", "device", "gpu", "wall_clock_s", "command")
 #: Model names as the pages write them.
 MODEL_NAMES = {"mlp": "MLP 784-100-10", "cnn": "small CNN", "resnet20": "ResNet-20"}
+#: A SAFARI run's test images as the pages write them.
+TEST_SPLITS = {"official": "tested on the official test split",
+               "held_out": "tested on 1/6 of each client's share held out"}
 
 
 # --------------------------------------------------------------------------- collect
@@ -92,6 +96,7 @@ def collect(experiment: str, run_dir: str | Path, *, command: str | None = None,
         budget = analysis["budget"]
         record.update(rounds=budget["rounds"], seeds=budget["seeds"], kind="safari",
                       model=budget["model"], max_examples=budget["max_examples"],
+                      test_split=budget.get("test_split") or _test_split(run_dir),
                       measures=analysis["measures"], panels=analysis["panels"],
                       distances=analysis.get("distances", {}))
     else:
@@ -99,7 +104,7 @@ def collect(experiment: str, run_dir: str | Path, *, command: str | None = None,
                       weighting=summary.get("weighting"),
                       **{k: summary[k] for k in ("table", "runs", "gaps") if k in summary})
     # a FedMac run's weighting is what its FedAvg and FedProx averaged: never assumed
-    needed = (*REQUIRED, "weighting") if record["kind"] == "fedmac" else REQUIRED
+    needed = (*REQUIRED, {"fedmac": "weighting", "safari": "test_split"}[record["kind"]])
     missing = [k for k in needed if record.get(k) is None and k != "gpu"]
     if missing:
         raise ConfigError(f"{run_dir}/summary.json lacks {', '.join(missing)}")
@@ -107,6 +112,19 @@ def collect(experiment: str, run_dir: str | Path, *, command: str | None = None,
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(record, indent=1) + "\n")
     return path
+
+
+def _test_split(run_dir: Path) -> str:
+    """The test split of every run in ``run_dir/config.toml`` (a SAFARI analysis written
+    before its budget named the split does not say it)."""
+    config = tomllib.loads((run_dir / "config.toml").read_text())
+    default = config.get("defaults", {}).get("data", {}).get("test_split", "held_out")
+    splits = {r.get("data", {}).get("test_split", default) for r in config.get("runs", [])}
+    if len(splits) != 1:
+        raise ConfigError(f"{run_dir}/config.toml: its runs test on "
+                          f"{', '.join(sorted(splits)) or 'no runs'}; the pages quote runs "
+                          "that share one test split")
+    return splits.pop()
 
 
 def load_runs(runs: Path = RUNS) -> dict[str, dict]:
@@ -130,6 +148,8 @@ def setting_line(s: dict) -> str:
     data = (f", {s['max_examples']:,} images" if s.get("max_examples")
             else "")
     what = f"{model}{data}, " if model else ""
+    if s.get("kind") == "safari":  # which images the global model was tested on
+        what += f"{TEST_SPLITS[s['test_split']]}, "
     attempts = s.get("attempts", 1)
     parts = f" in {attempts} attempts" if attempts > 1 else ""
     return (f"*{where} run*: {what}{s['rounds']} rounds, {s['seeds']} "
