@@ -256,14 +256,14 @@ def safari_fmnist_cnn(out, *, quick: bool = False, rounds: int | None = None,
 
 
 @register_experiment("safari-pruners", paper="safari",
-                     default_seeds=budget_seeds(SWEEP),
+                     default_seeds=budget_seeds(SWEEP_OFFICIAL),
                      description="Mao et al. 2022 Figs. 3-4 on Fashion-MNIST: SynFlow and "
                                  "FedSpa + FedAvg, no drop vs compensation vs none")
 def safari_pruners(out, *, quick: bool = False, rounds: int | None = None,
                    seeds: int | None = None, resume: bool = False, device=None) -> dict:
     """SynFlow (100 scoring iterations) and FedSpa + FedAvg, otherwise as safari-fmnist.
     Full: 30 rounds x 2 seeds; --quick: 15 rounds, 1 seed, 12,000 images."""
-    budget = _budget(quick, SWEEP, rounds, seeds)
+    budget = _budget(quick, SWEEP_OFFICIAL, rounds, seeds)
     return run_safari(pruners_config(budget), out, budget, resume=resume, device=device)
 
 
