@@ -202,7 +202,7 @@ INFO: dict[str, ExperimentInfo] = {
                                         (FASHION,), gpu=True),
     "safari-pruners": ExperimentInfo("safari", "Figures 3-4", "10.5 min", (FASHION,),
                                      gpu=True),
-    "safari-probability": ExperimentInfo("safari", "Figures 6-7", "19 min", (FASHION,)),
+    "safari-probability": ExperimentInfo("safari", "Figures 6-7", "2.5 min", (FASHION,)),
     "safari-sparsity": ExperimentInfo("safari", "Figure 8", "3.5 min", (FASHION,)),
     "safari-fedprox": ExperimentInfo("safari", "Figures 9-11", "30 min", (FASHION,)),
     "safari-paper-fig2": ExperimentInfo("safari", "Figures 2 and 5 (ResNet-20)", "days",

@@ -93,7 +93,6 @@ from .safari_setup import (
     REFERENCES,
     SCORE_ROUNDS,
     SWEEP,
-    SWEEP_OFFICIAL,
     TEST_FRACTION,
     TRAINING,
     Budget,
@@ -256,14 +255,14 @@ def safari_fmnist_cnn(out, *, quick: bool = False, rounds: int | None = None,
 
 
 @register_experiment("safari-pruners", paper="safari",
-                     default_seeds=budget_seeds(SWEEP_OFFICIAL),
+                     default_seeds=budget_seeds(SWEEP),
                      description="Mao et al. 2022 Figs. 3-4 on Fashion-MNIST: SynFlow and "
                                  "FedSpa + FedAvg, no drop vs compensation vs none")
 def safari_pruners(out, *, quick: bool = False, rounds: int | None = None,
                    seeds: int | None = None, resume: bool = False, device=None) -> dict:
     """SynFlow (100 scoring iterations) and FedSpa + FedAvg, otherwise as safari-fmnist.
     Full: 30 rounds x 2 seeds; --quick: 15 rounds, 1 seed, 12,000 images."""
-    budget = _budget(quick, SWEEP_OFFICIAL, rounds, seeds)
+    budget = _budget(quick, SWEEP, rounds, seeds)
     return run_safari(pruners_config(budget), out, budget, resume=resume, device=device)
 
 
@@ -300,7 +299,7 @@ def safari_probability(out, *, quick: bool = False, rounds: int | None = None,
 
 
 @register_experiment("safari-sparsity", paper="safari",
-                     default_seeds=budget_seeds(SWEEP_OFFICIAL),
+                     default_seeds=budget_seeds(SWEEP),
                      description="Mao et al. 2022 Fig. 8 on Fashion-MNIST: pruned fraction "
                                  "0-0.8, MAG + FedAvg with compensation")
 def safari_sparsity(out, *, quick: bool = False, rounds: int | None = None,
@@ -308,7 +307,7 @@ def safari_sparsity(out, *, quick: bool = False, rounds: int | None = None,
     """MAG + FedAvg with compensation at P = 0.6, pruned fraction in {0, 0.2, 0.4, 0.6, 0.7,
     0.8}; plus the score against the pruned fraction. Full: 30 rounds x 2 seeds;
     --quick: 15 rounds, 1 seed, 12,000 images."""
-    budget = _budget(quick, SWEEP_OFFICIAL, rounds, seeds)
+    budget = _budget(quick, SWEEP, rounds, seeds)
     return run_safari(sparsity_config(budget), out, budget, resume=resume, device=device,
                       sweep=("pruned fraction alpha",
                              lambda r: round(1 - r["algorithm"]["density"], 10),
@@ -321,8 +320,7 @@ __all__ = ["AGGREGATOR_NAMES", "ASYMMETRIC", "Budget", "CNN", "CNN_QUICK", "COMP
            "FASHION_DEBIAN_DIR", "FEDPROX", "FIG2_CLAIM", "FULL", "LABELS_PER_GROUP", "MEASURES",
            "MODELS", "NO_COMP", "NO_DROP", "NUM_CLIENTS", "NUM_GROUPS", "PAD", "PROBABILITIES",
            "PROBABILITY", "PRUNED_FRACTIONS", "PRUNER_NAMES", "QUICK", "REFERENCES",
-           "SCORE_ROUNDS", "SWEEP", "SWEEP_OFFICIAL",
-           "TEST_FRACTION", "TRAINING", "algorithm_table", "analyse",
+           "SCORE_ROUNDS", "SWEEP", "TEST_FRACTION", "TRAINING", "algorithm_table", "analyse",
            "channel_table", "curve_mean", "data_table", "distance_record", "draw_figures",
            "fashion_available", "fig2_config", "figure_panels", "finish_safari",
            "group_distance_ratio", "jitter", "markdown_rows", "plot_heatmap",

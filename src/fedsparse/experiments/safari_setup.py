@@ -97,10 +97,7 @@ class Budget:
 #: is ``"official"`` tests on the official test split dealt by label (:func:`data_table`);
 #: the others on 1/6 of each client's share held out.
 FULL = Budget(rounds=50, seeds=3, test_split="official")
-SWEEP = Budget(rounds=30, seeds=2)
-#: ``SWEEP`` on the official test split: the experiments of ``SWEEP`` moved to it
-#: so far.
-SWEEP_OFFICIAL = Budget(rounds=30, seeds=2, test_split="official")
+SWEEP = Budget(rounds=30, seeds=2, test_split="official")
 FEDPROX = Budget(rounds=20, seeds=2)
 #: Figure 2's asymmetric panel with the small CNN (215,370 parameters), about 23 times the
 #: MLP's cost per round: one seed, 15 rounds on 12,000 images (about 9 minutes).
