@@ -204,7 +204,7 @@ INFO: dict[str, ExperimentInfo] = {
                                      gpu=True),
     "safari-probability": ExperimentInfo("safari", "Figures 6-7", "2.5 min", (FASHION,)),
     "safari-sparsity": ExperimentInfo("safari", "Figure 8", "3.5 min", (FASHION,)),
-    "safari-fedprox": ExperimentInfo("safari", "Figures 9-11", "30 min", (FASHION,)),
+    "safari-fedprox": ExperimentInfo("safari", "Figures 9-11", "2 min", (FASHION,)),
     "safari-paper-fig2": ExperimentInfo("safari", "Figures 2 and 5 (ResNet-20)", "days",
                                         (FASHION,), gpu=True, gpu_runtime=f"36 min{TIMED}"),
     "safari-paper-fig3": ExperimentInfo("safari", "Figure 3 (ResNet-20)", "days", (FASHION,),
