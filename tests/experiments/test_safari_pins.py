@@ -4,8 +4,8 @@ The page's tables are :func:`fedsparse.experiments.safari.markdown_rows` of each
 experiment's ``safari.json``. The slow tests re-run an experiment with the command the page
 gives and assert that every row it prints occurs on the page, so a change in the code that
 moves a quoted number, or an edit of the page that no run gives, fails here
-(``python -m pytest -m slow tests/experiments/test_safari_pins.py``: the six experiments
-take about an hour and a quarter on two shared cores). The default-suite test checks, on
+(``python -m pytest -m slow tests/experiments/test_safari_pins.py``: the six experiments'
+committed runs took 25 minutes together on two shared cores). The default-suite test checks, on
 a run of a few seconds, the claim of Figure 5 that does not need the full budget.
 """
 

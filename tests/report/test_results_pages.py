@@ -1041,3 +1041,43 @@ def test_safari_fedprox_prose_quotes_the_committed_run():
                    f"level within the seed spread, {min(ratios):.1f}-{max(ratios):.1f} times the "
                    "jitter"):
         assert quoted in text, quoted
+
+
+def test_safari_fmnist_cnn_prose_quotes_the_committed_run():
+    # the CNN check: one seed, so every number is that seed's, to the digits printed
+    text = _page("safari.md")
+    cnn, mlp = RUNS["safari-fmnist-cnn"], RUNS["safari-fmnist"]
+    panel = cnn["panels"]["MAG + FedAvg, asymmetric P (0.18 / 0.6)"]
+    runs = {k: {m: 100 * v[m]["mean"] for m in ("score", "curve_mean", "jitter")}
+            for k, v in panel["runs"].items()}
+    gaps = {k: 100 * v["score"]["mean"] for k, v in panel["differences"].items()}
+    assert cnn["seeds"] == 1 and gaps["no drop - compensation"] > 0
+    assert max(runs, key=lambda k: runs[k]["curve_mean"]) == NO_COMP
+    n_cnn = cnn["rounds"] * len(panel["runs"])
+    # safari-fmnist's two panels share their no-drop run: count each run once
+    n_mlp = mlp["rounds"] * mlp["seeds"] * len({tuple(r["score"]["values"]) for p in
+                                                mlp["panels"].values()
+                                                for r in p["runs"].values()})
+    per_cnn, per_mlp = cnn["wall_clock_s"] / n_cnn, mlp["wall_clock_s"] / n_mlp
+    ratio = cnn["distances"]["MAG + FedAvg, asymmetric P (0.18 / 0.6)"]["ratio"]["mean"]
+    for quoted in (f"A round costs about {per_cnn / per_mlp:.0f} times the MLP's here (the "
+                   f"committed runs' wall clocks: {cnn['wall_clock_s']:.0f} s for {n_cnn} "
+                   f"rounds, {per_cnn:.2f} s a round, against {mlp['wall_clock_s']:.0f} s for "
+                   f"`safari-fmnist`'s {n_mlp}, {per_mlp:.2f} s a round)",
+                   "no drop's score, the mean over rounds 6-15, is "
+                   f"{runs['no drop']['score']:.2f}%",
+                   f"({gaps['no drop - no compensation']:.2f} points of score below no drop)",
+                   f"(within / between {ratio:.3f})",
+                   f"ending {gaps['no drop - compensation']:.2f} points of score below no drop "
+                   f"and {gaps['compensation - no compensation']:.2f} above no compensation",
+                   f"jitter {runs[COMP]['jitter']:.2f} against {runs['no drop']['jitter']:.2f} "
+                   "points per round",
+                   f"the highest curve mean, {runs[NO_COMP]['curve_mean']:.2f} against "
+                   f"{runs['no drop']['curve_mean']:.2f}"):
+        assert quoted in text, quoted
+
+
+def test_the_pins_say_how_long_the_committed_runs_took():
+    minutes = sum(RUNS[e]["wall_clock_s"] for e in SAFARI_CPU) / 60
+    assert f"whose committed runs took {minutes:.0f} minutes together on two shared cores" \
+        in _page("safari.md")

@@ -198,7 +198,7 @@ INFO: dict[str, ExperimentInfo] = {
     "fedgradmp-fig11": ExperimentInfo("fedgradmp", "Figure 11", "10 s"),
     "safari-fmnist": ExperimentInfo("safari", "Figures 2 and 5", "3.5 min", (FASHION,),
                                     gpu=True),
-    "safari-fmnist-cnn": ExperimentInfo("safari", "Figures 2 and 5 (CNN)", "12 min",
+    "safari-fmnist-cnn": ExperimentInfo("safari", "Figures 2 and 5 (CNN)", "2.5 min",
                                         (FASHION,), gpu=True),
     "safari-pruners": ExperimentInfo("safari", "Figures 3-4", "10.5 min", (FASHION,),
                                      gpu=True),
