@@ -102,8 +102,8 @@ FEDPROX = Budget(rounds=20, seeds=2, test_split="official")
 #: Figure 2's asymmetric panel with the small CNN (215,370 parameters), about 11 times the
 #: MLP's wall clock per round: one seed, 15 rounds on 12,000 images (about 2.5 minutes).
 CNN = Budget(rounds=15, seeds=1, max_examples=12_000, model="cnn", test_split="official")
-CNN_QUICK = Budget(rounds=2, seeds=1, max_examples=2_000, model="cnn")
-QUICK = Budget(rounds=15, seeds=1, max_examples=12_000)
+CNN_QUICK = Budget(rounds=2, seeds=1, max_examples=2_000, model="cnn", test_split="official")
+QUICK = Budget(rounds=15, seeds=1, max_examples=12_000, test_split="official")
 
 
 def data_table(budget: Budget) -> dict:
