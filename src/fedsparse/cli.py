@@ -198,9 +198,10 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     sweep.add_argument("--quiet", action="store_true",
                        help="no line per grid point (the table and the files are printed)")
     sweep.add_argument("--resume", action="store_true",
-                       help="continue the sweep stopped in --out: the runs it finished are "
-                       "kept (finished.jsonl), the others run (the same config, grid, "
-                       "--metric and --seeds; refused otherwise)")
+                       help="continue the sweep stopped in --out, or extend a finished one: "
+                       "the runs it finished are kept (finished.jsonl), the others run (the "
+                       "same config, --grid fields, --metric and --seeds, refused otherwise; "
+                       "other --grid values are new points)")
     sweep.add_argument("--force", action="store_true",
                        help="replace an earlier sweep or run in --out (only the files "
                        "fedsparse wrote there, unless changed since; your own files stay)")

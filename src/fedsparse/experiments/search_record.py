@@ -50,6 +50,10 @@ class SearchRecord:
     results : the files the search writes at its end: a folder holding any of them but no
         record is refused on ``resume`` (a search from a fedsparse that kept none: there
         is nothing to continue from, and they would be replaced).
+    open_values : the name of a ``settings`` entry, a dict, whose values a continued
+        search may change as long as its keys stay (a sweep's grid: other values of the
+        same fields are other points, whose runs are run; the runs of the points it
+        keeps are read back).
 
     Raises
     ------
@@ -60,7 +64,8 @@ class SearchRecord:
     """
 
     def __init__(self, out: str | Path | None, kind: str, settings: dict, *,
-                 resume: bool = False, results: tuple[str, ...] = ()) -> None:
+                 resume: bool = False, results: tuple[str, ...] = (),
+                 open_values: str | None = None) -> None:
         if not isinstance(resume, bool):
             raise fail("resume", resume, "must be True or False")
         if resume and out is None:
@@ -68,6 +73,7 @@ class SearchRecord:
         self.kind = kind
         self.path = None if out is None else Path(out) / RECORD
         self.settings = json.loads(canonical(settings))
+        self.open_values = open_values
         self._results: dict[str, dict] = {}
         self._started = False  # the header line is in the file
         if self.path is None:
@@ -135,7 +141,13 @@ class SearchRecord:
             raise fail("out", str(out), f"its {RECORD} records a "
                        f"{header.get('search', 'search')!s}, not a {self.kind}: continue it "
                        "with the command that started it, or replace it (--force, or remove it)")
-        differ = differences(header["settings"], self.settings)
+        saved, now = header["settings"], self.settings
+        open_entry = self.open_values
+        if (open_entry is not None and isinstance(saved.get(open_entry), dict)
+                and isinstance(now.get(open_entry), dict)
+                and set(saved[open_entry]) == set(now[open_entry])):
+            saved = {**saved, open_entry: now[open_entry]}  # other values: other points
+        differ = differences(saved, now)
         if differ:
             more = len(differ) - _SHOWN
             text = "; ".join(f"{path}: {canonical(old)} there, {canonical(new)} now"

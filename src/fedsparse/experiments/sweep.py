@@ -20,8 +20,10 @@ Each run (a run of the config at a grid point, for one seed) is kept in ``out`` 
 finishes, in ``finished.jsonl`` (:mod:`fedsparse.experiments.search_record`), so a
 stopped sweep continues with ``resume=True`` (``fedsparse sweep ... --resume``): the
 runs that finished are read back, not run again, and the files are those of a sweep that
-was never stopped. It must be the same sweep: the same config, grid, metric and seeds
-(another ``maximize`` or ``jobs`` is allowed: neither changes a run's result).
+was never stopped. It must be the same sweep: the same config, grid fields, metric and
+seeds (another ``maximize`` or ``jobs`` is allowed: neither changes a run's result). The
+grid's values may change: a stopped or finished sweep continued with more values runs
+only the new points, and its files are those of a sweep of the new grid.
 """
 
 from __future__ import annotations
@@ -85,9 +87,10 @@ def run_sweep(config: dict, grid: dict[str, list], *, out: str | Path | None = N
     loggers : experiment trackers (:func:`fedsparse.loggers.resolve_loggers`) that get
         every run at every point (and seed) as a run named ``<run>/<field>=<value>``,
         their files under ``out`` (a continued sweep logs only the runs it runs).
-    resume : continue the sweep stopped in ``out``: its finished runs are read back from
-        ``finished.jsonl`` and not run again. Without it, a folder holding that record
-        (a stopped or finished sweep) is refused.
+    resume : continue the sweep stopped (or extend the one finished) in ``out``: its
+        finished runs are read back from ``finished.jsonl`` and not run again; the grid
+        may hold other values of the same fields. Without it, a folder holding that
+        record (a stopped or finished sweep) is refused.
 
     Returns
     -------
@@ -125,7 +128,7 @@ def run_sweep(config: dict, grid: dict[str, list], *, out: str | Path | None = N
              for k in range(n_seeds)]
     record = SearchRecord(out, "sweep", {"config": config, "grid": grid,
                                          "metric": metric, "seeds": seeds},
-                          resume=resume, results=SWEEP_FILES[1:])
+                          resume=resume, results=SWEEP_FILES[1:], open_values="grid")
     run_keys = [{"point": points[p], "run": keys[i], "replicate": k % n_seeds}
                 for k, (p, i, _) in enumerate(tasks)]
     trackers = resolve_loggers(loggers, out, experiment=Path(out or "sweep").absolute().name)
