@@ -39,10 +39,6 @@ from ..checkpoints import round_rules
 CHECKPOINT = "checkpoint.pt"
 #: What :meth:`fedsparse.History.save` writes into ``flower.out_dir`` at the end of a run.
 SAVED = ("history.jsonl", "history.csv", "model.npy", "personal_models.npy", "config.json")
-#: ``[flower]`` settings a resumed run may change: how long the server waits, where it
-#: saves, and whether it resumes -- not what the run computes (``round_rules``).
-_RUNTIME_KEYS = ("round_timeout", "wait_timeout", "min_nodes", "poll_interval", "out_dir",
-                 "resume")
 
 
 def checkpoint_to_continue(out: Path, *, resume: bool) -> Path | None:
