@@ -22,6 +22,7 @@ from .._validation import ConfigError, expand_home, fail
 from .html_parts import (
     COLORS,
     DASHES,
+    SHAPE_ERRORS,
     cell,
     details,
     esc,
@@ -120,8 +121,7 @@ def render(folder: str | Path) -> str:
         raise fail("DIR", str(folder), "is not a fedsparse run, sweep or tuning folder")
     try:
         return run_page(folder) if kind == "run" else sweep_page(folder, kind)
-    except (ValueError, TypeError, AttributeError, KeyError, IndexError,
-            ArithmeticError) as exc:
+    except SHAPE_ERRORS as exc:
         if isinstance(exc, ConfigError):
             raise
         # a file of the right syntax but another shape (a copied or edited folder)
