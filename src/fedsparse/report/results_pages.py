@@ -104,7 +104,7 @@ def collect(experiment: str, run_dir: str | Path, *, command: str | None = None,
                       weighting=summary.get("weighting"),
                       **{k: summary[k] for k in ("table", "runs", "gaps") if k in summary})
     # a FedMac run's weighting is what its FedAvg and FedProx averaged: never assumed
-    needed = (*REQUIRED, {"fedmac": "weighting", "safari": "test_split"}[record["kind"]])
+    needed = (*REQUIRED, "weighting") if record["kind"] == "fedmac" else REQUIRED
     missing = [k for k in needed if record.get(k) is None and k != "gpu"]
     if missing:
         raise ConfigError(f"{run_dir}/summary.json lacks {', '.join(missing)}")
