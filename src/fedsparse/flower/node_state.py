@@ -21,7 +21,6 @@ deleted as the run goes, so a node keeps at most a few.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -31,7 +30,7 @@ import torch
 
 from .._validation import ConfigError
 from ..checkpoint_file import read_checkpoint, save_checkpoint
-from .server_checkpoint import server_fingerprint
+from .server_checkpoint import json_digest, server_fingerprint
 
 __all__ = ["NodeStateStore", "job_digest"]
 
@@ -43,8 +42,7 @@ _TIMELINE = "timeline.json"
 def job_digest(job) -> str:
     """A short digest of ``job`` without its rounds and server settings: a run of the
     same job extended or resumed finds its clients' state under it."""
-    text = json.dumps(server_fingerprint(job), sort_keys=True)
-    return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
+    return json_digest(server_fingerprint(job))
 
 
 class NodeStateStore:

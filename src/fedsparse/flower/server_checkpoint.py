@@ -93,12 +93,17 @@ def server_fingerprint(job) -> dict:
                                        float(flower["max_update_ratio"]) or None)}
 
 
+def json_digest(value) -> str:
+    """A short digest of ``value``'s JSON text (keys sorted, other objects as text)."""
+    text = json.dumps(value, sort_keys=True, default=str)
+    return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
+
+
 def node_report(info: dict) -> str:
     """A digest of what a node said of its client's data in the handshake (example
     counts, weight, feature shape, statistics)."""
-    said = {k: info[k] for k in ("count", "test_count", "weight", "feature_shape", "stats")}
-    text = json.dumps(said, sort_keys=True, default=str)
-    return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
+    return json_digest({k: info[k] for k in ("count", "test_count", "weight",
+                                              "feature_shape", "stats")})
 
 
 def node_reports(table: dict[int, dict]) -> dict[str, str]:
