@@ -147,3 +147,28 @@ def _tiny_toml(*, rounds: int = 2, labels: Sequence[str] = ("Fed-HT", "FedIter-H
 def tiny_toml():
     """:func:`_tiny_toml`: ``tiny_toml(rounds=3, labels=("A", "B"))`` is a config's text."""
     return _tiny_toml
+
+
+@pytest.fixture
+def count_runs(monkeypatch):
+    """``count_runs(module)`` counts the runs a search evaluates (``module._evaluate``,
+    a sweep's or a tuning's): ``.count`` of the returned object is the number started,
+    ``.original`` the unpatched function, and ``.stop_after = k`` stops the search (as
+    Ctrl-C does) when run k + 1 starts."""
+    def patch(module):
+        evaluate = module._evaluate
+
+        class Runs:
+            count = 0
+            stop_after = None
+            original = evaluate
+
+        def counted(*args, **kwargs):
+            if Runs.stop_after is not None and Runs.count >= Runs.stop_after:
+                raise KeyboardInterrupt
+            Runs.count += 1
+            return evaluate(*args, **kwargs)
+
+        monkeypatch.setattr(module, "_evaluate", counted)
+        return Runs
+    return patch

@@ -24,23 +24,10 @@ def tiny(tmp_path, tiny_toml):
 
 
 @pytest.fixture
-def runs(monkeypatch):
+def runs(count_runs):
     """The trials' runs, counted; ``runs.stop_after = k`` stops the tuning (as Ctrl-C
     does) when run k + 1 starts."""
-    evaluate = tune._evaluate
-
-    class Runs:
-        count = 0
-        stop_after = None
-
-    def counted(*args, **kwargs):
-        if Runs.stop_after is not None and Runs.count >= Runs.stop_after:
-            raise KeyboardInterrupt
-        Runs.count += 1
-        return evaluate(*args, **kwargs)
-
-    monkeypatch.setattr(tune, "_evaluate", counted)
-    return Runs
+    return count_runs(tune)
 
 
 def _quiet(*_):

@@ -24,24 +24,10 @@ def tiny(tmp_path, tiny_toml):
 
 
 @pytest.fixture
-def runs(monkeypatch):
+def runs(count_runs):
     """The runs the sweep evaluates, counted; ``runs.stop_after = k`` stops the sweep
     (as Ctrl-C does) when run k + 1 starts."""
-    evaluate = sweep._evaluate
-
-    class Runs:
-        count = 0
-        stop_after = None
-        original = evaluate  # the workers' own, unpatched
-
-    def counted(*args, **kwargs):
-        if Runs.stop_after is not None and Runs.count >= Runs.stop_after:
-            raise KeyboardInterrupt
-        Runs.count += 1
-        return evaluate(*args, **kwargs)
-
-    monkeypatch.setattr(sweep, "_evaluate", counted)
-    return Runs
+    return count_runs(sweep)
 
 
 def _quiet(*_):
