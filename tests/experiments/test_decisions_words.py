@@ -47,9 +47,8 @@ def test_safari_section_names_the_models_the_experiments_run():
 
 def test_safari_section_says_which_images_the_global_model_is_evaluated_on(monkeypatch,
                                                                           tmp_path):
-    # The paper-scale runs deal the official test split by label, and so do the CPU-scale
-    # runs that were moved to it; the others hold out 1/6 of each client's training
-    # images: the page says which is which, by name.
+    # The paper-scale runs deal the official test split by label, and so does every
+    # CPU-scale run: the page names each of them, and says a hand-built budget does too.
     section = " ".join(_section(DOC.read_text(), 4).split())
     monkeypatch.setattr(S, "run_safari", lambda config, out, budget, **_: (config, budget))
     cpu = {name: getattr(S, name.replace("-", "_"))(tmp_path)
@@ -59,14 +58,12 @@ def test_safari_section_says_which_images_the_global_model_is_evaluated_on(monke
     official = official[:official.index(".")]
     for name, (config, budget) in cpu.items():
         data = [r["data"] for r in resolve_runs(config)]
-        if budget.test_split == "official":
-            assert {d["test_split"] for d in data} == {"official"}, name
-            assert f"`{name}`" in official, name
-        else:
-            assert {d["test_fraction"] for d in data} == {1 / 6}, name
-            assert f"`{name}`" not in official, name
-            held = section[section.index("on per-client held-out sets ("):]
-            assert f"`{name}`" in held[:held.index("`test_fraction = 1/6`")], name
+        assert budget.test_split == "official" and {d["test_split"] for d in data} == {
+            "official"}, name
+        assert not any("test_fraction" in d for d in data), name
+        assert f"`{name}`" in official, name
+    assert S.Budget(rounds=1, seeds=1).test_split == "official"
+    assert "a hand-built `Budget` as well" in section
     paper = [r["data"] for r in resolve_runs(S.fig2_config(SP.PAPER))]
     assert {d["test_split"] for d in paper} == {"official"}
     assert not any("test_fraction" in d for d in paper)

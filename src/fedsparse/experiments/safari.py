@@ -23,9 +23,11 @@ of each label per client: ``partition = "groups"`` with ``contiguous = true``); 
 pruned (``density = 0.4``) per layer; every link succeeds with probability P, at least
 one client of each group arrives every round and every upload of round 0 arrives (the
 public code's rule, so the distance record starts full). The model is the 784-100-10
-MLP (79,510 parameters) rather than ResNet-20, which is far too slow here; the test set
-is the union of per-client held-out subsets (1/6 of each client's share of the 60,000
-training images: 10,000 images, 1,000 per label), which is how the paper evaluates.
+MLP (79,510 parameters) rather than ResNet-20, which is far too slow here. The paper
+tests on the union of per-client held-out subsets; here each client trains on all of its
+share and the official 10,000 test images are dealt to the clients by label (each
+label's 1,000 split evenly among the 25 clients that hold it), so the union is the whole
+test split (:attr:`Budget.test_split`).
 
 Each experiment writes the runner's files (``config.toml``, which ``fedsparse run
 OUT/config.toml --seeds N`` reruns, ``summary.json``, the runs' histories, the accuracy
