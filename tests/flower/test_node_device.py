@@ -1,5 +1,7 @@
-"""The ClientApp computes on the device its node config names (``device``), over the
-in-process grid of conftest.py."""
+"""The ClientApp computes on the device its node config names (``device``), and refuses
+a misspelt node config key, over the in-process grid of conftest.py."""
+
+import logging
 
 import pytest
 import torch
@@ -93,3 +95,65 @@ def test_the_client_app_imports_neither_the_runner_nor_matplotlib():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout
     assert out.strip() == "[]"
+
+
+@pytest.mark.parametrize("key,meant", [("state_dir", "state-dir"), ("data_path", "data-path"),
+                                       ("Device", "device"), ("partition_id", "partition-id"),
+                                       ("statedir", "state-dir"), ("datapath", "data-path")])
+def test_a_near_miss_of_a_node_config_key_is_an_error_naming_it(key, meant):
+    """``state_dir`` would otherwise leave the node's state in memory only, without a
+    word (a resume then refuses the node); ``data_path`` would leave it without its file."""
+    with pytest.raises(ConfigError, match=rf"node config {key}='/x' is an unknown key "
+                       rf"\(did you mean '{meant}'\?\); known keys: partition-id, "
+                       "num-partitions, data-path, state-dir, device"):
+        client_app.check_node_config({"partition-id": 0, key: "/x"})
+
+
+def test_other_unknown_node_config_keys_are_named_and_flowers_own_pass(caplog):
+    with caplog.at_level(logging.WARNING):
+        client_app.check_node_config({"partition-id": 0, "num-partitions": 3,
+                                      "data-path": "/d.npz", "state-dir": "/s", "device": "cpu"})
+    assert caplog.text == ""  # the keys a node reads, Flower's simulation's two among them
+    with caplog.at_level(logging.WARNING):
+        client_app.check_node_config({"partition-id": 0, "gpu-memory": 4})
+    assert "node config gpu-memory=4 is an unknown key, ignored" in caplog.text
+    assert "known keys: partition-id, num-partitions, data-path, state-dir, device" in caplog.text
+
+
+def test_a_node_with_a_misspelt_node_config_key_is_refused_with_it(fake_grid, caplog):
+    """The error reaches the server, which refuses that node with it; a node with a key
+    unlike every one runs (with a warning), and so does the run."""
+    client_app._RUNTIMES.clear()
+    job = job_from_config({**JOB, "seed": 11})
+    grid = fake_grid(job, range(3))
+    grid.nodes[1001].node_config["state_dir"] = "/var/lib/fedsparse"
+    grid.nodes[1002].node_config["site"] = "lab-2"
+    with caplog.at_level(logging.WARNING):
+        history = run_on_grid(grid, job)
+    refused = history.config["refused_nodes"]
+    assert list(refused) == [1001]
+    # Flower's wrapping of the exception is left out, so that the cut keeps the node's words
+    assert refused[1001] == ("error reply to the handshake: ConfigError: node config "
+                             "state_dir='/var/lib/fedsparse' is an unknown key (did you mean "
+                             "'state-dir'?); known keys: partition-id, num-partitions, "
+                             "data-path, state-dir, device")
+    assert "node config site='lab-2' is an unknown key, ignored" in caplog.text
+    assert history.column("delivered_clients") == [[0, 2]] * 3
+
+
+def test_a_nodes_error_reply_is_shown_in_its_own_words():
+    """Flower's wrapping of a ClientApp's exception (a SuperNode's, the simulation
+    runtime's) is left out of the reasons the server gives, so their cut keeps the
+    node's message; any other reason is shown as it is, cut."""
+    from flwr.app import Error
+
+    from fedsparse.flower.replies import error_reason
+
+    message = "node config device='tpu' is invalid: must be one of"
+    supernode = f"<class 'fedsparse._validation.ConfigError'>:<'{message}'>"
+    assert error_reason(Error(code=2, reason=supernode)) == f"ConfigError: {message}"
+    simulation = ("<class 'flwr.clientapp.client_app.ClientAppException'>:<'\nException "
+                  f"ClientAppException occurred. Message: {message}'>")
+    assert error_reason(Error(code=2, reason=simulation)) == message
+    assert error_reason(Error(code=0, reason="node crashed")) == "node crashed"
+    assert error_reason(Error(code=0, reason="x" * 300)).endswith("...(300 chars)")

@@ -21,6 +21,13 @@ Three message types:
   reply carries ``personal_objective``, ``personal_accuracy`` and their ``personal_test_``
   forms, which the server micro-averages by example counts as the simulator does.
 
+The node config (``flower-supernode --node-config``) is read by :data:`NODE_CONFIG_KEYS`;
+a key near one of them (``state_dir`` for ``state-dir``) is an error on the node's first
+message, which the server gives as the reason it refuses the node, since the node would
+otherwise run without it (memory only, or without its file); any other key is named in
+a warning (a SuperNode may carry keys of other apps), and the keys Flower itself sets
+(:data:`FLOWER_NODE_KEYS`) pass.
+
 The node computes on the device its node config names (``device``: "cpu", the default,
 "cuda", "cuda:N" or "auto", a GPU where one exists): its data move there once, when
 the node first needs them; payloads, client state and the model are moved there per
@@ -34,25 +41,39 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, replace
+from logging import WARNING
 from numbers import Integral, Real
 
 import torch
 from flwr.app import ConfigRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
+from flwr.common.constant import NUM_PARTITIONS_KEY, PARTITION_ID_KEY
+from flwr.common.logger import log
 
 from .._validation import ConfigError, fail
 from ..algorithms.base import ClientContext, DataSpec
 from ..comm import ENCODINGS
 from ..data.federated import FederatedDataset
 from ..devices import resolve_device
+from ..experiments.config_checks import did_you_mean
 from ..metrics import evaluate as evaluate_model
 from ..metrics import evaluate_personal
+from ..screening import shown
 from . import codec
 from .job import Job, job_from_config
 from .node_data import NodeData, load_node_data
 from .node_state import NodeStateStore
 
 STATE_KEY = "fedsparse.client_state"
+
+#: The node config keys a fedsparse node reads: its client (``partition-id``, and
+#: ``num-partitions`` to check it against the job), its data file (``data-path``), where
+#: it keeps its client's state (``state-dir``) and where it computes (``device``).
+NODE_CONFIG_KEYS = ("partition-id", "num-partitions", "data-path", "state-dir", "device")
+#: The keys Flower itself puts in a node config: its simulation runtime gives every
+#: virtual node these two (flwr 1.41 sets no other; a SuperNode passes its
+#: ``--node-config`` as it is).
+FLOWER_NODE_KEYS = frozenset({PARTITION_ID_KEY, NUM_PARTITIONS_KEY})
 
 
 @dataclass
@@ -88,6 +109,7 @@ def _runtime(default_job: Job | None, default_key: dict | None, context: Context
         if job is None:
             raise RuntimeError("this ClientApp has no fedsparse job: the run config is empty "
                                "and make_client_app() was given none")
+        check_node_config(node_config)
         problem = job.build_problem()
         device = _node_device(node_config)
         node = load_node_data(job, node_config)
@@ -115,6 +137,33 @@ def _runtime(default_job: Job | None, default_key: dict | None, context: Context
             _RUNTIMES.clear()
         _RUNTIMES[key] = rt
     return _RUNTIMES[key]
+
+
+def check_node_config(node_config: dict) -> None:
+    """Refuse a node config key that is a near miss of one this node reads; name any
+    other unknown key in a warning.
+
+    A near miss (``state_dir``, ``data_path``, ``Device``) is almost surely meant for the
+    key it resembles, and ignoring it would change the run without a word: no
+    ``state-dir`` keeps the client's state in memory only (a resume refuses the node),
+    no ``data-path`` is refused as missing rather than as misspelt. A key unlike every one may
+    be another app's on a shared SuperNode, so it is only named.
+
+    Raises
+    ------
+    ConfigError
+        naming the key, its value, the key it resembles and the known keys.
+    """
+    known = ", ".join(NODE_CONFIG_KEYS)
+    for key, value in node_config.items():
+        if key in NODE_CONFIG_KEYS or key in FLOWER_NODE_KEYS:
+            continue
+        hint = did_you_mean(key, NODE_CONFIG_KEYS)  # " (did you mean 'state-dir'?)"
+        if hint:
+            raise ConfigError(f"node config {key}={shown(value)} is an unknown key{hint}; "
+                              f"known keys: {known}")
+        log(WARNING, "fedsparse: node config %s=%s is an unknown key, ignored; known keys: "
+            "%s", key, shown(value), known)
 
 
 def _node_device(node_config: dict) -> torch.device:

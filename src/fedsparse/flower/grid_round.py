@@ -18,12 +18,11 @@ from flwr.serverapp import Grid
 
 from .._validation import ConfigError
 from ..rounds import Replies
-from ..screening import cut
 from . import codec
 from .handshake import Refusals, add_joined
 from .job import Job
 from .messaging import exchange, message_ttl
-from .replies import Refused, evaluation
+from .replies import Refused, error_reason, evaluation
 from .server_checkpoint import RunTimeline
 
 __all__ = ["evaluate_on_nodes", "grid_executor"]
@@ -84,7 +83,7 @@ def grid_executor(grid: Grid, job: Job, algorithm, table: dict[int, dict],
                 problems[row] = f"no reply within round_timeout={timeout:g} s"
                 continue
             if reply.has_error():
-                problems[row] = f"error reply: {cut(reply.error.reason)}"
+                problems[row] = f"error reply: {error_reason(reply.error)}"
                 continue
             try:
                 up, nbytes = codec.get(reply.content, codec.UPLOAD, expected_shape=(P,))
@@ -170,7 +169,7 @@ def evaluate_on_nodes(grid: Grid, table: dict, model: torch.Tensor, round: int,
         if reply is None:
             why = f"no reply within round_timeout={timeout:g} s"
         elif reply.has_error():
-            why = f"error reply: {cut(reply.error.reason)}"
+            why = f"error reply: {error_reason(reply.error)}"
         else:
             try:
                 rows.append(evaluation(reply.content, info, personal, classification))

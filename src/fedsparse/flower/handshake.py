@@ -20,10 +20,9 @@ from flwr.app import Message, MessageType, RecordDict
 from flwr.common.logger import log
 from flwr.serverapp import Grid
 
-from ..screening import cut
 from .job import Job
 from .messaging import exchange, message_ttl
-from .replies import Refused, node_info
+from .replies import Refused, error_reason, node_info
 from .server_checkpoint import RunTimeline
 
 __all__ = ["HANDSHAKE_TRIES", "Refusals", "add_joined", "handshake", "node_statistics",
@@ -95,7 +94,7 @@ def handshake(grid: Grid, nodes: list[int], job: Job, refusals: Refusals,
                     HANDSHAKE_TRIES)
             continue
         if reply.has_error():
-            refusals.refuse(node, f"error reply to the handshake: {cut(reply.error.reason)}")
+            refusals.refuse(node, f"error reply to the handshake: {error_reason(reply.error)}")
             continue
         try:
             info = node_info(reply.content, job.num_clients)

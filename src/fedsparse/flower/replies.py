@@ -33,12 +33,13 @@ an algorithm with personalised models.
 from __future__ import annotations
 
 import math
+import re
 from numbers import Integral, Real
 
 from flwr.app import ConfigRecord, MetricRecord
 
 from ..metric_names import FRACTION_SLACK
-from ..screening import MAX_CLIENT_METRICS, MAX_METRIC_NAME, shown
+from ..screening import MAX_CLIENT_METRICS, MAX_METRIC_NAME, cut, shown
 from . import codec
 
 #: The most training examples one node may claim (2^31): a larger count is a lie that
@@ -51,6 +52,28 @@ MAX_FEATURE_AXES = 8
 #: Metrics an evaluate reply may carry: the global model's and the personalised one's.
 OBJECTIVES = ("objective", "test_objective", "personal_objective", "personal_test_objective")
 ACCURACIES = ("accuracy", "test_accuracy", "personal_accuracy", "personal_test_accuracy")
+
+
+#: How Flower 1.41 writes a ClientApp's exception into an error reply's reason:
+#: ``<class 'module.Name'>:<'message'>`` (a SuperNode, and the simulation runtime).
+_FLOWER_REASON = re.compile(r"<class '(?:[\w.]*\.)?(\w+)'>:<'(.*)'>", re.DOTALL)
+#: What the simulation runtime puts before the ClientApp's own message.
+_SIMULATION_PREFIX = re.compile(r"\s*Exception ClientAppException occurred\. Message: ")
+
+
+def error_reason(error) -> str:
+    """What a node's error reply says, cut short (:func:`~fedsparse.screening.cut`):
+    the exception's name and message first, without Flower's wrapping
+    (``<class 'fedsparse._validation.ConfigError'>:<'...'>``), so that the cut keeps the
+    node's own words (a node config error names the key, its value and the known keys)."""
+    text = str(getattr(error, "reason", error))
+    wrapped = _FLOWER_REASON.fullmatch(text)
+    if wrapped:
+        name, message = wrapped.groups()
+        inner = _SIMULATION_PREFIX.match(message)
+        # the simulation runtime keeps the ClientApp's message, not its exception's name
+        text = message[inner.end():] if inner else f"{name}: {message}"
+    return cut(text)
 
 
 class Refused(ValueError):
