@@ -68,6 +68,7 @@ def test_a_stopped_run_resumes_to_the_uninterrupted_history(fake_grid, tmp_path)
     resumed = run_on_grid(grid, job, checkpoint=checkpoint, resume_from=checkpoint)
     assert torch.equal(resumed.model, whole.model)
     assert _rows(resumed) == _rows(whole)
+    assert resumed.config == whole.config
     # only rounds 5 and 6 were trained again; no round-0 evaluation was asked for
     assert {group for kind, group, _ in grid.sent if kind == "train"} == {"5", "6"}
     assert {group for kind, group, _ in grid.sent if kind == "evaluate"} == {"eval-6"}
@@ -268,6 +269,31 @@ def test_a_client_whose_node_joined_late_is_held_to_its_data_on_resume(fake_grid
     assert "client 3" in resumed.config["refused_nodes"][1003]
     assert not any(kind == "train" and node == 1003 for kind, _, node in grid.sent)
     assert all(3 not in r["delivered_clients"] for r in resumed.records[4:])
+
+
+def test_a_resumed_run_counts_the_runs_nodes_as_the_uninterrupted_run(fake_grid, tmp_path):
+    """``history.config["nodes"]``: the clients a node held at some point of the run,
+    late joiners included, whichever nodes answer the resume's handshake."""
+    job = _job()
+    grid = fake_grid(job, range(4))
+    _LateNode(grid, late=4)  # client 3's node joins in round 2
+    whole = run_on_grid(grid, job)
+    assert whole.config["nodes"] == 4
+    checkpoint = tmp_path / CHECKPOINT
+    grid = fake_grid(job, range(4))
+    _LateNode(grid, late=4)
+    with pytest.raises(Stop):
+        run_on_grid(grid, job, checkpoint=checkpoint, callback=_stop_after(5))
+    # all four nodes answer the resume's handshake
+    resumed = run_on_grid(fake_grid(job, range(4)), job, resume_from=checkpoint)
+    assert resumed.config == whole.config
+    # client 3's node is back only after the resume's handshake
+    grid = fake_grid(job, range(4))
+    _LateNode(grid)
+    assert run_on_grid(grid, job, resume_from=checkpoint).config == whole.config
+    # client 3's node never comes back: it held client 3 before the stop
+    assert run_on_grid(fake_grid(job, range(3)), job,
+                       resume_from=checkpoint).config["nodes"] == 4
 
 
 def test_an_out_dir_under_home_is_saved_there(fake_grid, tmp_path, monkeypatch):

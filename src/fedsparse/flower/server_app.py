@@ -128,7 +128,10 @@ def run_on_grid(grid: Grid, job: Job, *, callback: Callable | None = None,
     -------
     History
         One record per round, ``history.model`` the final global model;
-        ``history.config["refused_nodes"]`` maps each refused node id to the reason.
+        ``history.config["refused_nodes"]`` maps each refused node id to the reason, and
+        ``history.config["nodes"]`` is the number of clients a node held at some point of
+        the run (from its first round: a resumed run counts those held before the stop,
+        as the uninterrupted run does).
 
     Raises
     ------
@@ -276,9 +279,16 @@ def run_on_grid(grid: Grid, job: Job, *, callback: Callable | None = None,
             "nodes": {**timeline.reports, **node_reports(table)},
             "refused_nodes": dict(refusals.reasons)})
 
-    state = loop.run(state, history, start, job.rounds, callback=logged, progress=False,
-                     save=None if checkpoint is None else save,
-                     checkpoint_every=job.checkpoint_every)
+    try:
+        state = loop.run(state, history, start, job.rounds, callback=logged, progress=False,
+                         save=None if checkpoint is None else save,
+                         checkpoint_every=job.checkpoint_every)
+    finally:  # a diverged run's history is saved too
+        # Every client a node held in the run: those that joined late, and in a resumed
+        # run those held before the stop (the checkpoint's node reports), whether or not
+        # their nodes are back; so a resumed run counts what the uninterrupted run does,
+        # not the nodes that answered its own handshake.
+        history.config["nodes"] = len(set(timeline.reports) | {str(pid) for pid in table})
     history.model = bound.model(state)
     return history
 
