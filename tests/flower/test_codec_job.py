@@ -122,6 +122,21 @@ def test_the_update_bound_is_on_by_default_and_checked():
             job_from_config({**JOB, "flower": {"max_update_ratio": bad}})
 
 
+def test_the_round_timeout_keeps_its_messages_within_flowers_time_to_live():
+    """The longest round_timeout gives messages Flower's default time-to-live (12 h);
+    both bounds are allowed."""
+    from flwr.app import DEFAULT_TTL
+
+    from fedsparse.experiments.config import ROUND_TIMEOUT_RANGE
+    from fedsparse.flower.messaging import message_ttl
+
+    low, high = ROUND_TIMEOUT_RANGE
+    assert message_ttl(high) == DEFAULT_TTL
+    for value in (low, high, 1, 43140):
+        job = job_from_config({**JOB, "flower": {"round_timeout": value, "poll_interval": 0.5}})
+        assert job.flower["round_timeout"] == value
+
+
 def test_node_data_is_the_simulators_row(tmp_path):
     job = job_from_config(JOB)
     data = job.build_data()
@@ -240,8 +255,14 @@ def test_import_without_flwr_names_the_extra():
     ({"data": {"kind": "federated_real", "dataset": "digits", "partition": "iid",
                "alpha": 0.5}}, r"\[data\] of kind 'federated_real' has an unknown key 'alpha'"),
     ({"flower": 5}, r"flower=5 is invalid: must be a table"),
-    ({"flower": {"round_timeout": 0.3, "poll_interval": 4}},
-     r"flower\.poll_interval=4 .*at most 0\.3"),
+    ({"flower": {"round_timeout": 2, "poll_interval": 4}},
+     r"flower\.poll_interval=4 .*at most 2"),
+    ({"flower": {"round_timeout": 1e-9}}, r"flower\.round_timeout=1e-09 is invalid: must be "
+     r"from 1 to 43140 seconds \(12 hours less the 60 s its messages outlive it"),
+    ({"flower": {"round_timeout": 1e12}}, r"flower\.round_timeout=1000000000000\.0 is "
+     r"invalid: must be from 1 to 43140 seconds"),
+    ({"flower": {"round_timeout": 0.5}}, r"flower\.round_timeout=0\.5 is invalid"),
+    ({"flower": {"round_timeout": 43141}}, r"flower\.round_timeout=43141 is invalid"),
     ({"flower": {"out_dir": 3}}, r"flower\.out_dir=3 .*string"),
     ({"dtype": "float64", "problem": {"kind": "neural", "autocast": "bf16", "model": {
         "kind": "mlp", "in_features": 30, "hidden": [4], "num_classes": 2}}},

@@ -95,6 +95,15 @@ FLOWER_DEFAULTS: dict = {"round_timeout": 120.0, "wait_timeout": 120.0, "min_nod
                          "evaluate_every": 0, "out_dir": "", "poll_interval": 0.2,
                          "max_update_norm": 0.0, "max_update_ratio": 100.0, "resume": False}
 COMPARE_KEYS = ("reference", "at_rounds", "metric")
+#: The bounds of ``flower.round_timeout``, in seconds. At most 12 hours less 60 s: the
+#: server's messages live round_timeout + 60 s (``fedsparse.flower.messaging.message_ttl``)
+#: and Flower keeps a message 12 hours by default (``flwr.app.DEFAULT_TTL``); flwr 1.41
+#: sets no maximum, but refuses a message whose expiry is past the year 9999, so 1e12 s
+#: would fail every message. At least 1 s: a reply takes a SuperNode's poll for work
+#: (every 3 s when idle) and a ClientApp process started for the message, so a shorter
+#: wait (a timeout written in milliseconds) would hardly ever see one; a deployment
+#: needs several seconds, the floor only refuses what cannot be meant.
+ROUND_TIMEOUT_RANGE = (1.0, 43200.0 - 60.0)
 
 
 def load_config(path: str | Path) -> dict:
@@ -323,6 +332,12 @@ def _check_flower(name: str, table: dict) -> None:
 def check_flower_values(flower: dict) -> None:
     """The values of a complete ``[flower]`` table (the defaults filled in)."""
     timeout = check_float("flower.round_timeout", flower["round_timeout"], positive=True)
+    low, high = ROUND_TIMEOUT_RANGE
+    if not low <= timeout <= high:
+        raise fail("flower.round_timeout", flower["round_timeout"], f"must be from {low:g} to "
+                   f"{high:g} seconds (12 hours less the 60 s its messages outlive it: "
+                   "Flower keeps a message 12 hours by default; a reply takes seconds, a "
+                   "SuperNode polling for work every 3 s)")
     check_float("flower.wait_timeout", flower["wait_timeout"], nonnegative=True)
     check_int("flower.min_nodes", flower["min_nodes"], minimum=0)
     check_float("flower.poll_interval", flower["poll_interval"], positive=True,
