@@ -122,19 +122,31 @@ def test_the_update_bound_is_on_by_default_and_checked():
             job_from_config({**JOB, "flower": {"max_update_ratio": bad}})
 
 
-def test_the_round_timeout_keeps_its_messages_within_flowers_time_to_live():
-    """The longest round_timeout gives messages Flower's default time-to-live (12 h);
-    both bounds are allowed."""
-    from flwr.app import DEFAULT_TTL
+def test_the_round_timeout_bounds_are_allowed_and_the_longest_gives_valid_messages():
+    """Both bounds are allowed; the longest wait still gives its messages an expiry Flower
+    accepts (1e12 s did not: past the year 9999)."""
+    import time
+
+    from flwr.app import Metadata
+    from flwr.supercore.corestate.utils import validate_message_metadata
 
     from fedsparse.experiments.config import ROUND_TIMEOUT_RANGE
     from fedsparse.flower.messaging import message_ttl
 
     low, high = ROUND_TIMEOUT_RANGE
-    assert message_ttl(high) == DEFAULT_TTL
-    for value in (low, high, 1, 43140):
-        job = job_from_config({**JOB, "flower": {"round_timeout": value, "poll_interval": 0.5}})
+    for value in (low, high):
+        job = job_from_config({**JOB, "flower": {"round_timeout": value,
+                                                 "poll_interval": 0.05}})
         assert job.flower["round_timeout"] == value
+
+    def errors(timeout):
+        return validate_message_metadata(Metadata(
+            run_id=1, message_id="m", src_node_id=1, dst_node_id=2, reply_to_message_id="",
+            group_id="", created_at=time.time(), ttl=message_ttl(timeout),
+            message_type="train"))
+
+    assert errors(high) == []
+    assert errors(1e12) == ["Message expiration is outside the supported timestamp range"]
 
 
 def test_node_data_is_the_simulators_row(tmp_path):
@@ -258,11 +270,11 @@ def test_import_without_flwr_names_the_extra():
     ({"flower": {"round_timeout": 2, "poll_interval": 4}},
      r"flower\.poll_interval=4 .*at most 2"),
     ({"flower": {"round_timeout": 1e-9}}, r"flower\.round_timeout=1e-09 is invalid: must be "
-     r"from 1 to 43140 seconds \(12 hours less the 60 s its messages outlive it"),
+     r"from 0\.1 to 604800 seconds \(a tenth of a second to a week"),
     ({"flower": {"round_timeout": 1e12}}, r"flower\.round_timeout=1000000000000\.0 is "
-     r"invalid: must be from 1 to 43140 seconds"),
-    ({"flower": {"round_timeout": 0.5}}, r"flower\.round_timeout=0\.5 is invalid"),
-    ({"flower": {"round_timeout": 43141}}, r"flower\.round_timeout=43141 is invalid"),
+     r"invalid: must be from 0\.1 to 604800 seconds"),
+    ({"flower": {"round_timeout": 0.09}}, r"flower\.round_timeout=0\.09 is invalid"),
+    ({"flower": {"round_timeout": 604801}}, r"flower\.round_timeout=604801 is invalid"),
     ({"flower": {"out_dir": 3}}, r"flower\.out_dir=3 .*string"),
     ({"dtype": "float64", "problem": {"kind": "neural", "autocast": "bf16", "model": {
         "kind": "mlp", "in_features": 30, "hidden": [4], "num_classes": 2}}},

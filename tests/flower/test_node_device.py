@@ -23,7 +23,7 @@ JOB = {"rounds": 3, "seed": 4,
        "problem": {"kind": "least_squares"},
        "algorithm": {"kind": "fed_iter_ht", "sparsity": 3, "local_steps": 2, "batch_size": 5,
                      "step_size": 0.003},
-       "flower": {"round_timeout": 1.0, "wait_timeout": 0.0, "poll_interval": 0.02,
+       "flower": {"round_timeout": 0.5, "wait_timeout": 0.0, "poll_interval": 0.02,
                   "evaluate_every": 1}}
 
 

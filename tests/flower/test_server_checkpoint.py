@@ -28,7 +28,7 @@ JOB = {"rounds": 6, "seed": 2, "clients_per_round": 3, "checkpoint_every": 2,
        "problem": {"kind": "least_squares"},
        "algorithm": {"kind": "fed_iter_ht", "sparsity": 4, "local_steps": 2, "batch_size": 5,
                      "step_size": 0.003},
-       "flower": {"round_timeout": 1.0, "wait_timeout": 0.0, "poll_interval": 0.05,
+       "flower": {"round_timeout": 0.5, "wait_timeout": 0.0, "poll_interval": 0.05,
                   "evaluate_every": 2}}
 #: What differs between two runs of one job: the clock.
 TIMES = ("seconds", "elapsed")

@@ -95,15 +95,13 @@ FLOWER_DEFAULTS: dict = {"round_timeout": 120.0, "wait_timeout": 120.0, "min_nod
                          "evaluate_every": 0, "out_dir": "", "poll_interval": 0.2,
                          "max_update_norm": 0.0, "max_update_ratio": 100.0, "resume": False}
 COMPARE_KEYS = ("reference", "at_rounds", "metric")
-#: The bounds of ``flower.round_timeout``, in seconds. At most 12 hours less 60 s: the
-#: server's messages live round_timeout + 60 s (``fedsparse.flower.messaging.message_ttl``)
-#: and Flower keeps a message 12 hours by default (``flwr.app.DEFAULT_TTL``); flwr 1.41
-#: sets no maximum, but refuses a message whose expiry is past the year 9999, so 1e12 s
-#: would fail every message. At least 1 s: a reply takes a SuperNode's poll for work
-#: (every 3 s when idle) and a ClientApp process started for the message, so a shorter
-#: wait (a timeout written in milliseconds) would hardly ever see one; a deployment
-#: needs several seconds, the floor only refuses what cannot be meant.
-ROUND_TIMEOUT_RANGE = (1.0, 43200.0 - 60.0)
+#: The bounds of ``flower.round_timeout``, in seconds: a tenth of a second to a week.
+#: Outside them the value is a unit mistake (milliseconds or minutes written as seconds),
+#: not a wait anyone means: flwr 1.41 refuses a message whose expiry (round_timeout + 60 s,
+#: ``fedsparse.flower.messaging.message_ttl``) is past the year 9999, so 1e12 s failed every
+#: message, and 1e-9 s waited for no reply. A real deployment needs several seconds (a
+#: SuperNode polls for work every 3 s when idle); the in-process grid answers in less.
+ROUND_TIMEOUT_RANGE = (0.1, 7 * 24 * 3600.0)
 
 
 def load_config(path: str | Path) -> dict:
@@ -335,9 +333,8 @@ def check_flower_values(flower: dict) -> None:
     low, high = ROUND_TIMEOUT_RANGE
     if not low <= timeout <= high:
         raise fail("flower.round_timeout", flower["round_timeout"], f"must be from {low:g} to "
-                   f"{high:g} seconds (12 hours less the 60 s its messages outlive it: "
-                   "Flower keeps a message 12 hours by default; a reply takes seconds, a "
-                   "SuperNode polling for work every 3 s)")
+                   f"{high:g} seconds (a tenth of a second to a week; a real deployment "
+                   "needs several, a SuperNode polling for work every 3 s)")
     check_float("flower.wait_timeout", flower["wait_timeout"], nonnegative=True)
     check_int("flower.min_nodes", flower["min_nodes"], minimum=0)
     check_float("flower.poll_interval", flower["poll_interval"], positive=True,

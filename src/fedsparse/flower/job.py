@@ -16,8 +16,7 @@ A *job* is one fedsparse run, written like a run of an experiment config::
     sparsity = 10
     [flower]                          # optional; Flower-only settings (defaults below)
     round_timeout = 120.0             # seconds to wait for the replies of a round
-                                      # (1 to 43140: its messages live 60 s longer, at
-                                      # most Flower's default 12 hours)
+                                      # (0.1 s to a week)
     wait_timeout = 120.0              # seconds to wait for nodes at the start
     min_nodes = 0                     # nodes to wait for (0 = one per client)
     evaluate_every = 0                # evaluate on the nodes every k rounds (0 = at the end
