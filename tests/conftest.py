@@ -1,6 +1,12 @@
 """Fixtures shared by the test modules."""
 
+import glob
+import json
+import struct
+import time
 from collections.abc import Sequence
+from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -172,3 +178,78 @@ def count_runs(monkeypatch):
         monkeypatch.setattr(module, "_evaluate", counted)
         return Runs
     return patch
+
+
+# --- W&B's offline run files, read back ------------------------------------------------
+
+
+def _wandb_items(entries) -> dict:
+    """{key: value} of W&B history, config or summary items (plain or nested keys)."""
+    return {i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in entries}
+
+
+def _wandb_records(run_dir: Path) -> list:
+    """The records of an offline W&B run file."""
+    from wandb.proto import wandb_internal_pb2 as pb
+
+    (path,) = glob.glob(str(run_dir / "run-*.wandb"))
+    buf = Path(path).read_bytes()
+    assert buf[:4] == b":W&B"
+    pos, block, pending, out = 7, 32768, b"", []
+    while pos + 7 <= len(buf):
+        if block - pos % block < 7:  # a block's tail too short for a header is padding
+            pos += block - pos % block
+            continue
+        _, n, kind = struct.unpack("<IHB", buf[pos:pos + 7])
+        pos += 7
+        if kind == 0 and n == 0:
+            break
+        chunk, pos = buf[pos:pos + n], pos + n
+        if kind == 1:
+            out.append(chunk)
+        elif kind == 2:
+            pending = chunk
+        elif kind == 3:
+            pending += chunk
+        elif kind == 4:
+            out.append(pending + chunk)
+    found = []
+    for data in out:
+        record = pb.Record()
+        record.ParseFromString(data)
+        found.append(record)
+    return found
+
+
+def _wandb_finished_records(run_dir: Path) -> list:
+    """:func:`_wandb_records` once the run file holds its exit record: W&B's service process may
+    still be writing it when ``finish()`` returns (seen on a loaded machine with wandb
+    0.31)."""
+    from google.protobuf.message import DecodeError
+
+    found = []
+    for _ in range(100):
+        try:
+            found = _wandb_records(run_dir)
+        except DecodeError:  # a record cut off mid-write
+            found = []
+        if any(r.WhichOneof("record_type") == "exit" for r in found):
+            break
+        time.sleep(0.1)
+    return found
+
+
+def _wandb_of_kind(found: list, kind: str) -> list:
+    """The records of one kind ("run", "history", "summary", "exit", ...)."""
+    return [getattr(r, kind) for r in found if r.WhichOneof("record_type") == kind]
+
+
+@pytest.fixture
+def wandb_records():
+    """Readers of an offline W&B run folder (``DIR/wandb/offline-run-*/run-<id>.wandb``, a
+    LevelDB-style log of protobufs): ``.records(folder)``, ``.finished_records(folder)``
+    (once W&B has written the exit record), ``.of_kind(records, "history")`` and
+    ``.items(entries)`` ({key: value} of history, config or summary items)."""
+    pytest.importorskip("wandb")
+    return SimpleNamespace(items=_wandb_items, records=_wandb_records,
+                           finished_records=_wandb_finished_records, of_kind=_wandb_of_kind)

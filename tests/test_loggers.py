@@ -5,11 +5,8 @@ TensorBoard through its EventAccumulator, MLflow through its client on a local s
 skips where its tracker (an optional extra) is not installed; nothing touches a network.
 """
 
-import glob
 import importlib.util
 import json
-import struct
-import time
 from pathlib import Path
 
 import numpy as np
@@ -338,45 +335,8 @@ def test_mlflow_file_store_through_the_python_api(tmp_path, monkeypatch):
 # --- Weights & Biases -------------------------------------------------------------------
 
 
-def _wandb_items(items) -> dict:
-    """{key: value} of W&B history, config or summary items (plain or nested keys)."""
-    return {i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in items}
-
-
-def _wandb_records(run_dir: Path) -> list:
-    """The records of an offline W&B run file (a LevelDB-style log of protobufs)."""
-    from wandb.proto import wandb_internal_pb2 as pb
-
-    (path,) = glob.glob(str(run_dir / "run-*.wandb"))
-    buf = Path(path).read_bytes()
-    assert buf[:4] == b":W&B"
-    pos, block, pending, out = 7, 32768, b"", []
-    while pos + 7 <= len(buf):
-        if block - pos % block < 7:  # a block's tail too short for a header is padding
-            pos += block - pos % block
-            continue
-        _, n, kind = struct.unpack("<IHB", buf[pos:pos + 7])
-        pos += 7
-        if kind == 0 and n == 0:
-            break
-        chunk, pos = buf[pos:pos + n], pos + n
-        if kind == 1:
-            out.append(chunk)
-        elif kind == 2:
-            pending = chunk
-        elif kind == 3:
-            pending += chunk
-        elif kind == 4:
-            out.append(pending + chunk)
-    records = []
-    for data in out:
-        record = pb.Record()
-        record.ParseFromString(data)
-        records.append(record)
-    return records
-
-
-def test_wandb_offline_run_holds_records_config_and_model(tmp_path, monkeypatch):
+def test_wandb_offline_run_holds_records_config_and_model(tmp_path, monkeypatch,
+                                                         wandb_records):
     pytest.importorskip("wandb")
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_SILENT", "true")
@@ -385,27 +345,16 @@ def test_wandb_offline_run_holds_records_config_and_model(tmp_path, monkeypatch)
     assert logger.mode == "offline"
     history = fs.simulate(algo, problem, data, rounds=3, seed=0, loggers=logger)
     (run_dir,) = (tmp_path / "wandb").glob("offline-run-*")
-    # W&B's service process may still be writing the run file when finish() returns
-    # (seen on a loaded machine with wandb 0.31): wait for its exit record.
-    from google.protobuf.message import DecodeError
-
-    for _ in range(100):
-        try:
-            records = _wandb_records(run_dir)
-        except DecodeError:  # a record cut off mid-write
-            records = []
-        kinds = [r.WhichOneof("record_type") for r in records]
-        if "exit" in kinds:
-            break
-        time.sleep(0.1)
+    records = wandb_records.finished_records(run_dir)
+    kinds = [r.WhichOneof("record_type") for r in records]
     (run,) = [r.run for r in records if r.WhichOneof("record_type") == "run"]
     assert run.display_name == "fed_iter_ht-seed0" and run.project == "fedsparse-test"
-    config = _wandb_items(run.config.update)
+    config = wandb_records.items(run.config.update)
     assert config["algorithm.step_size"] == 0.01 and config["rounds"] == 3
     steps = {}
     for r in records:
         if r.WhichOneof("record_type") == "history":
-            items = _wandb_items(r.history.item)
+            items = wandb_records.items(r.history.item)
             if "objective" in items:
                 steps[items["_step"]] = items["objective"]
     assert steps == {0: history.initial["objective"],
@@ -413,7 +362,7 @@ def test_wandb_offline_run_holds_records_config_and_model(tmp_path, monkeypatch)
     summary = {}
     for r in records:
         if r.WhichOneof("record_type") == "summary":
-            summary.update(_wandb_items(r.summary.update))
+            summary.update(wandb_records.items(r.summary.update))
     assert summary["final/objective"] == history.final("objective")
     assert summary["device"] == "cpu"
     assert "exit" in kinds

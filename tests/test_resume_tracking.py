@@ -1,13 +1,18 @@
-"""A run resumed from its checkpoint continues its tracker runs (MLflow, TensorBoard).
+"""A run resumed from its checkpoint continues its tracker runs (MLflow, TensorBoard, W&B).
 
 Each test interrupts a run after a checkpoint (an exception raised from the callback, or
 Ctrl-C on the command line), resumes it, and reads the trackers back with their own
-readers: one MLflow run (one TensorBoard folder) holding every round once, with the
-values of an uninterrupted run. Each test skips where its tracker (an optional extra) is
-not installed; nothing touches a network.
+readers: one MLflow run (one TensorBoard folder, one W&B run id whose offline folders
+hold disjoint steps) holding every round once, with the values of an uninterrupted run;
+W&B's online resume, which needs its server, with a stand-in ``wandb`` module. Each
+test skips where its tracker (an optional extra) is not installed; nothing touches a
+network.
 """
 
+import importlib.machinery
 import json
+import sys
+import types
 from pathlib import Path
 
 import numpy as np
@@ -246,6 +251,168 @@ def test_a_resume_without_the_trackers_leaves_their_runs_to_a_later_resume(tmp_p
     _check_mlflow_run(client, run, full)  # round 6 from the checkpoint, then 7 and 8
     assert [p.name for p in log_dir.iterdir()] == [NAME]
     _check_tensorboard_folder(log_dir / NAME, full)  # rewritten from round 5 on
+
+
+# --- Weights & Biases ---------------------------------------------------------------------
+
+
+@pytest.fixture
+def wandb_offline(monkeypatch, wandb_records):
+    """W&B offline and quiet: the offline folders' reader (conftest's wandb_records)."""
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    return wandb_records
+
+
+def _wandb_folders(root: Path, wandb_records) -> list[dict]:
+    """Each offline run folder under ``root/wandb``, oldest first: its run id, exit code,
+    {metric: {step: value}} and the summary updates and removals."""
+    out = []
+    for folder in sorted((root / "wandb").glob("offline-run-*")):
+        found = wandb_records.finished_records(folder)
+        (run,) = wandb_records.of_kind(found, "run")
+        metrics: dict[str, dict[int, float]] = {}
+        for history in wandb_records.of_kind(found, "history"):
+            values = wandb_records.items(history.item)
+            step = values.pop("_step")
+            for key, value in values.items():
+                if not key.startswith("_"):
+                    assert step not in metrics.setdefault(key, {}), (key, step)  # once
+                    metrics[key][step] = value
+        summary, removed = {}, set()
+        for update in wandb_records.of_kind(found, "summary"):
+            summary.update(wandb_records.items(update.update))
+            removed |= {"/".join(i.nested_key) or i.key for i in update.remove}
+        (exit_record,) = wandb_records.of_kind(found, "exit")
+        out.append({"folder": folder, "run_id": run.run_id, "name": run.display_name,
+                    "exit": exit_record.exit_code, "metrics": metrics, "summary": summary,
+                    "removed": removed})
+    return out
+
+
+def _check_wandb_steps(folders: list[dict], full) -> None:
+    """Together, the folders hold each round of ``full`` once, with its values."""
+    for key, expected in _round_metrics(full).items():
+        steps = [s for f in folders for s in f["metrics"].get(key, {})]
+        assert sorted(steps) == sorted(expected) and len(steps) == len(set(steps)), key
+        if key not in TIMES:
+            assert {s: v for f in folders for s, v in f["metrics"].get(key, {}).items()} \
+                == expected, key
+
+
+def test_wandb_offline_resumed_run_continues_its_run_with_each_round_once(tmp_path,
+                                                                         wandb_offline):
+    full = _simulate(None)
+    root, ckpt = tmp_path / "w", tmp_path / "run.pt"
+    _interrupted(fs.loggers.WandbLogger(root, experiment="e"), ckpt)
+    _simulate(fs.loggers.WandbLogger(root, experiment="e"), checkpoint=ckpt,
+              checkpoint_every=EVERY, resume=True)
+    first, second = _wandb_folders(root, wandb_offline)
+    # one W&B run: the resumed attempt's folder has the interrupted one's run id and
+    # holds the rounds after those it logged (0..5), so that syncing both into the run
+    # gives each round once
+    assert first["run_id"] == second["run_id"] and second["name"] == NAME
+    assert sorted(first["metrics"]["objective"]) == list(range(STOP + 1))
+    assert sorted(second["metrics"]["objective"]) == list(range(STOP + 1, ROUNDS + 1))
+    _check_wandb_steps([first, second], full)
+    assert first["exit"] == 1 and "stopped" in first["summary"]
+    assert second["exit"] == 0 and "stopped" in second["removed"]  # it went on
+    assert second["summary"]["final/objective"] == full.final("objective")
+    np.testing.assert_array_equal(np.load(second["folder"] / "files" / "model.npy"),
+                                  full.model.numpy())
+
+    # a new run of the same name is a new W&B run; so is a resume without a checkpoint
+    _simulate(fs.loggers.WandbLogger(root, experiment="e"), rounds=2)
+    _simulate(fs.loggers.WandbLogger(root, experiment="e"), rounds=2,
+              checkpoint=tmp_path / "none.pt", resume=True)
+    assert len({f["run_id"] for f in _wandb_folders(root, wandb_offline)}) == 3
+
+
+def test_wandb_a_resume_without_it_leaves_its_run_to_a_later_resume(tmp_path,
+                                                                      wandb_offline):
+    full = _simulate(None)
+    root, ckpt = tmp_path / "w", tmp_path / "run.pt"
+    _interrupted(fs.loggers.WandbLogger(root, experiment="e"), ckpt)  # 0..5, ckpt at 3
+    _interrupted(None, ckpt, at=7, resume=True)  # rounds 4..7 not logged, checkpoint at 6
+    _simulate(fs.loggers.WandbLogger(root, experiment="e"), checkpoint=ckpt,
+              checkpoint_every=EVERY, resume=True)
+    first, second = _wandb_folders(root, wandb_offline)
+    assert first["run_id"] == second["run_id"]
+    assert sorted(second["metrics"]["objective"]) == list(range(STOP + 1, ROUNDS + 1))
+    _check_wandb_steps([first, second], full)
+
+
+def test_wandb_run_folder_gone_gets_a_new_run_with_every_round(tmp_path, wandb_offline):
+    import shutil
+
+    full = _simulate(None)
+    root, ckpt = tmp_path / "w", tmp_path / "run.pt"
+    _interrupted(fs.loggers.WandbLogger(root, experiment="e"), ckpt)
+    (gone,) = _wandb_folders(root, wandb_offline)
+    shutil.rmtree(gone["folder"])  # e.g. synced, then `wandb clean`
+    with pytest.warns(RuntimeWarning, match=f"W&B run '{gone['run_id']}', which '{NAME}' "
+                      "logged to up to its checkpoint, has no folder in"):
+        _simulate(fs.loggers.WandbLogger(root, experiment="e"), checkpoint=ckpt,
+                  checkpoint_every=EVERY, resume=True)
+    (run,) = _wandb_folders(root, wandb_offline)
+    assert run["run_id"] != gone["run_id"]
+    _check_wandb_steps([run], full)  # rounds 0..3 from the checkpoint, then the rest
+
+
+class _FakeRun:
+    """What WandbLogger uses of a W&B run, recording the calls."""
+
+    def __init__(self, dir: Path, kwargs: dict, server_steps: int | None):
+        self.id = kwargs.get("id") or "fresh123"
+        self.dir = str(dir / "wandb" / f"run-20200101_000000-{self.id}" / "files")
+        Path(self.dir).mkdir(parents=True, exist_ok=True)
+        (Path(self.dir).parent / f"run-{self.id}.wandb").touch()
+        self.resumed = server_steps is not None and "id" in kwargs
+        self.starting_step = server_steps if self.resumed else 0
+        self.logged: list[int] = []
+        self.summary = _FakeSummary()
+
+    def log(self, metrics, step):
+        self.logged.append(step)
+
+    def finish(self, exit_code=0):
+        pass
+
+
+class _FakeSummary(dict):
+    removed: set
+
+    def __delitem__(self, key):
+        self.removed = {*getattr(self, "removed", set()), key}
+
+
+@pytest.mark.parametrize("server_steps, expected", [
+    (STOP + 1, list(range(STOP + 1, ROUNDS + 1))),  # the server holds 0..5: the rest
+    (None, list(range(ROUNDS + 1))),  # the server lacks it: W&B starts it, every round
+])
+def test_wandb_online_resume_reopens_the_run_and_logs_what_the_server_lacks(
+        tmp_path, monkeypatch, server_steps, expected):
+    pytest.importorskip("wandb")
+    inits, runs = [], []
+
+    def init(**kwargs):
+        inits.append(kwargs)
+        runs.append(_FakeRun(Path(kwargs["dir"]), kwargs, server_steps))
+        return runs[-1]
+
+    fake = types.ModuleType("wandb")  # found by the extra's check, as the real one is
+    fake.__spec__ = importlib.machinery.ModuleSpec("wandb", None)
+    fake.init, fake.Settings = init, lambda **settings: settings
+    monkeypatch.setitem(sys.modules, "wandb", fake)
+    ckpt = tmp_path / "run.pt"
+    _interrupted(fs.loggers.WandbLogger(tmp_path, mode="online"), ckpt)
+    _simulate(fs.loggers.WandbLogger(tmp_path, mode="online"), checkpoint=ckpt,
+              checkpoint_every=EVERY, resume=True)
+    assert "id" not in inits[0]
+    assert inits[1]["id"] == "fresh123" and inits[1]["resume"] == "allow"
+    assert inits[1]["name"] == NAME and inits[1]["mode"] == "online"
+    assert runs[1].logged == expected
+    assert runs[1].summary.removed == {"stopped"}
 
 
 # --- the command line ---------------------------------------------------------------------

@@ -271,10 +271,11 @@ def simulate(algorithm: Algorithm, problem: Problem, data: FederatedDataset, *, 
     loggers : experiment trackers to log the run to (:mod:`fedsparse.loggers`): a name
         ("tensorboard", "mlflow", "wandb"), a ``fedsparse.loggers.Logger``, or a list of
         them. Every record, the hyper-parameters and the final model are logged. A run
-        resumed from a checkpoint continues the MLflow run and the TensorBoard folder
-        its checkpoint names, each round logged once (a tracker without such a run, W&B
-        included, starts a new one and gets every round); without a checkpoint it
-        starts new ones, as a first run does.
+        resumed from a checkpoint continues the MLflow run, the TensorBoard folder and
+        the W&B run its checkpoint names, each round logged once (W&B offline: a new
+        folder with the same run id and only the rounds the earlier ones lack; a
+        tracker without such a run starts a new one and gets every round); without a
+        checkpoint it starts new ones, as a first run does.
     eval_clients : evaluate on a seeded sample of this many clients (the same every
         round) instead of all N: the record's metrics are then *estimates*, with their
         standard errors (``objective_se``, ...) and ``eval_clients``; see
