@@ -380,15 +380,25 @@ def test_results_pages_collect_takes_only_a_finished_full_run_of_that_experiment
     assert "no summary.json" in capsys.readouterr().err
 
 
-def test_wandb_over_a_folder_it_wrote_is_refused_before_anything_is_removed(tiny, tmp_path, cli):
+def test_wandb_over_a_folder_it_wrote_resumes_and_is_forced(tiny, tmp_path, cli,
+                                                            monkeypatch):
+    """W&B's links to its latest run, which it re-points by removing them, are not made:
+    the output guard refused that on --resume and --force (and so did --log wandb)."""
     pytest.importorskip("wandb")
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
     out = tmp_path / "w"
-    out.mkdir()
-    (out / "wandb").mkdir()
-    (out / "keep.txt").write_text("x")
-    for flag in ("--resume", "--force"):
-        cli.refused(["run", str(tiny), "--out", str(out), "--quiet", "--log", "wandb", flag],
-                 "--log wandb", "already holds W&B's files")
+    argv = ["run", str(tiny), "--out", str(out), "--quiet", "--log", "wandb"]
+    ids = []
+    for flag in ((), ("--resume",), ("--force",)):
+        code, _, err = cli.run([*argv, *flag])
+        assert code == 0, (flag, err)
+        (out / "keep.txt").write_text("x")  # a file of the user's: kept
+        assert not (out / "wandb" / "latest-run").exists()
+        ids.append({p.name.rpartition("-")[2] for p in (out / "wandb").glob("offline-run-*")
+                    if any(p.glob("run-*.wandb"))})
+    assert ids[0] and ids[1] == ids[0]  # --resume continues the W&B runs
+    assert ids[2] - ids[0]  # --force starts new ones
     assert (out / "keep.txt").read_text() == "x"
 
 

@@ -320,6 +320,7 @@ def test_wandb_offline_resumed_run_continues_its_run_with_each_round_once(tmp_pa
     assert second["summary"]["final/objective"] == full.final("objective")
     np.testing.assert_array_equal(np.load(second["folder"] / "files" / "model.npy"),
                                   full.model.numpy())
+    assert not (root / "wandb" / "latest-run").exists()  # no links W&B would re-point
 
     # a new run of the same name is a new W&B run; so is a resume without a checkpoint
     _simulate(fs.loggers.WandbLogger(root, experiment="e"), rounds=2)

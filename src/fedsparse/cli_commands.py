@@ -195,7 +195,6 @@ def cmd_sweep(args) -> int:
     grid = _once("--grid", args.grid)
     _searched_not_fixed(grid, args, "--grid")
     out = expand_home("--out", args.out or Path("runs") / f"{name}-sweep")
-    _check_log(args, out)
     created = prepare_output(out, resume=args.resume, force=args.force,  # never replaced
                              writes=[*SWEEP_FILES, "FAILED"],  # silently
                              identity={"experiment": SWEEP})
@@ -223,7 +222,6 @@ def cmd_tune(args) -> int:
     space = {key: parse_space(text, f"--param {key}") for key, text in params.items()}
     name, config = _search_config(args, device, "tuning needs")
     out = expand_home("--out", args.out or Path("runs") / f"{name}-tune")
-    _check_log(args, out)
     created = prepare_output(out, resume=args.resume, force=args.force,
                              writes=[*TUNE_FILES, "FAILED"], identity={"experiment": TUNING})
     result = _guarded(out, created, args, lambda: run_tune(

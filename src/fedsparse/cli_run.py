@@ -297,7 +297,7 @@ def cmd_run(args) -> int:
         raise ConfigError(f"--log: {name!r} is a Python experiment, which writes its own "
                           "files; --log applies to TOML experiments (and fs.simulate("
                           "..., loggers=...) in Python)")
-    _check_log(args, out)
+    _check_log(args)
     if python_exp is not None:
         kwargs = _python_options(name, python_exp, args)
         # what it wrote last time is what it writes again: a file kept there (the user's,
@@ -408,11 +408,9 @@ def _diverged_runs(summary) -> tuple[list[str], int, bool]:
     return gone, len(rows), every
 
 
-def _check_log(args, out: Path | None = None) -> None:
-    """A --log tracker that is not installed is refused before anything runs, and so is
-    W&B over a folder it already wrote (``out``) with --resume or --force: W&B relinks
-    its own files there, which the output guard cannot tell from a user's, so the run
-    would fail after --force had removed the earlier results."""
+def _check_log(args) -> None:
+    """A --log tracker that is not installed, or one given twice, is refused before
+    anything runs."""
     if getattr(args, "log", None):
         from .loggers import check_installed
 
@@ -422,7 +420,3 @@ def _check_log(args, out: Path | None = None) -> None:
                 raise ConfigError(f"--log {kind} is given twice")
             seen.add(kind)
             check_installed(kind, "--log")
-        again = getattr(args, "resume", False) or getattr(args, "force", False)
-        if "wandb" in seen and again and out is not None and (out / "wandb").exists():
-            raise ConfigError(f"--log wandb: {out} already holds W&B's files; --resume and "
-                              "--force cannot continue or replace them: give a new --out")

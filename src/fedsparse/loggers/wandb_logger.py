@@ -44,7 +44,8 @@ class WandbLogger(Logger):
     Metrics go to the run's history at step = round, the hyper-parameters to its
     config, tags (device, GPU) and final values to its summary, and the final model to
     the run's files as ``model.npy``. System statistics, code and git state are not
-    collected.
+    collected, and W&B's links to the latest run (``DIR/wandb/latest-run``,
+    ``debug.log``) are not made.
 
     A run resumed from a checkpoint continues the W&B run the checkpoint names: the same
     run id, with W&B's ``resume="allow"``, and its ``stopped`` summary entry removed.
@@ -95,8 +96,11 @@ class WandbLogger(Logger):
         import wandb
 
         self.dir.mkdir(parents=True, exist_ok=True)
+        # no links (DIR/wandb/latest-run, debug.log): W&B re-points them at each run by
+        # removing them, which an output folder's guard refuses on --resume and --force
         settings = wandb.Settings(silent=True, console="off", x_disable_stats=True,
-                                  x_disable_meta=True, disable_git=True, save_code=False)
+                                  x_disable_meta=True, disable_git=True, save_code=False,
+                                  symlink=False)
         extra = {} if run_id is None else {"id": run_id, "resume": "allow"}
         self._run = wandb.init(project=self.experiment, name=name, dir=str(self.dir),
                                config=params, mode=self.mode, settings=settings,
