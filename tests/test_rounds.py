@@ -3,6 +3,7 @@ lost uploads never change a run, client diagnostics never overwrite what the ser
 measured, and the relative bound on update distances."""
 
 import math
+import re
 import warnings
 
 import pytest
@@ -331,3 +332,93 @@ def test_auto_step_size_is_one_over_the_largest_reported_lipschitz_constant():
     # L_i = 1 and 4, and a client that reported nothing (NaN): 1 / max(1, 4)
     stats = {"lipschitz": torch.tensor([1.0, 4.0, math.nan], dtype=torch.float64)}
     assert resolve_step_size("auto", stats) == 0.25
+
+
+# ------------------------------------------- a loss that overflows on a finite model
+
+
+class _HugeModel(Scripted):
+    """Scripted whose aggregate returns the finite model 1e200 in the rounds ``huge``
+    (0-based): its float64 least-squares loss overflows to inf. Each client counts its
+    visits in its state, so a checkpoint shows whose client state it holds."""
+
+    stateful_clients = True
+
+    def __init__(self, huge):
+        super().__init__()
+        self.huge = set(huge)
+
+    def init_clients(self, problem, clients, seed=0):
+        return {"visits": torch.zeros(clients.shape[0], dtype=torch.float64)}
+
+    def client_update(self, payload, ctx: ClientContext):
+        x, _, info = super().client_update(payload, ctx)
+        return x, {"visits": ctx.state["visits"] + 1}, info
+
+    def aggregate(self, state, uploads, cohort):
+        new = super().aggregate(state, uploads, cohort)
+        if cohort.round in self.huge:
+            new["model"] = torch.full_like(new["model"], 1e200)
+        elif cohort.round - 1 in self.huge:  # back to the small model of the round before
+            new["model"] = torch.full_like(new["model"], 0.02 * (cohort.round + 1))
+        return new
+
+
+def test_an_evaluated_loss_that_overflows_stops_the_run_with_the_round_before(data, tmp_path):
+    """The model of round 2 is finite but its objective is inf: the run stops at round 2,
+    keeps round 1's model, records and client state (also in the checkpoint), and never
+    records the inf."""
+    with pytest.raises(fs.DivergenceError, match=r"round 2: the model's evaluated loss is "
+                       r"not finite \(objective=inf\), though the model is") as caught:
+        _run(_HugeModel(huge={1}), data, checkpoint=tmp_path / "c")
+    err = caught.value
+    assert err.round == 2
+    assert [r["round"] for r in err.history.records] == [1]
+    assert all(math.isfinite(r["objective"]) for r in err.history.records)
+    assert torch.allclose(err.history.model, torch.full((8,), 0.02, dtype=torch.float64))
+    saved = torch.load(tmp_path / "c", weights_only=True)
+    assert saved["round"] == 1
+    assert torch.allclose(saved["state"]["model"], err.history.model)
+    # round 2's visits were put back: every client as after round 1
+    assert saved["client_state"]["visits"].tolist() == [1.0, 1.0, 1.0]
+
+
+def test_a_round_without_an_evaluation_is_not_stopped_by_its_loss(data):
+    """eval_every=2: the huge model of round 3 is not evaluated (round 4, the last, is,
+    with a small model again), so the run goes on."""
+    history = fs.simulate(_HugeModel(huge={2}), fs.problems.least_squares(), data, rounds=4,
+                          eval_every=2)
+    assert history.column("round") == [1, 2, 3, 4]
+    assert "objective" not in history.records[2]
+    assert all(math.isfinite(history.records[i]["objective"]) for i in (1, 3))
+
+
+@pytest.mark.parametrize("name, value, stops", [
+    ("objective", float("inf"), True), ("objective", float("nan"), True),
+    ("test_objective", float("inf"), True), ("personal_objective", float("nan"), True),
+    ("personal_test_objective", -float("inf"), True),
+    # a distance to the ground truth, not a loss (inf for a large model if the truth is 0)
+    ("rel_error", float("inf"), False), ("objective", None, False)])
+def test_which_evaluated_metrics_are_losses(data, name, value, stops):
+    loop, bound, _ = _schedule_loop(Scripted(), data, 1)
+    measure = loop.evaluate
+
+    def evaluate(model, state, store, round):
+        out = measure(model, state, store, round)
+        return {**out, name: value} if round == 2 else out
+
+    loop.evaluate = evaluate
+
+    def rounds_recorded():
+        history = fs.History()
+        try:
+            loop.run(bound.init(fs.problems.least_squares()), history, 0, 3, progress=False)
+        except fs.DivergenceError as exc:
+            assert re.search(f"round 2: .*{name}=", str(exc))
+            assert exc.history is history and exc.round == 2
+        return [r["round"] for r in history.records]
+
+    assert rounds_recorded() == ([1] if stops else [1, 2, 3])
+    # without the stop (the Flower server: its losses are the nodes' screened reports)
+    loop.stop_on_nonfinite_loss = False
+    assert rounds_recorded() == [1, 2, 3]

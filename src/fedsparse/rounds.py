@@ -27,11 +27,19 @@ name the server records itself (:data:`SERVER_FIELDS`). A Flower client that sen
 A non-finite upload is divergence only when it is delivered: an upload the channel
 lost never reached the server and changes nothing (simulator). On Flower a non-finite
 upload is the failed upload of one client.
+
+A finite model whose evaluated loss is not (:data:`LOSS_FIELDS`: a loss overflows
+long before the model does, in float32 soonest) has diverged too: the run stops at that
+round, keeping the round before's model and client state, and its record (which would
+hold the inf) is not kept. Only the server's own evaluation counts (the simulator's); on
+Flower the losses are the nodes' reports, each screened (a non-finite one is left out),
+so one node cannot stop a run.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import time
 import warnings
 from collections.abc import Callable
@@ -80,9 +88,19 @@ SERVER_FIELDS = frozenset({
     *(f"personal_{m}" for m in ("objective", "accuracy", "test_objective", "test_accuracy"))})
 
 
+#: The losses of a round record: the evaluated objectives of the global model (train,
+#: test) and of the personalised models. A NaN or inf here with a finite model is
+#: divergence (a loss that overflows); the other fields are not losses: an accuracy or a
+#: support score of a finite model is finite, and the relative error, divided by a
+#: ground truth's norm that may be 0, is a distance, not the run's loss.
+LOSS_FIELDS = ("objective", "test_objective", "personal_objective",
+               "personal_test_objective")
+
+
 class DivergenceError(RuntimeError):
-    """The model became non-finite. ``history`` holds every finite round, and
-    ``history.model`` the last finite model."""
+    """The model, a delivered upload or an evaluated loss (:data:`LOSS_FIELDS`) became
+    non-finite. ``history`` holds every round before, and ``history.model`` the model of
+    the round before the one that diverged (the last finite model)."""
 
     def __init__(self, message: str, history: History, round: int):
         super().__init__(message)
@@ -163,6 +181,10 @@ class RoundLoop:
     stop_on_nonfinite_upload : True (simulator): a delivered NaN/inf upload means the
         run diverged and stops it (a lost one changes nothing); False (Flower): it is
         the failed upload of one client.
+    stop_on_nonfinite_loss : True (simulator): a NaN/inf loss (:data:`LOSS_FIELDS`) in
+        what ``evaluate`` returns means the run diverged and stops it at that round,
+        keeping the round before's state and client state; False (Flower): the losses
+        are the nodes' reports, already screened, and never stop the run.
 
     Raises
     ------
@@ -182,6 +204,7 @@ class RoundLoop:
     max_update_norm: float | None = None
     max_update_ratio: float | None = None
     stop_on_nonfinite_upload: bool = True
+    stop_on_nonfinite_loss: bool = True
     every_round: Callable[[torch.Tensor], dict] | None = None
 
     def __post_init__(self):
@@ -268,15 +291,30 @@ class RoundLoop:
                 if not torch.isfinite(model).all():
                     self._diverged(history, state, algorithm, t, save, bar,
                                    "the model became non-finite (NaN or inf)")
-                state = new_state
+                evaluated = self.evaluates(t + 1, rounds)
+                # The sampled clients' rows as they were, to put back if this round's
+                # evaluation diverges: the checkpoint then holds the round before's
+                # server state *and* client state (evaluated rounds only: a copy of S rows).
+                kept_rows = self.store.gather(clients) if evaluated and \
+                    self.stop_on_nonfinite_loss and replies.client_state is not None else None
+                before, state = state, new_state
                 self.store.scatter_(clients, replies.client_state)
                 bytes_down = replies.bytes_down if replies.bytes_down is not None else \
                     broadcast_bytes(payload, algorithm.broadcast_encoding, S)
                 up_total, down_total = up_total + replies.bytes_up, down_total + bytes_down
                 elapsed += seconds
                 record = {"round": t + 1}
-                if self.evaluates(t + 1, rounds):
-                    record.update(self.evaluate(model, state, self.store, t + 1))
+                if evaluated:
+                    measured = self.evaluate(model, state, self.store, t + 1)
+                    bad = nonfinite_losses(measured) if self.stop_on_nonfinite_loss else []
+                    if bad:
+                        self.store.scatter_(clients, kept_rows)
+                        self._diverged(
+                            history, before, algorithm, t, save, bar,
+                            f"the model's evaluated loss is not finite ({', '.join(bad)}), "
+                            "though the model is (the loss overflows)",
+                            kept="the model before it")
+                    record.update(measured)
                 if self.every_round is not None:
                     record.update(self.every_round(model))
                 record.update({
@@ -361,13 +399,23 @@ class RoundLoop:
                 counts[k] = counts.get(k, 0) + 1
         return {k: sums[k] / counts[k] for k in sorted(sums)}
 
-    def _diverged(self, history, state, algorithm, t, save, bar, what):
+    def _diverged(self, history, state, algorithm, t, save, bar, what,
+                  kept="the last finite model"):
+        """Stop at round ``t + 1``: ``history.model`` is ``state``'s model (round ``t``),
+        saved with ``save``; raises :class:`DivergenceError` naming ``what`` happened."""
         bar.close()
         history.model = algorithm.model(state)
         if save is not None:
             save(t, state)
         raise DivergenceError(
-            f"round {t + 1}: {what}; stopped, keeping the last finite model (round {t}: "
-            "the error's history.model, a run folder's model.npy). A smaller step size "
-            "usually helps.", history, t + 1)
+            f"round {t + 1}: {what}; stopped, keeping {kept} (round {t}: the error's "
+            "history.model, a run folder's model.npy). A smaller step size usually helps.",
+            history, t + 1)
+
+
+def nonfinite_losses(metrics: dict) -> list[str]:
+    """``name=value`` of every loss (:data:`LOSS_FIELDS`) in ``metrics`` that is a NaN or
+    an infinity; [] when there is none (a missing or None loss is not one)."""
+    return [f"{name}={value}" for name in LOSS_FIELDS
+            if isinstance(value := metrics.get(name), float) and not math.isfinite(value)]
 

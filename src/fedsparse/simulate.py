@@ -308,8 +308,10 @@ def simulate(algorithm: Algorithm, problem: Problem, data: FederatedDataset, *, 
         a checkpoint cannot hold (after ``init``: before the first round).
     DivergenceError
         when the model or a delivered upload becomes NaN/inf (a lost one changes
-        nothing); it names the round and carries the history with the last finite model
-        (also saved to ``checkpoint`` if one was given).
+        nothing), or an evaluated loss of a finite model does (the objective, test or
+        personalised objective: :data:`fedsparse.rounds.LOSS_FIELDS`); it names the round
+        (and the loss) and carries the history up to the round before, with that round's
+        model (also saved to ``checkpoint``, with its client state, if one was given).
     """
     if clients_per_round is None:
         clients_per_round = getattr(algorithm, "clients_per_round", None)

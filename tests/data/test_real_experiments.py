@@ -144,3 +144,20 @@ def test_fig6_full(fn, tmp_path):
     if "skipped" in summary:
         pytest.skip(summary["skipped"])
     check_outputs(tmp_path, summary, panels=len(summary["f_star"]))
+
+
+def test_central_optimum_of_a_diverging_run_is_its_best_finite_round():
+    """The long run's loss overflows (step 16/L): f* is the lowest objective it reached
+    before, its final value inf, as when the inf was recorded."""
+    rng = np.random.default_rng(5)
+    xs = [rng.normal(size=(20, 6)) for _ in range(3)]
+    data = fs.data.from_arrays(xs, [x @ np.ones(6) for x in xs], dtype=torch.float32)
+    ref = central_optimum(fs.problems.least_squares(), data, sparsity=3, rounds=30,
+                          multipliers=(16,))
+    with pytest.raises(fs.DivergenceError) as caught:
+        fs.simulate(fs.algorithms.distributed_iht(sparsity=3, step_size=ref["step_size"],
+                                                  batch_size=None),
+                    fs.problems.least_squares(), data, rounds=30, progress=False)
+    reached = caught.value.history.column("objective")
+    assert len(reached) > 1 and ref["f_star"] == min(reached)
+    assert ref["final"] == float("inf")

@@ -185,6 +185,25 @@ def test_a_diverging_run_saves_its_last_finite_model(fake_grid, tmp_path):
     assert np.isfinite(model).all() and np.abs(model).max() > 0
 
 
+def test_the_nodes_non_finite_objective_never_stops_a_run(fake_grid, monkeypatch):
+    """The simulator stops a run whose evaluated loss overflows; on Flower the losses are
+    the nodes' reports (each screened: a non-finite one is left out), so even an inf
+    reaching the round loop leaves the run going to its last round."""
+    from fedsparse.flower import server_app
+
+    real = server_app.evaluate_on_nodes
+
+    def overflowing(*args, **kwargs):
+        metrics, dropped = real(*args, **kwargs)
+        return {**metrics, "objective": float("inf")}, dropped
+
+    monkeypatch.setattr(server_app, "evaluate_on_nodes", overflowing)
+    job = _job()
+    history = run_on_grid(fake_grid(job, range(4)), job)
+    assert [r["round"] for r in history.records] == list(range(1, job.rounds + 1))
+    assert torch.isfinite(history.model).all()
+
+
 def test_a_resumed_run_keeps_the_nodes_it_refused(fake_grid, tmp_path):
     """The nodes refused before the stop stay in ``refused_nodes`` and are not asked
     again, as in the uninterrupted run."""

@@ -79,8 +79,8 @@ def central_optimum(problem, data, sparsity: int, rounds: int,
         algo = algorithms.distributed_iht(sparsity=sparsity, step_size=step, batch_size=None)
         try:
             return simulate(algo, problem, data, rounds=n, progress=False).column("objective")
-        except DivergenceError:
-            return [float("inf")]
+        except DivergenceError as exc:  # its finite rounds, then the divergence
+            return [*exc.history.column("objective"), float("inf")]
 
     pilot = {}
     for m in multipliers:

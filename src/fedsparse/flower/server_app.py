@@ -239,7 +239,10 @@ def run_on_grid(grid: Grid, job: Job, *, callback: Callable | None = None,
                                    feature_shape, timeline),
                      evaluate, ClientStore(None), eval_every=int(fl["evaluate_every"]),
                      max_update_norm=max_norm, max_update_ratio=max_ratio,
-                     stop_on_nonfinite_upload=False, every_round=support)
+                     # the losses are the nodes' reports, a non-finite one left out
+                     # (evaluations_dropped): one node cannot stop the run
+                     stop_on_nonfinite_upload=False, stop_on_nonfinite_loss=False,
+                     every_round=support)
     start = 0
     if saved is not None:
         with in_flower_terms():
