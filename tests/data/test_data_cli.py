@@ -66,6 +66,12 @@ def test_describe_clusters_regression_and_errors(capsys):
     assert "/nonexistent/rcv1" in capsys.readouterr().err
     assert main(["data", "describe", "digits", "--partition", "clusters", "--clients", "300"]) == 2
     assert "cannot assign parts" in capsys.readouterr().err
+    # the default 10 clusters x 20 parts on 150 examples: named as the options were typed
+    assert main(["data", "describe", "digits", "--partition", "clusters", "--max-examples",
+                 "150"]) == 2
+    err = capsys.readouterr().err
+    assert "--parts-per-cluster=20 x --clusters=10 needs at least 200 examples" in err
+    assert "the data have 150" in err and "Traceback" not in err
     with pytest.raises(SystemExit):
         main(["data", "describe", "no_such_set"])
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -226,8 +228,40 @@ def test_clusters_partial_use_and_errors():
         partition_clusters(None, 2, 4, 3, 5, labels=y)
     with pytest.raises(ValueError, match="pass num_clusters=4"):
         partition_clusters(None, 2, 10, 3, 2, labels=y)
-    with pytest.raises(ValueError, match="cluster 3 has 2 examples"):
+    with pytest.raises(ValueError, match=r"parts_per_cluster=3 is invalid for these data: .* "
+                       r"the cluster of label 3 has 2 of the 92 examples .* Allowed here: "
+                       r"parts_per_cluster=2 or less"):
         partition_clusters(None, 2, 4, 3, 2, labels=np.r_[y[:90], [3, 3]])
+
+
+def test_clusters_on_a_few_hundred_examples_say_what_the_defaults_need():
+    """The defaults (10 clusters x 20 parts) on a few hundred examples: fewer than 200 are
+    refused before K-means, naming both parameters and the count; with enough examples
+    a K-means cluster below 20 is named, with its size and the parts_per_cluster it
+    allows (and what that leaves for the clients)."""
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(150, 4))
+    with pytest.raises(ValueError, match=r"parts_per_cluster=20 x num_clusters=10 needs at "
+                       r"least 200 examples .*; the data have 150\. Allowed: a product of "
+                       r"at most 150"):
+        partition_clusters(X)
+    with pytest.raises(ValueError, match=r"parts_per_cluster=20 x num_clusters=10 \(the "
+                       r"number of labels\) needs at least 200 examples"):
+        partition_clusters(None, 10, labels=np.arange(150) % 10)
+    # 300 examples, one far-off cluster of 5 points
+    X = np.r_[rng.normal(size=(295, 4)), rng.normal(100.0, 1.0, size=(5, 4))]
+    with pytest.raises(ValueError) as caught:
+        partition_clusters(X, seed=0)
+    message = str(caught.value)
+    assert message.startswith("parts_per_cluster=20 is invalid for these data")
+    assert re.search(r"K-means cluster \d+ has 5 of the 300 examples \(the 10 clusters' "
+                     r"sizes, smallest first: 5, ", message)
+    assert "Allowed here: parts_per_cluster=5 or less, and then num_clients=100 x " \
+        "clusters_per_client=2 needs 200 parts, more than the 50 usable" in message
+    assert "fewer clusters than num_clusters=10" in message
+    # what it allows works
+    parts = partition_clusters(X, num_clients=25, parts_per_cluster=5, seed=0)
+    assert len(parts) == 25 and all(p.size >= 2 for p in parts)
 
 
 @given(clusters=st.integers(2, 6), ppc=st.integers(1, 6), cpc=st.integers(1, 3),

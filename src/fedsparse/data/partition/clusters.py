@@ -17,6 +17,49 @@ def _feasible(remaining: np.ndarray, clients_left: int, per_client: int) -> bool
     return int(np.minimum(remaining, clients_left).sum()) >= per_client * clients_left
 
 
+def _check_enough_examples(n: int, num_clusters: int, ppc: int, *, labels: bool) -> None:
+    """Refuse ``n`` examples too few for ``num_clusters`` clusters of ``ppc`` non-empty
+    parts each, before K-means is run (whatever clusters it finds, they cannot all be
+    large enough)."""
+    if n >= num_clusters * ppc:
+        return
+    clusters = f"num_clusters={num_clusters}" + (" (the number of labels)" if labels else "")
+    raise ConfigError(
+        f"parts_per_cluster={ppc} x {clusters} needs at least {num_clusters * ppc} examples "
+        f"(every cluster is cut into that many parts of at least one example); the data "
+        f"have {n}. Allowed: a product of at most {n}: fewer parts per cluster"
+        + ("" if labels else " or fewer clusters") + ", or more examples")
+
+
+def _small_cluster(sizes: np.ndarray, ppc: int, num_clients: int, cpc: int,
+                   classes: np.ndarray | None) -> ConfigError:
+    """The error for a cluster (of K-means, or a label's where ``classes`` is given) with
+    fewer than ``ppc`` examples: it names the smallest one, the clusters' sizes and the
+    largest ``parts_per_cluster`` these clusters allow."""
+    k, n = sizes.size, int(sizes.sum())
+    c = int(np.argmin(sizes))
+    smallest = int(sizes[c])
+    which = f"K-means cluster {c}" if classes is None else \
+        f"the cluster of label {classes[c].item()!r}"
+    shown = np.sort(sizes)
+    listed = ", ".join(map(str, shown[:10])) + (", ..." if k > 10 else "")
+    advice = f"parts_per_cluster={smallest} or less" if smallest else \
+        "no parts_per_cluster (a cluster is empty)"
+    message = (f"parts_per_cluster={ppc} is invalid for these data: every cluster is cut "
+               f"into that many parts of at least one example, but {which} has {smallest} "
+               f"of the {n} examples (the {k} clusters' sizes, smallest first: {listed}). "
+               f"Allowed here: {advice}")
+    usable = k * min(smallest, num_clients)  # parts of distinct clusters the clients get
+    if smallest and num_clients * cpc > usable:
+        message += (f", and then num_clients={num_clients} x clusters_per_client={cpc} "
+                    f"needs {num_clients * cpc} parts, more than the {usable} usable: fewer "
+                    "clients too")
+    if classes is None:
+        return ConfigError(message + f"; or fewer clusters than num_clusters={k} (K-means "
+                           "then makes larger ones), or more examples")
+    return ConfigError(message + "; or more examples of that label")
+
+
 def partition_clusters(X, num_clients=100, num_clusters=10, parts_per_cluster=20,
                        clusters_per_client=2, seed=0, labels=None, *, n_init=3):
     """Tong et al. 2022's cluster split.
@@ -41,7 +84,10 @@ def partition_clusters(X, num_clients=100, num_clusters=10, parts_per_cluster=20
     num_clusters : int, default 10
         With ``labels``, must equal the number of distinct labels.
     parts_per_cluster : int, default 20
-        Every cluster needs at least this many examples.
+        Every cluster needs at least this many examples (so the data at least
+        ``num_clusters * parts_per_cluster``); a K-means cluster may be smaller than
+        the mean, and a run on a few hundred examples may need fewer parts or clusters
+        than the defaults (the error names the smallest cluster and what it allows).
     clusters_per_client : int, default 2
     seed : int or None
     labels : array-like, (n,), optional
@@ -56,8 +102,9 @@ def partition_clusters(X, num_clients=100, num_clusters=10, parts_per_cluster=20
     Raises
     ------
     ConfigError
-        The parts cannot be assigned (too few parts, too few clusters, a cluster smaller
-        than ``parts_per_cluster``).
+        The parts cannot be assigned (too few parts, too few clusters, fewer examples
+        than ``num_clusters * parts_per_cluster``, a cluster smaller than
+        ``parts_per_cluster``).
     ImportError
         K-means needs scikit-learn (``pip install 'fedsparse[data]'``).
     """
@@ -84,6 +131,7 @@ def partition_clusters(X, num_clients=100, num_clusters=10, parts_per_cluster=20
         n = codes.size
         if X is not None and X.shape[0] != n:
             raise ConfigError(f"X has {X.shape[0]} rows but labels has {n} entries")
+        _check_enough_examples(n, num_clusters, ppc, labels=True)
     else:
         if X is None:
             raise ConfigError("X=None is invalid without labels: K-means needs the features")
@@ -99,18 +147,16 @@ def partition_clusters(X, num_clients=100, num_clusters=10, parts_per_cluster=20
             # K-means clusters feature vectors: images (n, C, H, W) become (n, C*H*W) rows
             # for the clustering only; the parts index the original examples.
             X = np.asarray(X).reshape(n, -1)
-        if n < num_clusters:
-            raise ConfigError(f"X has {n} rows; K-means needs at least num_clusters="
-                             f"{num_clusters}")
+        _check_enough_examples(n, num_clusters, ppc, labels=False)
         km = KMeans(n_clusters=num_clusters, random_state=seed, n_init=n_init)
         codes = km.fit_predict(X).astype(np.int64)
+    sizes = np.bincount(codes, minlength=num_clusters)
+    if int(sizes.min()) < ppc:
+        raise _small_cluster(sizes, ppc, num_clients, cpc,
+                             None if labels is None else classes)
     parts_of = []
     for c in range(num_clusters):
         idx = rng.permutation(np.flatnonzero(codes == c))
-        if idx.size < ppc:
-            raise ConfigError(f"cluster {c} has {idx.size} examples, fewer than "
-                             f"parts_per_cluster={ppc}; lower parts_per_cluster or "
-                             "num_clusters")
         parts_of.append(np.array_split(idx, ppc))
     remaining = np.full(num_clusters, ppc, dtype=np.int64)
     out = []
