@@ -34,8 +34,9 @@ load() { cut -d' ' -f1 /proc/loadavg; }
     echo "# command: PYTHONPATH=src python $*"
     echo "# runs: $RUNS, back to back"
     echo "# date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+    # (the logs themselves are left out: this one is being rewritten)
     echo "# commit: $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- src benchmarks \
-        || echo ' (with uncommitted changes under src/ or benchmarks/)')"
+        ':!benchmarks/logs' || echo ' (with uncommitted changes under src/ or benchmarks/)')"
     echo "# torch: $("$PYTHON" -c 'import torch; print(torch.__version__)')"
     echo "# cpus: $(nproc)"
 } > "$LOG"
