@@ -226,3 +226,32 @@ def test_speed_page_fedmac_figures():
         *span(loop)))
     assert s.unchecked_timings() == []
 
+
+def _flower_rows(log: str) -> list[dict[int, tuple[str, str, str]]]:
+    """Per run of ``log``, {clients: (simulator r/s, Flower r/s, ratio)} of its table."""
+    found = []
+    for out in runs(log):
+        rows = re.findall(r"^ +(\d+) +([\d.]+) +([\d.]+) +(\d+)x$", out, flags=re.M)
+        assert rows, "a run of bench_flower.py printed no table"
+        found.append({int(n): rest for n, *rest in rows})
+    return found
+
+
+def test_deploy_page_flower_figures():
+    log = "bench_flower.txt"
+    tables = _flower_rows(log)
+    assert all(sorted(t) == [100, 1000] for t in tables)
+    ratios = {n: [t[n][2] for t in tables] for n in (100, 1000)}
+    notes = Section("docs/deploy.md", "## Notes")
+    notes.says("own simulator was {}x to {}x faster for the same job".format(
+        *span(ratios[100], ratios[1000])))
+    s = Section("docs/deploy.md", "## Scale: simulator against Flower's simulation engine")
+    s.quotes_runs_of(log)
+    s.says(f"{NUMBER_WORDS[len(tables)].capitalize()} runs back to back on a shared 2-core "
+           "machine")
+    s.says("the simulator was {}x to {}x faster at 100 clients and {}x to {}x at 1,000".format(
+        *span(ratios[100]), *span(ratios[1000])))
+    # one over Flower's rounds per second and the clients of a round, in whole ms
+    per_client = [f"{1e3 / (float(t[n][1]) * n):.0f}" for t in tables for n in t]
+    s.says("({}-{} ms per client update".format(*span(per_client)))
+    assert s.unchecked_timings() == []
