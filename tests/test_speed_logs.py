@@ -207,6 +207,9 @@ def test_fedmac_speed_section():
     # "On two threads ... more than the 2x target in all three runs; on one thread it
     # falls short of that target in all three."
     assert min(map(float, ratios[2][2])) >= 2 > max(map(float, ratios[1][2]))
+    loop, speedup = ([float(v) for v in c] for c in ratios[2][1:3])
+    assert loop.index(max(loop)) == speedup.index(max(speedup))
+    s.says("(the largest ratio in the run whose loop was slowest)")
     s.says("It takes {} to {} times the time of the same flops".format(
         *span(ratios[2][4], ratios[1][4])))
     s.says("took {} to {} times as long on two threads and {} to {} times on one".format(
