@@ -5,9 +5,10 @@ Every log under benchmarks/logs/cpu/ was written by ``benchmarks/cpu_logs.sh``: 
 ``## run i of N: started ...`` and a ``## run i of N: exit ...`` line. A page quotes a
 log three ways, each checked here: a code block copied from one run's output (verbatim),
 a range (the smallest and largest value the runs printed, written as the log writes
-them), and a table row of such ranges. Each checked section must hold no other timing
-(a number of ms, s, GB/s, rounds/s, "x" or "times" that no check accounts for), so a
-number cannot come back to a page without a log behind it.
+them), and a table row (of such ranges, or of one run's figures, made here from the log).
+Each checked section must hold no other timing (a number of ms, s, GB/s, r/s, "x" or
+"times" that no check accounts for; the few settings, and figures another test checks,
+are exempted by name), so a number cannot come back to a page without a log behind it.
 """
 
 from __future__ import annotations
