@@ -166,8 +166,9 @@ def test_fedht_speed_section():
     s.says("(a) misses its target in every run: {}x to {}x the bound".format(*span(ratio)))
     s.says("({} to {} ms a round)".format(*span(values(log, r"K=5: ([\d.]+) ms/round;"))))
     speedup = values(log, r"speed-up ([\d.]+)x \(target >= 3\)")
-    assert min(map(float, speedup)) < 3  # "(b) can miss its 3x target too"
-    s.says("(b)'s speed-up was {}x to {}x".format(*span(speedup)))
+    assert min(map(float, speedup)) >= 3  # "its 3x target met in every run"
+    s.says("(b)'s speed-up was {}x to {}x, its 3x target met in every run".format(
+        *span(speedup)))
     s.says("per-client loop took {} to {} ms every time".format(
         *span(values(log, r"per-client loop ([\d.]+) ms/round"))))
     s.says("vectorised round took {} to {} ms".format(
@@ -230,9 +231,6 @@ def test_fedmac_speed_section():
     # "On two threads ... more than the 2x target in all three runs; on one thread it
     # falls short of that target in all three."
     assert min(map(float, ratios[2][2])) >= 2 > max(map(float, ratios[1][2]))
-    loop, speedup = ([float(v) for v in c] for c in ratios[2][1:3])
-    assert loop.index(max(loop)) == speedup.index(max(speedup))
-    s.says("(the largest ratio in the run whose loop was slowest)")
     s.says("It takes {} to {} times the time of the same flops".format(
         *span(ratios[2][4], ratios[1][4])))
     s.says("took {} to {} times as long on two threads and {} to {} times on one".format(
