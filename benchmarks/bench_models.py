@@ -323,6 +323,9 @@ def main(argv=None):
         if not torch.cuda.is_available():
             parser.error("--device cuda needs a CUDA GPU, and none is available")
     else:
+        if args.profile:  # the CPU rounds are not profiled: say so rather than ignore it
+            parser.error("--profile is CUDA only (it prints the GPU kernels of SAFARI's "
+                         "round): use it with --device cuda")
         torch.set_num_threads(args.threads)
     repeats = args.repeats or (2 if args.quick else 4)
     torch.manual_seed(0)

@@ -22,7 +22,7 @@ worker threads wait for cores); the paths are therefore timed alternately.
 
 from __future__ import annotations
 
-import sys
+import argparse
 import time
 
 import torch
@@ -68,13 +68,21 @@ def case(label: str, module, feature_shape: tuple[int, ...], S: int, b: int,
           f"   fastest: {min(t, key=t.get):<7}  rule: {rule}")
 
 
-def main() -> None:
+def main(argv=None) -> None:
     global DEVICE
-    quick = "--quick" in sys.argv
-    if "--threads" in sys.argv:
-        torch.set_num_threads(int(sys.argv[sys.argv.index("--threads") + 1]))
-    if "--device" in sys.argv:
-        DEVICE = torch.device(sys.argv[sys.argv.index("--device") + 1])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
+    parser.add_argument("--quick", action="store_true",
+                        help="the two shapes (a) and (b) only, fewer repeats")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch threads (default: torch's own)")
+    parser.add_argument("--device", default="cpu", help="cpu (default), cuda or cuda:N")
+    args = parser.parse_args(argv)
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    DEVICE = torch.device(args.device)
+    if DEVICE.type == "cuda" and not torch.cuda.is_available():
+        parser.error(f"--device {args.device} needs a CUDA GPU, and none is available")
+    quick = args.quick
     repeats = 3 if quick else 5
     where = torch.cuda.get_device_name(DEVICE) if DEVICE.type == "cuda" else "cpu"
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, device {where}")
