@@ -437,3 +437,33 @@ def test_global_scope_validation():
         fs.simulate(fs.algorithms.fed_grad_mp(sparsity=9, sparsity_scope="global",
                                               dictionary={"kind": "gaussian", "atoms": 2}),
                     prob, data, rounds=1, progress=False)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_top_mask_on_the_cpu_matches_topk_with_ties_nan_and_inf(dtype):
+    # On the CPU the k-th largest magnitude comes from numpy's partition; the mask must
+    # be the one topk's threshold gives (ties to the lower index, NaN ranked largest).
+    from fedsparse.algorithms.sparse_models import top_mask
+    from fedsparse.sparsity import top_indices
+
+    def reference(x, k):
+        mag = x.abs()
+        kth = torch.topk(mag, k, dim=-1, sorted=False).values.amin(-1, keepdim=True)
+        mask = mag >= kth
+        tied = mask.sum(-1) != k
+        rows = mag[tied]
+        mask[tied] = torch.zeros_like(rows, dtype=torch.bool).scatter_(
+            -1, top_indices(rows, k), True)
+        return mask
+
+    g = torch.Generator().manual_seed(0)
+    for trial in range(200):
+        x = torch.randn(6, 1, 12, generator=g, dtype=dtype)
+        if trial % 2:
+            x = torch.round(2 * x)  # many ties
+        if trial % 3 == 0:
+            x.view(-1)[torch.randint(0, x.numel(), (4,), generator=g)] = float("nan")
+        if trial % 5 == 0:
+            x.view(-1)[torch.randint(0, x.numel(), (3,), generator=g)] = float("inf")
+        for k in (1, 3, 11):
+            assert torch.equal(top_mask(x, k), reference(x, k)), (trial, k)
