@@ -225,3 +225,17 @@ def test_newton_stops_where_float32_rounding_stops_the_loss_falling():
     assert (loss(coef) < loss(torch.zeros_like(coef))).all()
     again, _ = prob.restricted_solve(index, valid, X, y, w, init=coef)
     assert (loss(again) <= loss(coef)).all()
+
+
+def test_mask_to_index_on_the_cpu_gives_the_stable_sorts_positions():
+    # The CPU path reads the positions off flatnonzero; they must be the stable sort's,
+    # padding included, for any number of True entries (more than k: the first k).
+    g = torch.Generator().manual_seed(1)
+    for _ in range(300):
+        S, P = (int(v) for v in torch.randint(1, 12, (2,), generator=g))
+        mask = torch.rand(S, P, generator=g) < float(torch.rand(1, generator=g))
+        for k in range(1, P + 1):
+            order = torch.sort((~mask).to(torch.int8), dim=-1, stable=True).indices[..., :k]
+            index, valid = mask_to_index(mask, k)
+            assert torch.equal(index, order)
+            assert torch.equal(valid, torch.gather(mask, -1, order))

@@ -35,6 +35,7 @@ algorithm drives them with :func:`restricted_loss_grad` on its own batches.
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -57,9 +58,37 @@ def mask_to_index(mask: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tenso
     index : (S, k) int64, the True positions in ascending order, then padding positions.
     valid : (S, k) bool, False on padding.
     """
+    if mask.device.type == "cpu" and mask.dtype == torch.bool and mask.ndim == 2 \
+            and 0 < k <= mask.shape[-1]:
+        return _mask_to_index_numpy(mask, k)
     # A stable sort on "not selected" puts the selected positions first, in index order.
     order = torch.sort((~mask).to(torch.int8), dim=-1, stable=True).indices[..., :k]
     return order, torch.gather(mask, -1, order)
+
+
+def _mask_to_index_numpy(mask: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`mask_to_index` on the CPU without the sort: the same positions.
+
+    FedGradMP calls it at every local step on (S, P) masks with at most ``k`` True
+    entries per row; the stable sort of the S x P flags costs several times more than
+    reading the True positions off ``flatnonzero`` (30 x 1000: about 160 us against
+    30 us). The padding the sort gives is a row's first ``k - count`` False positions,
+    which all lie among its first ``k`` columns (those hold at least ``k - count``
+    False entries).
+    """
+    m = mask.numpy()
+    S, P = m.shape
+    row, col = np.divmod(np.flatnonzero(m), P)      # True positions, row by row, ascending
+    count = np.bincount(row, minlength=S)
+    rank = np.arange(row.size) - (np.cumsum(count) - count)[row]
+    keep = rank < k                                   # more than k: the first k, as the sort
+    out = np.empty((S, k), dtype=np.int64)
+    out[row[keep], rank[keep]] = col[keep]
+    free = ~m[:, :k]
+    slot = np.cumsum(free, axis=1) + (count[:, None] - 1)  # where each False one would go
+    pad = np.flatnonzero(free & (slot < k))
+    out[pad // k, slot.reshape(-1)[pad]] = pad % k
+    return torch.from_numpy(out), torch.from_numpy(np.arange(k) < count[:, None])
 
 
 def _scores(problem, c: torch.Tensor, Z: torch.Tensor, cls: torch.Tensor) -> torch.Tensor:
