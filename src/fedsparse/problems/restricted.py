@@ -179,16 +179,22 @@ def _lstsq_exact(Z, y, w, valid):
     ratio = (diag.amin(-1) / diag.amax(-1).clamp(min=1e-300)) ** 2
     # cond(G) ~ 1/ratio; beyond ~1e10 one refinement step no longer reaches full accuracy.
     ok = (info == 0) & (ratio > 1e-10)
+    if bool(ok.all()):
+        # The usual case: every client on the fast path, no copies of the well-posed rows.
+        return _refined_cholesky(L, Zw, yw).squeeze(-1) * vm
     sol = torch.zeros(Z.shape[0], Z.shape[-1], dtype=Z.dtype, device=Z.device)
     if ok.any():
-        Lk, Zk, yk = L[ok], Zw[ok], yw[ok]
-        x = torch.cholesky_solve(Zk.transpose(1, 2) @ yk, Lk)
-        x = x + torch.cholesky_solve(Zk.transpose(1, 2) @ (yk - Zk @ x), Lk)
-        sol[ok] = x.squeeze(-1)
+        sol[ok] = _refined_cholesky(L[ok], Zw[ok], yw[ok]).squeeze(-1)
     bad = ~ok
-    if bad.any():
-        sol[bad] = lstsq_gelsd(Zw[bad], yw[bad]).squeeze(-1)
+    sol[bad] = lstsq_gelsd(Zw[bad], yw[bad]).squeeze(-1)
     return sol * vm
+
+
+def _refined_cholesky(L, Zw, yw):
+    """The normal equations' solution by the Cholesky factor ``L``, plus one refinement
+    step with the residual of ``Zw`` itself."""
+    x = torch.cholesky_solve(Zw.transpose(1, 2) @ yw, L)
+    return x + torch.cholesky_solve(Zw.transpose(1, 2) @ (yw - Zw @ x), L)
 
 
 def _newton(problem, c, Z, cls, y, w, valid, metric, tol, max_iter):
