@@ -228,9 +228,10 @@ def test_sgd_inner_solver_draws_batches_of_its_own():
     drawn = []
 
     class Recording(ClientContext):
-        def batch(self, step, batch_size):
+        # every mini-batch, copied out (batch) or read in place (batch_grad), is this draw
+        def batch_index(self, step, batch_size):
             drawn.append(step)
-            return super().batch(step, batch_size)
+            return super().batch_index(step, batch_size)
 
     gen = torch.Generator().manual_seed(5)
     X, y = torch.randn(2, 9, 4, generator=gen, dtype=DT), torch.randn(2, 9, generator=gen,
@@ -467,3 +468,25 @@ def test_top_mask_on_the_cpu_matches_topk_with_ties_nan_and_inf(dtype):
             x.view(-1)[torch.randint(0, x.numel(), (3,), generator=g)] = float("inf")
         for k in (1, 3, 11):
             assert torch.equal(top_mask(x, k), reference(x, k)), (trial, k)
+
+
+@pytest.mark.parametrize("problem", [fs.problems.least_squares(), fs.problems.logistic(l2=0.1),
+                                     fs.problems.softmax(3)])
+@pytest.mark.parametrize("block_bytes", [2 << 20, 6000])  # one block; blocks of two clients
+def test_batch_grad_is_the_gradient_on_the_copied_batch_bit_for_bit(problem, block_bytes,
+                                                                     monkeypatch):
+    # ctx.batch_grad reads the drawn rows in place (linear models on dense CPU data);
+    # the numbers must be those of problem.grad on ctx.batch's copy, to the last bit.
+    from fedsparse.algorithms import ClientContext
+
+    monkeypatch.setattr("fedsparse.problems.base._FUSED_BLOCK_BYTES", block_bytes)
+    gen = torch.Generator().manual_seed(3)
+    X = torch.randn(13, 30, 50, generator=gen, dtype=DT)
+    y = torch.randint(0, 2 if problem.blocks == 1 else 3, (13, 30), generator=gen).to(DT)
+    data = fs.data.from_arrays(list(X), list(y), dtype=DT)
+    params = torch.randn(13, problem.param_dim(50), generator=gen, dtype=DT)
+    for step in range(3):
+        ctx = ClientContext(problem, data.train, torch.arange(13), 2, 0)
+        expected = problem.grad(params, *ctx.batch(step, 7))
+        ctx = ClientContext(problem, data.train, torch.arange(13), 2, 0)
+        assert torch.equal(ctx.batch_grad(problem, params, step, 7), expected)

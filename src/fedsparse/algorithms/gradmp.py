@@ -151,8 +151,7 @@ class FedGradMP(Algorithm):
         iters = []
         ctx.prefetch(range(self.local_steps), self.batch_size)
         for k in range(self.local_steps):
-            X, y, w = ctx.batch(k, self.batch_size)
-            gamma = geo.select(prob.grad(a, X, y, w), 2 * self.sparsity)
+            gamma = geo.select(ctx.batch_grad(prob, a, k, self.batch_size), 2 * self.sparsity)
             index, valid = mask_to_index(gamma | lam, width)
             init = torch.gather(a, 1, index) * valid
             if self.inner_solver == "sgd":

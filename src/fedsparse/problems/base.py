@@ -18,7 +18,7 @@ from .protocol import Problem
 
 __all__ = ["Problem", "check_dense_features", "check_labels", "class_scores",
            "class_weighted_transpose", "gram_lambda_max", "gram_times", "label_splits",
-           "linear_gradient", "scores", "weighted_transpose"]
+           "linear_gradient", "linear_gradient_rows", "scores", "weighted_transpose"]
 
 
 def gram_lambda_max(X, w, iterations: int = 50) -> torch.Tensor:
@@ -102,6 +102,49 @@ def linear_gradient(params: torch.Tensor, X: torch.Tensor, link) -> torch.Tensor
             z = torch.from_numpy(np.matmul(Xn[rows], xn[rows, :, None])[..., 0])
             coef = link(z, rows).numpy()
             out[rows] = np.matmul(coef[:, None, :], Xn[rows])[:, 0]
+    return torch.from_numpy(out)
+
+
+def linear_gradient_rows(params: torch.Tensor, X: torch.Tensor, rows: torch.Tensor,
+                         link) -> torch.Tensor | None:
+    """:func:`linear_gradient` on the examples ``rows`` of each client of ``X``, without
+    copying the mini-batch out first; None where that does not apply (then gather the
+    rows and call :func:`linear_gradient`).
+
+    A mini-batch drawn from a large local data set is cold in the cache: copying all its
+    rows (``S * b * d`` values) and then reading them again costs about as much as the
+    gradient. Here each block of clients gathers its rows into one small buffer, which
+    the two products then read while it is in the cache. Each client's products are
+    the same numpy calls on the same rows as after a full gather, so the result is
+    identical.
+
+    Parameters
+    ----------
+    params : (S, d) parameters.
+    X : (S, n_max, d) dense CPU features (all of each client's examples).
+    rows : (S, b) int64 positions in ``0 .. n_max - 1`` of each client's mini-batch.
+    link : as for :func:`linear_gradient`.
+    """
+    if not isinstance(X, torch.Tensor) or X.ndim != 3 or params.ndim != 2 \
+            or not _use_numpy(params, X, rows):
+        return None
+    S, n_max, d = X.shape
+    b = rows.shape[1]
+    flat = X.reshape(S * n_max, d)
+    index = torch.arange(S)[:, None] * n_max + rows
+    step = max(1, _FUSED_BLOCK_BYTES // max(1, b * d * X.element_size()))
+    buffer = torch.empty(min(step, S) * b, d, dtype=X.dtype)
+    xn = params.numpy()
+    out = np.empty(xn.shape, dtype=np.result_type(X.numpy(), xn))
+    with np.errstate(over="ignore", invalid="ignore"):  # divergence is caught by simulate
+        for start in range(0, S, step):
+            block = slice(start, min(start + step, S))
+            count = block.stop - start
+            Xb = torch.index_select(flat, 0, index[block].reshape(-1),
+                                    out=buffer[:count * b]).numpy().reshape(count, b, d)
+            z = torch.from_numpy(np.matmul(Xb, xn[block, :, None])[..., 0])
+            coef = link(z, block).numpy()
+            out[block] = np.matmul(coef[:, None, :], Xb)[:, 0]
     return torch.from_numpy(out)
 
 

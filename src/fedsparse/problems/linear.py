@@ -20,6 +20,7 @@ from .base import (
     class_weighted_transpose,
     gram_lambda_max,
     linear_gradient,
+    linear_gradient_rows,
     scores,
 )
 from .links import BinaryLogistic, Link, SoftmaxCrossEntropy, SquaredError, check_link_outputs
@@ -95,6 +96,21 @@ class LinearProblem(Problem):
             coef = link.derivative(self._scores(params, X), y, w)
             g = class_weighted_transpose(X, coef).reshape(X.shape[0], -1)
         if self._l2:
+            g = g + self._l2 * params
+        return g
+
+    def grad_rows(self, params, X, rows, y, w):
+        """:meth:`grad` on the mini-batch ``rows`` (S, b) of the dense (S, n_max, d)
+        features ``X`` (``y``, ``w`` the batch's), without copying the rows out first
+        (:func:`~fedsparse.problems.base.linear_gradient_rows`); the same numbers as
+        :meth:`grad` on the gathered rows. None where that path does not apply (class
+        rows, autograd, other devices): then call :meth:`grad` on the gathered batch."""
+        if self.blocks != 1:
+            return None
+        link = self.link
+        g = linear_gradient_rows(params, X, rows,
+                                 lambda z, r: link.derivative(z, y[r], w[r]))
+        if g is not None and self._l2:
             g = g + self._l2 * params
         return g
 
