@@ -251,6 +251,23 @@ def test_speed_page_fedmac_figures():
     assert s.unchecked_timings() == []
 
 
+def test_speed_page_neural_rounds_on_the_cpu():
+    log = "bench_models_cpu.txt"
+    s = Section("docs/speed.md", "## Where speed is measured")
+    s.quotes_runs_of(log)
+    assert all(line.startswith("  met ") for out in runs(log)
+               for line in out.split("targets:\n")[1].splitlines())
+    s.says("every CPU target met in every run")
+    faster = values(log, r"^MLP 784.*\n.*\( *([\d.]+)x faster\)")
+    bound = values(log, r"^MLP 784.*\n.*\( *([\d.]+)x the bound\)")
+    cnn = values(log, r"^small CNN.*\n.*\( *([\d.]+)x faster\)")
+    s.says("the MLP's round of 100 clients was {}x to {}x faster than its loop (target 3x) "
+           "and {}x to {}x its bound (target at most 3x), the small CNN's round of 20 "
+           "clients {}x to {}x faster than its loop (target 1.2x)".format(
+               *span(faster), *span(bound), *span(cnn)))
+    assert s.unchecked_timings() == []
+
+
 def _flower_rows(log: str) -> list[dict[int, tuple[str, str, str]]]:
     """Per run of ``log``, {clients: (simulator r/s, Flower r/s, ratio)} of its table."""
     found = []
