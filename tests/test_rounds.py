@@ -364,13 +364,16 @@ class _HugeModel(Scripted):
         return new
 
 
-def test_an_evaluated_loss_that_overflows_stops_the_run_with_the_round_before(data, tmp_path):
+@pytest.mark.parametrize("on_disk", [False, True])
+def test_an_evaluated_loss_that_overflows_stops_the_run_with_the_round_before(data, tmp_path,
+                                                                            on_disk):
     """The model of round 2 is finite but its objective is inf: the run stops at round 2,
-    keeps round 1's model, records and client state (also in the checkpoint), and never
-    records the inf."""
+    keeps round 1's model, records and client state (also in the checkpoint; the state
+    in memory or in files), and never records the inf."""
+    where = {"client_state_dir": tmp_path / "state"} if on_disk else {}
     with pytest.raises(fs.DivergenceError, match=r"round 2: the model's evaluated loss is "
                        r"not finite \(objective=inf\), though the model is") as caught:
-        _run(_HugeModel(huge={1}), data, checkpoint=tmp_path / "c")
+        _run(_HugeModel(huge={1}), data, checkpoint=tmp_path / "c", **where)
     err = caught.value
     assert err.round == 2
     assert [r["round"] for r in err.history.records] == [1]

@@ -88,14 +88,17 @@ class ClientStore:
     def num_clients(self) -> int | None:
         return None if not self.state else int(next(iter(self.state.values())).shape[0])
 
-    def gather(self, clients: torch.Tensor) -> dict | None:
-        """The (S, ...) rows of ``clients`` (on the store's device)."""
+    def gather(self, clients: torch.Tensor, *, move: bool = True) -> dict | None:
+        """A copy of the (S, ...) rows of ``clients``, on ``device``; with ``move=False``
+        where the tensors are (rows read from files stay in host memory): a copy to put
+        back with :meth:`scatter_`, which needs no transfer to the round's device."""
         if self.state is None:
             return None
         rows = {k: v[clients.to(v.device)] for k, v in self.state.items()}
         if self.on_disk:
             self.release()
-            rows = {k: v.to(self.device) for k, v in rows.items()}
+            if move:
+                rows = {k: v.to(self.device) for k, v in rows.items()}
         return rows
 
     def scatter_(self, clients: torch.Tensor, rows: dict | None) -> None:

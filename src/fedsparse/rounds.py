@@ -295,7 +295,7 @@ class RoundLoop:
                 # The sampled clients' rows as they were, to put back if this round's
                 # evaluation diverges: the checkpoint then holds the round before's
                 # server state *and* client state (evaluated rounds only: a copy of S rows).
-                kept_rows = self.store.gather(clients) if evaluated and \
+                kept_rows = self.store.gather(clients, move=False) if evaluated and \
                     self.stop_on_nonfinite_loss and replies.client_state is not None else None
                 before, state = state, new_state
                 self.store.scatter_(clients, replies.client_state)
