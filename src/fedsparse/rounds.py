@@ -418,4 +418,3 @@ def nonfinite_losses(metrics: dict) -> list[str]:
     an infinity; [] when there is none (a missing or None loss is not one)."""
     return [f"{name}={value}" for name in LOSS_FIELDS
             if isinstance(value := metrics.get(name), float) and not math.isfinite(value)]
-
