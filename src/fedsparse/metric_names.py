@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from ._validation import INT64_MAX, check_bool, shown
 
-__all__ = ["HIGHER_IS_BETTER_WORDS", "METRICS", "best_direction", "higher_is_better",
-           "record_problem"]
+__all__ = ["HIGHER_IS_BETTER_WORDS", "LOSS_FIELDS", "METRICS", "best_direction",
+           "higher_is_better", "record_problem"]
 
 #: Every numeric field a round record can hold (:func:`fedsparse.metrics.evaluate`, the
 #: round loop, personalised models' ``personal_*`` metrics, and algorithms' diagnostics:
@@ -25,6 +25,15 @@ METRICS = ("round", "objective", "accuracy", "test_objective", "test_accuracy", 
            "inner_iterations", "compensated", "dropped", "personal_objective",
            "personal_accuracy", "personal_test_objective", "personal_test_accuracy",
            "mask_density")
+
+#: The losses of a round record: the evaluated objectives of the global model (train,
+#: test) and of the personalised models. A NaN or inf here with a finite model is
+#: divergence (a loss that overflows); the other fields are not losses: an accuracy or a
+#: support score of a finite model is finite, and the relative error, divided by a
+#: ground truth's norm that may be 0, is a distance, not the run's loss. They are also
+#: the losses a Flower node's evaluate reply may carry.
+LOSS_FIELDS = ("objective", "test_objective", "personal_objective",
+               "personal_test_objective")
 
 #: Words that make a metric "higher is better" (accuracy, support precision/recall/F1);
 #: every other metric (objective, errors, bytes, density) is lower-is-better.

@@ -28,12 +28,12 @@ A non-finite upload is divergence only when it is delivered: an upload the chann
 lost never reached the server and changes nothing (simulator). On Flower a non-finite
 upload is the failed upload of one client.
 
-A finite model whose evaluated loss is not (:data:`LOSS_FIELDS`: a loss overflows
-long before the model does, in float32 soonest) has diverged too: the run stops at that
-round, keeping the round before's model and client state, and its record (which would
-hold the inf) is not kept. Only the server's own evaluation counts (the simulator's); on
-Flower the losses are the nodes' reports, each screened (a non-finite one is left out),
-so one node cannot stop a run.
+A finite model whose evaluated loss is not (:data:`~fedsparse.metric_names.LOSS_FIELDS`:
+a loss overflows long before the model does, in float32 soonest) has diverged too: the
+run stops at that round, keeping the round before's model and client state, and its
+record (which would hold the inf) is not kept. Only the server's own evaluation counts
+(the simulator's); on Flower the losses are the nodes' reports, each screened (a
+non-finite one is left out), so one node cannot stop a run.
 """
 
 from __future__ import annotations
@@ -55,6 +55,7 @@ from .client_store import ClientStore
 from .comm import payload_bytes
 from .contract import check_payload, check_state
 from .history import History
+from .metric_names import LOSS_FIELDS
 from .metrics import MODEL_FIELDS
 from .screening import (  # noqa: F401  (also importable from here, as before)
     MAX_CLIENT_METRICS,
@@ -86,15 +87,6 @@ SERVER_FIELDS = frozenset({
     "nnz", "density", "evaluations_dropped", "eval_clients", *MODEL_FIELDS,
     *(f"{m}_se" for m in ("objective", "accuracy", "test_objective", "test_accuracy")),
     *(f"personal_{m}" for m in ("objective", "accuracy", "test_objective", "test_accuracy"))})
-
-
-#: The losses of a round record: the evaluated objectives of the global model (train,
-#: test) and of the personalised models. A NaN or inf here with a finite model is
-#: divergence (a loss that overflows); the other fields are not losses: an accuracy or a
-#: support score of a finite model is finite, and the relative error, divided by a
-#: ground truth's norm that may be 0, is a distance, not the run's loss.
-LOSS_FIELDS = ("objective", "test_objective", "personal_objective",
-               "personal_test_objective")
 
 
 class DivergenceError(RuntimeError):

@@ -309,7 +309,7 @@ def simulate(algorithm: Algorithm, problem: Problem, data: FederatedDataset, *, 
     DivergenceError
         when the model or a delivered upload becomes NaN/inf (a lost one changes
         nothing), or an evaluated loss of a finite model does (the objective, test or
-        personalised objective: :data:`fedsparse.rounds.LOSS_FIELDS`); it names the round
+        personalised objective: :data:`fedsparse.metric_names.LOSS_FIELDS`); it names the round
         (and the loss) and carries the history up to the round before, with that round's
         model (also saved to ``checkpoint``, with its client state, if one was given).
     """

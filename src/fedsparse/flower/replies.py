@@ -38,7 +38,7 @@ from numbers import Integral, Real
 
 from flwr.app import ConfigRecord, MetricRecord
 
-from ..metric_names import FRACTION_SLACK
+from ..metric_names import FRACTION_SLACK, LOSS_FIELDS
 from ..screening import MAX_CLIENT_METRICS, MAX_METRIC_NAME, cut, shown
 from . import codec
 
@@ -49,8 +49,8 @@ MAX_EXAMPLES = 2**31
 FLOAT32_MAX = float.fromhex("0x1.fffffep+127")
 #: Features of one example: at most 8 axes.
 MAX_FEATURE_AXES = 8
-#: Metrics an evaluate reply may carry: the global model's and the personalised one's.
-OBJECTIVES = ("objective", "test_objective", "personal_objective", "personal_test_objective")
+#: Metrics an evaluate reply may carry: the global model's and the personalised one's
+#: (their losses: :data:`fedsparse.metric_names.LOSS_FIELDS`).
 ACCURACIES = ("accuracy", "test_accuracy", "personal_accuracy", "personal_test_accuracy")
 
 
@@ -215,7 +215,7 @@ def evaluation(content, node: dict, personal: bool, classification: bool = True)
     if "objective" not in metrics:
         raise Refused("no objective")
     # an accuracy is a weighted sum, which rounding can leave a hair above 1
-    for names, high in ((OBJECTIVES, math.inf), (ACCURACIES, 1.0 + FRACTION_SLACK)):
+    for names, high in ((LOSS_FIELDS, math.inf), (ACCURACIES, 1.0 + FRACTION_SLACK)):
         for key in names:
             if key not in metrics:
                 continue
