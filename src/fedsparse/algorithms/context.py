@@ -100,17 +100,13 @@ class ClientContext:
         """``problem.grad(params, *self.batch(step, batch_size))``: the same numbers, but
         on dense CPU data a problem with ``grad_rows`` (linear models) reads the drawn
         rows in place instead of from a gathered copy of the mini-batch."""
-        X = self.data.X
         fused = getattr(problem, "grad_rows", None)
-        if fused is not None and isinstance(X, torch.Tensor) \
-                and not self.is_full_batch(batch_size):
-            index, w = self.batch_index(step, batch_size)
-            g = fused(params, X, index, torch.gather(self.data.y, 1, index), w)
-            if g is not None:
-                return g
-            return problem.grad(params, self.data.gather(index),
-                                torch.gather(self.data.y, 1, index), w)
-        return problem.grad(params, *self.batch(step, batch_size))
+        if fused is None or self.is_full_batch(batch_size):
+            return problem.grad(params, *self.batch(step, batch_size))
+        index, w = self.batch_index(step, batch_size)
+        y = torch.gather(self.data.y, 1, index)
+        g = fused(params, self.data.X, index, y, w)  # None where it does not apply
+        return g if g is not None else problem.grad(params, self.data.gather(index), y, w)
 
     def is_full_batch(self, batch_size: int | None) -> bool:
         """True if :meth:`batch` returns the full local data (``None`` or ``b >= max n_i``)."""

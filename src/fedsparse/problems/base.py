@@ -93,15 +93,25 @@ def linear_gradient(params: torch.Tensor, X: torch.Tensor, link) -> torch.Tensor
         everyone = slice(0, S)
         return weighted_transpose(X, link(scores(params, X), everyone))
     per_client = max(1, X[0].numel() * X.element_size())
-    step = max(1, _FUSED_BLOCK_BYTES // per_client)
-    Xn, xn = X.numpy(), params.numpy()
-    out = np.empty(xn.shape, dtype=np.result_type(Xn, xn))
+    Xn = X.numpy()
+    return _blockwise_gradient(params.numpy(), max(1, _FUSED_BLOCK_BYTES // per_client),
+                               lambda rows: Xn[rows], link, Xn.dtype)
+
+
+def _blockwise_gradient(xn: np.ndarray, step: int, block_rows, link,
+                        dtype: np.dtype) -> torch.Tensor:
+    """The two products of a linear gradient, ``step`` clients at a time, so that each
+    block's rows are read from memory once: ``block_rows(rows)`` gives the (s, b, d)
+    features of the clients ``rows`` (a slice), ``xn`` is the (S, d) parameters."""
+    S = xn.shape[0]
+    out = np.empty(xn.shape, dtype=np.result_type(dtype, xn))
     with np.errstate(over="ignore", invalid="ignore"):  # divergence is caught by simulate
         for start in range(0, S, step):
             rows = slice(start, min(start + step, S))
-            z = torch.from_numpy(np.matmul(Xn[rows], xn[rows, :, None])[..., 0])
+            Xb = block_rows(rows)
+            z = torch.from_numpy(np.matmul(Xb, xn[rows, :, None])[..., 0])
             coef = link(z, rows).numpy()
-            out[rows] = np.matmul(coef[:, None, :], Xn[rows])[:, 0]
+            out[rows] = np.matmul(coef[:, None, :], Xb)[:, 0]
     return torch.from_numpy(out)
 
 
@@ -134,18 +144,13 @@ def linear_gradient_rows(params: torch.Tensor, X: torch.Tensor, rows: torch.Tens
     index = torch.arange(S)[:, None] * n_max + rows
     step = max(1, _FUSED_BLOCK_BYTES // max(1, b * d * X.element_size()))
     buffer = torch.empty(min(step, S) * b, d, dtype=X.dtype)
-    xn = params.numpy()
-    out = np.empty(xn.shape, dtype=np.result_type(X.numpy(), xn))
-    with np.errstate(over="ignore", invalid="ignore"):  # divergence is caught by simulate
-        for start in range(0, S, step):
-            block = slice(start, min(start + step, S))
-            count = block.stop - start
-            Xb = torch.index_select(flat, 0, index[block].reshape(-1),
-                                    out=buffer[:count * b]).numpy().reshape(count, b, d)
-            z = torch.from_numpy(np.matmul(Xb, xn[block, :, None])[..., 0])
-            coef = link(z, block).numpy()
-            out[block] = np.matmul(coef[:, None, :], Xb)[:, 0]
-    return torch.from_numpy(out)
+
+    def gathered(block: slice) -> np.ndarray:  # the block's drawn rows, into the buffer
+        count = block.stop - block.start
+        return torch.index_select(flat, 0, index[block].reshape(-1),
+                                  out=buffer[:count * b]).numpy().reshape(count, b, d)
+
+    return _blockwise_gradient(params.numpy(), step, gathered, link, buffer.numpy().dtype)
 
 
 def gram_times(X: torch.Tensor, w: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
