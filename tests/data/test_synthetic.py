@@ -90,6 +90,19 @@ def test_from_arrays_keeps_the_values_of_tensors_that_require_grad():
     assert not fs.sparsity.Dictionary(atoms).matrix.requires_grad
 
 
+@pytest.mark.parametrize("kind", ["numpy", "torch"])
+def test_from_arrays_copies_every_array_it_is_given(kind):
+    # a data set outlives the caller's arrays: writing into them later (to build the
+    # next data set, say) must not change the values a run or its checkpoint sees
+    # of the data set's dtype: an array of another one is converted, a copy anyway
+    make = np.ones if kind == "numpy" else lambda shape: torch.ones(shape, dtype=torch.float64)
+    xs, ys, truth = [make((3, 4))], [make(3)], make(4)
+    data = fs.data.from_arrays(xs, ys, ground_truth=truth, dtype=torch.float64)
+    xs[0][0, 0] = ys[0][0] = truth[0] = 5.0
+    for t in (data.train.X, data.train.y, data.ground_truth):
+        assert bool((t == 1).all())
+
+
 def test_from_arrays_takes_sequences_of_clients_and_names_an_iterator():
     xs, ys = [np.ones((3, 4)), np.ones((2, 4))], [np.zeros(3), np.zeros(2)]
     # arrays and tensors of clients are sequences too

@@ -161,6 +161,9 @@ def from_arrays(xs: Sequence, ys: Sequence, *, test_xs: Sequence | None = None,
                 layout: str = "auto") -> FederatedDataset:
     """Build a :class:`FederatedDataset` from per-client arrays.
 
+    Every array is copied: a later write into the caller's arrays (or tensors) does not
+    change the data set.
+
     Parameters
     ----------
     xs, ys : sequences of length N (lists, tuples or arrays of clients; an iterator or
@@ -228,7 +231,10 @@ def from_arrays(xs: Sequence, ys: Sequence, *, test_xs: Sequence | None = None,
     w = w / w.sum()
     gt = None
     if ground_truth is not None:
-        gt = _as_tensor("ground_truth", ground_truth, dtype).reshape(-1)
+        # a copy, as the features and targets are (stacked): an array of the data set's
+        # dtype would otherwise stay shared, and a later write into the caller's array
+        # would change the metrics (rel_error, support) and data digest of later runs
+        gt = _as_tensor("ground_truth", ground_truth, dtype).reshape(-1).clone()
         if not torch.isfinite(gt).all():
             raise fail("ground_truth", "NaN/inf", "must be finite")
     return FederatedDataset(train=train, weights=w, test=test, ground_truth=gt, name=name)
