@@ -33,9 +33,8 @@ __all__ = ["data_digest", "tensors_digest", "update_digest"]
 
 
 def data_digest(data: FederatedDataset) -> str:
-    """A 32-hex-digit BLAKE2b digest of ``data``'s contents (see the module docstring)."""
-    # hashed every time, not cached per object: no cheap key sees a write through a
-    # NumPy view, and a stale digest lets a resume continue on other data
+    """A 32-hex-digit BLAKE2b digest of ``data``'s contents, computed afresh (see the module
+    docstring)."""
     return _digest(data)
 
 
