@@ -32,12 +32,6 @@ from .sparse_rows import SparseRows
 __all__ = ["data_digest", "tensors_digest", "update_digest"]
 
 
-def data_digest(data: FederatedDataset) -> str:
-    """A 32-hex-digit BLAKE2b digest of ``data``'s contents, computed afresh (see the module
-    docstring)."""
-    return _digest(data)
-
-
 def _eager_tensors(data: FederatedDataset) -> list[torch.Tensor]:
     """Every tensor an eager data set's digest reads."""
     tensors = [data.weights]
@@ -49,7 +43,9 @@ def _eager_tensors(data: FederatedDataset) -> list[torch.Tensor]:
     return tensors
 
 
-def _digest(data: FederatedDataset) -> str:
+def data_digest(data: FederatedDataset) -> str:
+    """A 32-hex-digit BLAKE2b digest of ``data``'s contents, computed afresh (see the module
+    docstring)."""
     h = hashlib.blake2b(digest_size=16)
     h.update(f"{data.dtype} {tuple(data.feature_shape)} {data.num_clients}".encode())
     if not isinstance(data, LazyFederatedDataset):
