@@ -149,6 +149,16 @@ def test_the_round_timeout_bounds_are_allowed_and_the_longest_gives_valid_messag
     assert errors(1e12) == ["Message expiration is outside the supported timestamp range"]
 
 
+def test_the_wait_timeout_bounds_are_allowed():
+    # no wait (the nodes connected at the start) and a week, as long as round_timeout
+    from fedsparse.experiments.config import WAIT_TIMEOUT_RANGE
+
+    assert WAIT_TIMEOUT_RANGE == (0.0, 7 * 24 * 3600.0)
+    for value in WAIT_TIMEOUT_RANGE:
+        assert job_from_config({**JOB, "flower": {"wait_timeout": value}}).flower[
+            "wait_timeout"] == value
+
+
 def test_node_data_is_the_simulators_row(tmp_path):
     job = job_from_config(JOB)
     data = job.build_data()
@@ -275,6 +285,10 @@ def test_import_without_flwr_names_the_extra():
      r"invalid: must be from 0\.1 to 604800 seconds"),
     ({"flower": {"round_timeout": 0.09}}, r"flower\.round_timeout=0\.09 is invalid"),
     ({"flower": {"round_timeout": 604801}}, r"flower\.round_timeout=604801 is invalid"),
+    ({"flower": {"wait_timeout": 1e12}}, r"flower\.wait_timeout=1000000000000\.0 is "
+     r"invalid: must be from 0 to 604800 seconds \(no wait to a week"),
+    ({"flower": {"wait_timeout": 604801}}, r"flower\.wait_timeout=604801 is invalid"),
+    ({"flower": {"wait_timeout": -1}}, r"flower\.wait_timeout=-1 is invalid"),
     ({"flower": {"out_dir": 3}}, r"flower\.out_dir=3 .*string"),
     ({"dtype": "float64", "problem": {"kind": "neural", "autocast": "bf16", "model": {
         "kind": "mlp", "in_features": 30, "hidden": [4], "num_classes": 2}}},

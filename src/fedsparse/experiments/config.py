@@ -102,6 +102,11 @@ COMPARE_KEYS = ("reference", "at_rounds", "metric")
 #: message, and 1e-9 s waited for no reply. A real deployment needs several seconds (a
 #: SuperNode polls for work every 3 s when idle); the in-process grid answers in less.
 ROUND_TIMEOUT_RANGE = (0.1, 7 * 24 * 3600.0)
+#: The bounds of ``flower.wait_timeout``, in seconds: no wait (the nodes connected at the
+#: start, at once) to a week, as long as ``flower.round_timeout`` may be. A longer one is a
+#: unit mistake, not a wait anyone means: Python's clock takes 1e12 s, so a server short of
+#: nodes would sit idle for ever instead of starting with those it has.
+WAIT_TIMEOUT_RANGE = (0.0, 7 * 24 * 3600.0)
 
 
 def load_config(path: str | Path) -> dict:
@@ -335,7 +340,12 @@ def check_flower_values(flower: dict) -> None:
         raise fail("flower.round_timeout", flower["round_timeout"], f"must be from {low:g} to "
                    f"{high:g} seconds (a tenth of a second to a week; a real deployment "
                    "needs several, a SuperNode polling for work every 3 s)")
-    check_float("flower.wait_timeout", flower["wait_timeout"], nonnegative=True)
+    wait = check_float("flower.wait_timeout", flower["wait_timeout"], nonnegative=True)
+    low, high = WAIT_TIMEOUT_RANGE
+    if not low <= wait <= high:
+        raise fail("flower.wait_timeout", flower["wait_timeout"], f"must be from {low:g} to "
+                   f"{high:g} seconds (no wait to a week; the server starts with the nodes "
+                   "connected by then)")
     check_int("flower.min_nodes", flower["min_nodes"], minimum=0)
     check_float("flower.poll_interval", flower["poll_interval"], positive=True,
                 maximum=timeout)

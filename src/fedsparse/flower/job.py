@@ -18,6 +18,7 @@ A *job* is one fedsparse run, written like a run of an experiment config::
     round_timeout = 120.0             # seconds to wait for the replies of a round
                                       # (0.1 s to a week)
     wait_timeout = 120.0              # seconds to wait for nodes at the start
+                                      # (0 to a week)
     min_nodes = 0                     # nodes to wait for (0 = one per client)
     evaluate_every = 0                # evaluate on the nodes every k rounds (0 = at the end
                                       # only, -1 = never)
