@@ -157,3 +157,33 @@ def test_a_nodes_error_reply_is_shown_in_its_own_words():
     assert error_reason(Error(code=2, reason=simulation)) == message
     assert error_reason(Error(code=0, reason="node crashed")) == "node crashed"
     assert error_reason(Error(code=0, reason="x" * 300)).endswith("...(300 chars)")
+
+
+def test_a_state_dir_on_a_node_whose_algorithm_keeps_no_client_state_is_named(fake_grid,
+                                                                               caplog, tmp_path):
+    """A node given state-dir for an algorithm without client state is told it is not used,
+    once per node (when the node first builds its client), and nothing is written there;
+    an algorithm with client state keeps it there without a word."""
+    client_app._RUNTIMES.clear()
+    disk = tmp_path / "state"
+    job = job_from_config({**JOB, "seed": 13})
+    grid = fake_grid(job, range(3), node_config={"state-dir": str(disk)})
+    with caplog.at_level(logging.WARNING):
+        history = run_on_grid(grid, job)
+    said = (f"node config state-dir={str(disk)!r} is ignored: algorithm 'fed_iter_ht' keeps "
+            "no client state between rounds, so nothing is written there")
+    assert caplog.text.count(said) == 3, caplog.text
+    assert not disk.exists()
+    assert history.column("delivered_clients") == [[0, 1, 2]] * 3
+    caplog.clear()
+    personal = job_from_config({
+        **JOB, "seed": 13, "data": {"kind": "fedprox_synthetic", "num_clients": 3, "dim": 12,
+                                    "num_classes": 3},
+        "problem": {"kind": "softmax", "num_classes": 3},
+        "algorithm": {"kind": "per_fedavg", "step_size": 0.05, "inner_step_size": 0.05,
+                      "local_steps": 2, "batch_size": 5}})
+    with caplog.at_level(logging.WARNING):
+        run_on_grid(fake_grid(personal, range(3), node_config={"state-dir": str(disk)}),
+                    personal)
+    assert "state-dir" not in caplog.text
+    assert disk.is_dir()

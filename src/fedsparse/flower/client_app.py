@@ -26,7 +26,8 @@ a key near one of them (``state_dir`` for ``state-dir``) is an error on the node
 message, which the server gives as the reason it refuses the node, since the node would
 otherwise run without it (memory only, or without its file); any other key is named in
 a warning (a SuperNode may carry keys of other apps), and the keys Flower itself sets
-(:data:`FLOWER_NODE_KEYS`) pass.
+(:data:`FLOWER_NODE_KEYS`) pass. A ``state-dir`` given for an algorithm whose clients
+keep no state is named in a warning too: nothing is written there.
 
 The node computes on the device its node config names (``device``: "cpu", the default,
 "cuda", "cuda:N" or "auto", a GPU where one exists): its data move there once, when
@@ -133,6 +134,11 @@ def _runtime(default_job: Job | None, default_key: dict | None, context: Context
                        "--node-config 'state-dir=\"/var/lib/fedsparse\"'")
         if state_dir and rt.algorithm.stateful_clients:
             rt.store = NodeStateStore(state_dir, job, node.partition_id)
+        elif state_dir:
+            # said where the unknown keys are: whoever set it expects the state kept there
+            log(WARNING, "fedsparse: node config state-dir=%s is ignored: algorithm %r keeps "
+                "no client state between rounds, so nothing is written there",
+                shown(state_dir, 200), job.algorithm["kind"])
         if len(_RUNTIMES) > 64:  # a long-lived process serving many runs: do not grow forever
             _RUNTIMES.clear()
         _RUNTIMES[key] = rt
