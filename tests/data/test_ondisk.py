@@ -1,6 +1,7 @@
 """The on-disk federated format: round trip, same history, and every damage named."""
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -253,3 +254,28 @@ def test_an_index_field_of_the_wrong_kind_is_named(written, field, value):
     (written / "index.json").write_text(json.dumps(index))
     with pytest.raises(DataFormatError, match=r"index\.json: (field '" + field + "'|version)"):
         open_federated(written)
+
+
+@pytest.mark.parametrize("name", ["train.X.npy", "weights.npy", "index.json"])
+def test_a_file_linked_from_outside_the_folder_is_refused_naming_both(written, tmp_path, name):
+    """The folder holds the whole data set: a symbolic link out of it is refused, naming
+    the link and where it points, though the file's size and checksums would pass; a
+    link to another file in the folder, and a folder reached by a link, read as before."""
+    import os
+    import shutil
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    shutil.move(written / name, elsewhere / name)
+    os.symlink(elsewhere / name, written / name)
+    with pytest.raises(DataFormatError, match=re.escape(
+            f"fed/{name}: a symbolic link to {elsewhere / name}, outside the data set's "
+            f"folder {written.resolve()}; a data set reads only the files in its folder")):
+        open_federated(written)
+    (written / name).unlink()
+    shutil.move(elsewhere / name, written / f"kept.{name}")
+    os.symlink(f"kept.{name}", written / name)  # relative, within the folder
+    os.symlink(written, tmp_path / "via-link")
+    for path in (written, tmp_path / "via-link"):
+        disk = open_federated(path)
+        assert disk.num_clients == 30 and read_client(disk, 3)[0].shape[1] == 6

@@ -17,12 +17,14 @@ file), and a client is one contiguous slice, located by an offsets array::
 
 Everything is checked and errors are :class:`~fedsparse.data.DataFormatError` naming
 the file and, where one is involved, the client: a missing or unparsable index, a file
-whose size differs from the index (truncated), small files whose SHA-256 differs,
-offsets that disagree with the arrays, and a client whose bytes do not match its CRC
-(checked each time it is read, with the finiteness of its values, so a corrupted client
-is caught without reading the whole data set). :func:`write_federated` writes into a
-temporary directory next to the target and renames it into place only when complete, so
-an interrupted write never leaves a directory that reads as valid.
+that is a symbolic link out of the folder (the folder holds the whole data set; a link
+to another of its files is fine), a file whose size differs from the index (truncated),
+small files whose SHA-256 differs, offsets that disagree with the arrays, and a client
+whose bytes do not match its CRC (checked each time it is read, with the finiteness of
+its values, so a corrupted client is caught without reading the whole data set).
+:func:`write_federated` writes into a temporary directory next to the target and renames
+it into place only when complete, so an interrupted write never leaves a directory that
+reads as valid.
 """
 
 from __future__ import annotations
@@ -239,8 +241,25 @@ class _Reader:
         return tuple(out)
 
 
+def _inside(root: Path, f: Path) -> None:
+    """Refuse a file of the data set at ``root`` that is a symbolic link leading out of
+    the folder (a link to another file in it is fine).
+
+    Whoever points a run or a node at a folder expects only that folder read; the index's
+    sizes and checksums would still pass a file kept elsewhere, which moving or copying the
+    folder then loses, and which another user may change.
+    """
+    where = f.resolve()
+    folder = root.resolve()
+    if not where.is_relative_to(folder):
+        raise DataFormatError(f"{f}: a symbolic link to {where}, outside the data set's "
+                              f"folder {folder}; a data set reads only the files in its "
+                              "folder: copy the file there instead of linking it")
+
+
 def _check_file(root: Path, name: str, entry: dict) -> Path:
     f = root / name
+    _inside(root, f)
     if not f.is_file():
         raise DataFormatError(f"{f}: missing (listed in {root / 'index.json'})")
     size = f.stat().st_size
@@ -263,6 +282,7 @@ def _read_index(root: Path) -> dict:
     f = root / "index.json"
     if not root.is_dir():
         raise DataFormatError(f"{root}: not a directory holding a federated data set")
+    _inside(root, f)
     if not f.is_file():
         raise DataFormatError(f"{f}: missing; {root} is not a complete federated data set "
                               "(an interrupted write leaves none)")
