@@ -277,6 +277,10 @@ def test_import_without_flwr_names_the_extra():
     ({"data": {"kind": "federated_real", "dataset": "digits", "partition": "iid",
                "alpha": 0.5}}, r"\[data\] of kind 'federated_real' has an unknown key 'alpha'"),
     ({"flower": 5}, r"flower=5 is invalid: must be a table"),
+    ({"data": {"kind": "ondisk", "path": "/data/fed"}}, r"data\.kind='ondisk' is invalid: is "
+     r"the simulator's: a Flower node holds its own client's data.*data\.kind = \"node\""),
+    ({"data": {"kind": "ondisk", "path": "/data/fed", "num_clients": 3}},
+     r"data\.kind='ondisk' is invalid"),
     ({"flower": {"round_timeout": 2, "poll_interval": 4}},
      r"flower\.poll_interval=4 .*at most 2"),
     ({"flower": {"round_timeout": 1e-9}}, r"flower\.round_timeout=1e-09 is invalid: must be "

@@ -221,6 +221,13 @@ def job_from_config(config: dict, run: str | int | None = None) -> Job:
     build_channel(config.get("channel"))  # a bad channel fails here, not mid-run
     data_kind = config["data"]["kind"]
     check_choice("data.kind", data_kind, [*GENERATORS, NODE_DATA])
+    if data_kind == "ondisk":
+        # N is in the folder's index, which the server does not read (the data live on
+        # the nodes): "needs data.num_clients", then "unknown key 'num_clients'" left no way
+        raise fail("data.kind", data_kind, 'is the simulator\'s: a Flower node holds its own '
+                   "client's data, not the whole folder; give each node its client's arrays "
+                   "in an .npz file (fedsparse.data.ondisk.read_client(DIR, i) reads them) "
+                   'with data.kind = "node" and the node config data-path')
     if data_kind == NODE_DATA and "num_clients" not in config["data"]:
         raise ConfigError('data.kind="node" needs data.num_clients, the number of clients')
     _check_data_table(config["data"])
