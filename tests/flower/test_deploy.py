@@ -189,3 +189,26 @@ def _two_insecure_nodes(cluster, job: dict, app, disks):
                           f'state-dir="{disks / f"node{i}-state"}"', "--insecure")
     cluster.wait_for(lambda: _nodes_active(cluster, 2), 60, "2 SuperNodes to connect")
     return project
+
+
+def test_a_refused_out_dir_fails_the_run_with_its_message_as_deploy_md_says(cluster, tmp_path):
+    """What docs/deploy.md tells a script to read: ``flwr run --stream`` exits 0 whatever
+    the outcome (Flower's command reads none), and the SuperLink records the run as
+    ``finished:failed`` with fedsparse's message in ``status-details``, in one line. A
+    later Flower that changes either fails here, so that the page is updated with it."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "history.jsonl").write_text('{"round": 0}\n')  # a finished run's files
+    project = write_app_project(_job(out), tmp_path / "app", address=cluster.address,
+                                flwr_home=cluster.home)
+    cluster.superlink("--insecure")  # the folder is refused before any node is waited for
+    log = cluster.run_job(project, "fedsparse-local", timeout=RUN_TIMEOUT)
+    message = (f"flower.out_dir={str(out)!r} is invalid: already holds a run's "
+               "history.jsonl")
+    assert cluster.returncode == 0 and "Exit Code: 201" in log and message in log, log
+    run_id = re.search(r"Successfully started run (\d+)", log).group(1)
+    listed = cluster.flwr("ls", "fedsparse-local", "--run-id", run_id, "--format", "json")
+    run = json.loads(listed.stdout[listed.stdout.index("{"):])["runs"][0]
+    assert run["status"] == "finished:failed", run
+    assert run["status-details"].startswith(f"ServerApp failed with exception: {message}")
+    assert "\n" not in run["status-details"]
