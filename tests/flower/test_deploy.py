@@ -7,8 +7,11 @@ fixture stops every process when the test ends, failed or not.
 """
 
 import json
+import os
 import re
 import signal
+import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -212,3 +215,21 @@ def test_a_refused_out_dir_fails_the_run_with_its_message_as_deploy_md_says(clus
     assert run["status"] == "finished:failed", run
     assert run["status-details"].startswith(f"ServerApp failed with exception: {message}")
     assert "\n" not in run["status-details"]
+
+
+def test_a_superlink_starts_from_an_environment_not_activated(tmp_path, monkeypatch,
+                                                               request):
+    """The SuperLink starts flower-superexec by name: with this environment's commands
+    off PATH (its Python run by full path, not activated) it exited at once."""
+    from fedsparse.flower.processes import BIN, Cluster
+
+    path = [d for d in os.environ.get("PATH", "").split(os.pathsep)
+            if d and Path(d).resolve() != BIN.resolve()]
+    monkeypatch.setenv("PATH", os.pathsep.join(path))
+    cluster = Cluster(tmp_path)
+    request.addfinalizer(cluster.stop_all)
+    link = cluster.superlink("--insecure")
+    cluster.wait_for(lambda: "Starting the SuperLink Control" in link.text(), 30,
+                     "the SuperLink to start", link)
+    time.sleep(2)  # a SuperExec that cannot start takes the SuperLink down at once
+    assert link.alive(), link.text()[-3000:]

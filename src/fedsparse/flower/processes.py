@@ -176,7 +176,10 @@ class Cluster:
                     # No usage reports or update checks: runs may be offline.
                     "FLWR_TELEMETRY_ENABLED": "0", "FLWR_DISABLE_UPDATE_CHECK": "1",
                     # SuperExec looks for new ClientApp tasks every second by default.
-                    "FLWR_SUPEREXEC_TASK_POLL_INTERVAL": "0.2"}
+                    "FLWR_SUPEREXEC_TASK_POLL_INTERVAL": "0.2",
+                    # The SuperLink and SuperNodes start flower-superexec and the app
+                    # processes by name: from an environment not activated, PATH lacks them
+                    "PATH": os.pathsep.join([str(BIN), os.environ.get("PATH", "")])}
         self.procs: list[Proc] = []
         self.port = free_port()
         self.address = f"127.0.0.1:{self.port}"
