@@ -463,3 +463,135 @@ def test_cli_resume_continues_the_mlflow_run_and_tensorboard_folder(tmp_path, cl
     assert [s for s, _ in scalars["objective"]] == [r["round"] for r in records]
     np.testing.assert_allclose([v for _, v in scalars["objective"]],
                                [r["objective"] for r in records], rtol=1e-6)
+
+
+# --- a search's runs: sweep and tune -------------------------------------------------------
+# A search's runs keep no checkpoint: a run stopped mid-run runs again from round 0 when
+# the search continues, and continues the tracker runs its first attempt opened (kept in
+# the search's finished.jsonl), as a run resumed from its checkpoint does.
+
+SEARCH_ROUNDS, SEARCH_STOP = 6, 3  # the search's second run stopped at round 3
+
+
+def _search(kind: str, config: dict, out: Path, loggers, resume: bool = False) -> dict:
+    from fedsparse.experiments import sweep, tune
+
+    if kind == "sweep":
+        return sweep.run_sweep(config, {"algorithm.step_size": [0.01, 0.02]}, out=out,
+                               loggers=loggers, resume=resume, log=lambda *_: None)
+    return tune.run_tune(config, {"algorithm.step_size": "log(1e-3, 0.1)"}, trials=2,
+                         out=out, loggers=loggers, resume=resume, log=lambda *_: None)
+
+
+def _stopped_and_continued(kind: str, config: dict, out: Path, loggers, monkeypatch) -> str:
+    """Run the search ``kind`` stopped (as Ctrl-C stops it) at round SEARCH_STOP of its
+    second run, then continue it; the stopped run's name in the trackers."""
+    from fedsparse.experiments import sweep, tune
+
+    module = sweep if kind == "sweep" else tune
+    execute_run, started = module.execute_run, []
+
+    def stopping(run, out, **kwargs):
+        started.append(run["slug"])
+        if len(started) == 2:
+            inner = kwargs.get("callback")
+
+            def stop(record, state):
+                if inner is not None:
+                    inner(record, state)
+                if record["round"] == SEARCH_STOP:
+                    raise KeyboardInterrupt
+
+            kwargs["callback"] = stop
+        return execute_run(run, out, **kwargs)
+
+    monkeypatch.setattr(module, "execute_run", stopping)
+    with pytest.raises(KeyboardInterrupt):
+        _search(kind, config, out, loggers)
+    monkeypatch.setattr(module, "execute_run", execute_run)
+    _search(kind, config, out, loggers, resume=True)
+    return started[1]
+
+
+@pytest.fixture
+def search_config(tmp_path, tiny_toml):
+    from fedsparse.experiments.config import load_config
+
+    path = tmp_path / "tiny.toml"
+    path.write_text(tiny_toml(rounds=SEARCH_ROUNDS))
+    return load_config(path)
+
+
+def _mlflow_runs(client, runs) -> dict[str, dict]:
+    """{run name: {metric: {step: value}}} of an experiment's runs, each name once: the
+    rounds' metrics (timings aside); the final values are MLflow's latest ones (an
+    interrupted attempt's, logged at the round it stopped, are kept, as in any resume)."""
+    out = {}
+    for run in runs:
+        assert run.info.run_name not in out, run.info.run_name  # one MLflow run a name
+        assert run.info.status == "FINISHED" and "stopped" not in run.data.tags
+        history = {}
+        for key in run.data.metrics:
+            logged = client.get_metric_history(run.info.run_id, key)
+            steps = [m.step for m in logged]
+            assert len(steps) == len(set(steps)), (run.info.run_name, key)  # each once
+            if key not in TIMES and not key.startswith("final/") and key != "diverged":
+                history[key] = {m.step: m.value for m in logged}
+        history["final"] = {k: v for k, v in run.data.metrics.items()
+                            if k.startswith("final/") and k[6:] not in TIMES}
+        out[run.info.run_name] = history
+    return out
+
+
+@pytest.mark.parametrize("kind", ["sweep", "tune"])
+def test_a_continued_search_continues_the_mlflow_run_of_a_run_stopped_mid_run(
+        kind, search_config, tmp_path, mlflow_env, monkeypatch):
+    if kind == "tune":
+        pytest.importorskip("optuna")
+    _search(kind, search_config, tmp_path / "whole", "mlflow")
+    stopped = _stopped_and_continued(kind, search_config, tmp_path / "out", "mlflow",
+                                     monkeypatch)
+    logged = _mlflow_runs(*_mlflow(tmp_path / "out" / "mlflow", "out"))
+    # one MLflow run for the stopped run (not a failed one and a second of its name),
+    # holding each round once, with the values of a search never stopped
+    assert logged == _mlflow_runs(*_mlflow(tmp_path / "whole" / "mlflow", "whole"))
+    assert sorted(logged[stopped]["objective"]) == list(range(SEARCH_ROUNDS + 1))
+
+
+def test_a_continued_sweep_continues_the_tensorboard_folder_of_a_run_stopped_mid_run(
+        search_config, tmp_path, monkeypatch):
+    pytest.importorskip("tensorboard")
+    _search("sweep", search_config, tmp_path / "whole", "tensorboard")
+    stopped = _stopped_and_continued("sweep", search_config, tmp_path / "out",
+                                     "tensorboard", monkeypatch)
+
+    def folders(root: Path) -> list[str]:
+        return sorted(p.parent.relative_to(root).as_posix()
+                      for p in root.rglob("events.out.tfevents.*"))
+
+    root, whole = tmp_path / "out" / "tensorboard", tmp_path / "whole" / "tensorboard"
+    assert sorted(set(folders(root))) == sorted(set(folders(whole)))  # not a "-2" folder
+    for name in set(folders(root)):
+        scalars = _scalars(root / name)
+        steps = [s for s, _ in scalars["objective"]]
+        assert steps == list(range(SEARCH_ROUNDS + 1)), name  # each round once
+        assert scalars["objective"] == _scalars(whole / name)["objective"], name
+        assert not _tensor_steps(root / name).get("tags/stopped/text_summary"), name
+    assert stopped in folders(root)
+
+
+def test_a_continued_sweep_continues_the_wandb_run_of_a_run_stopped_mid_run(
+        search_config, tmp_path, monkeypatch, wandb_offline):
+    stopped = _stopped_and_continued("sweep", search_config, tmp_path / "out", "wandb",
+                                     monkeypatch)
+    folders = _wandb_folders(tmp_path / "out", wandb_offline)
+    by_name: dict[str, set] = {}
+    for folder in folders:
+        by_name.setdefault(folder["name"], set()).add(folder["run_id"])
+    assert all(len(ids) == 1 for ids in by_name.values()), by_name  # one run a name
+    first, second = [f for f in folders if f["name"] == stopped]
+    # the continued attempt logs only the rounds the stopped one had not logged
+    assert sorted(first["metrics"]["objective"]) == list(range(SEARCH_STOP + 1))
+    assert sorted(second["metrics"]["objective"]) == list(range(SEARCH_STOP + 1,
+                                                                 SEARCH_ROUNDS + 1))
+    assert second["exit"] == 0 and "stopped" in second["removed"]

@@ -98,11 +98,16 @@ def _data_on(run: dict, data_cache: dict, device):
 
 def execute_run(run: dict, out: Path | None, *, data_cache: dict, resume: bool = False,
                 progress: bool | None = None, loggers=None, callback=None,
-                eval_every: int = 1, prepare_data=None) -> tuple[History, str | None]:
+                eval_every: int = 1, prepare_data=None, tracker_runs: list | None = None,
+                note_trackers=None) -> tuple[History, str | None]:
     """Build and simulate one resolved run; returns (history, divergence message or None).
 
     ``loggers`` (:mod:`fedsparse.loggers`) track it under its folder name with its
-    hyper-parameters; ``callback(record, state)`` is called after every round; the models
+    hyper-parameters; a search's run, which keeps no checkpoint, passes the tracker runs
+    an earlier attempt of it opened (``tracker_runs``, that attempt's
+    :meth:`fedsparse.loggers.Tracking.identities`), which the run continues from round 0,
+    and ``note_trackers(identities)``, called once the trackers are open, to keep
+    them. ``callback(record, state)`` is called after every round; the models
     are evaluated every ``eval_every`` rounds and at the last. ``prepare_data(run, data)``,
     if given, returns the data this run uses instead of the cached data set (which it
     must not change), e.g. the data with other client weights."""
@@ -122,6 +127,12 @@ def execute_run(run: dict, out: Path | None, *, data_cache: dict, resume: bool =
                           "command line)")
     tracking = track_run(loggers, run["slug"], tracked_params(run), callback)
     try:
+        if tracking.loggers and (tracker_runs is not None or note_trackers is not None):
+            # opened here, not by simulate (which then leaves them open as they are): a
+            # stopped attempt's tracker runs are continued, each round logged in them once
+            tracking.open(None if tracker_runs is None else 0, tracker_runs)
+            if note_trackers is not None:
+                note_trackers(tracking.identities())
         history = simulate(algorithm, problem, data, rounds=run["rounds"], seed=run["seed"],
                            clients_per_round=run.get("clients_per_round"),
                            channel=build_channel(run.get("channel")), checkpoint=checkpoint,

@@ -9,8 +9,17 @@ trial and its values, the replicate) and what the search compares of it. Each li
 written whole, with one write, flushed and synced before the search goes on, so a
 search stopped at any moment (Ctrl-C, ``kill -9``, a preempted machine) leaves every
 earlier line intact; a last line cut short by the stop is dropped when the search
-continues. Nothing is written before the first run finishes: a search stopped before
-then leaves no record, and starts again from nothing.
+continues. Nothing is written before the first run finishes (or, with trackers, opens
+them): a search stopped before then leaves no record, and starts again from nothing.
+
+A search with experiment trackers (``--log``) also keeps, as each run opens its tracker
+runs, what identifies them (a line ``{"started": key, "trackers": [...]}``, the
+identities a checkpoint keeps: :meth:`fedsparse.loggers.Tracking.identities`; the
+header is written before the first run starts). A search's runs keep no checkpoint, so a
+run stopped mid-run is run again from round 0 when the search continues; it then
+continues those tracker runs (:meth:`SearchRecord.trackers`) as ``fedsparse run
+--resume`` continues a run's, rather than opening a second run of the same name in each
+tracker.
 
 Continuing reads the record back and refuses one whose settings differ from the
 search's, naming what differs (its results would be mixed with another search's). A run
@@ -20,6 +29,7 @@ files are those of a search that was never stopped.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from pathlib import Path
@@ -75,6 +85,8 @@ class SearchRecord:
         self.settings = json.loads(canonical(settings))
         self.open_values = open_values
         self._results: dict[str, dict] = {}
+        #: {run key: the tracker runs it opened}, as :meth:`note_trackers` kept them.
+        self._trackers: dict[str, list] = {}
         self._started = False  # the header line is in the file
         if self.path is None:
             return
@@ -104,6 +116,9 @@ class SearchRecord:
             return
         self._check_header(out, lines[0])
         for number, line in enumerate(lines[1:], start=2):
+            if isinstance(line.get("started"), dict) and isinstance(line.get("trackers"), list):
+                self._trackers[canonical(line["started"])] = line["trackers"]
+                continue
             if not isinstance(line.get("key"), dict) or not isinstance(line.get("result"), dict):
                 raise self._damaged(out, number)
             self._results[canonical(line["key"])] = line["result"]
@@ -168,17 +183,48 @@ class SearchRecord:
     def add(self, key: dict, result: dict) -> None:
         """Keep ``result`` of the run ``key``: one line, written and synced at once."""
         self._results[canonical(key)] = result
+        self._append({"key": key, "result": result})
+
+    def trackers(self, key: dict) -> list | None:
+        """The tracker runs the run ``key`` opened in an earlier attempt of the search
+        (:meth:`fedsparse.loggers.Tracking.identities`), or None if it opened none."""
+        return self._trackers.get(canonical(key))
+
+    def tracker_note(self, key: dict):
+        """A ``note(identities)`` that keeps the tracker runs the run ``key`` opens (a
+        function of this module: it may be called in a worker process); None where
+        nothing is kept (no ``out``). Writes the record's header first, if not yet
+        written, so that a worker's line follows it."""
+        if self.path is None:
+            return None
+        self._append(None)
+        return functools.partial(note_trackers, self.path, key)
+
+    def _append(self, line: dict | None) -> None:
+        """Append ``line`` (the header before it, if not yet written): one write, synced."""
         if self.path is None:
             return
         lines = [] if self._started else [{"search": self.kind, "settings": self.settings}]
-        lines.append({"key": key, "result": result})
-        text = "".join(json.dumps(line, default=repr) + "\n" for line in lines)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.path, "a") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
+        if line is not None:
+            lines.append(line)
+        if lines:
+            _write_lines(self.path, lines)
         self._started = True
+
+
+def note_trackers(path: Path, key: dict, identities: list) -> None:
+    """Keep in the record ``path`` the tracker runs the run ``key`` opened (a line
+    appended with one write: the lines of parallel workers do not mix)."""
+    _write_lines(path, [{"started": key, "trackers": identities}])
+
+
+def _write_lines(path: Path, lines: list[dict]) -> None:
+    text = "".join(json.dumps(line, default=repr) + "\n" for line in lines)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
 
 
 def differences(old, new, path: str = "") -> list[tuple[str, object, object]]:

@@ -158,7 +158,8 @@ def run_sweep(config: dict, grid: dict[str, list], *, out: str | Path | None = N
         done(k, res)
     todo = [k for k in range(len(tasks)) if k not in kept]
     _execute([tasks[k][2] for k in todo], metric, jobs, cache, trackers,
-             lambda m, res: done(todo[m], res))
+             lambda m, res: done(todo[m], res),
+             tracked_runs(record, [run_keys[k] for k in todo], trackers))
     rows, best = [], {}
     for p, point in enumerate(points):
         for i, key in enumerate(keys):  # the seeds of a cell in task order, as they ran
@@ -226,29 +227,47 @@ def _runs_at(config: dict, point: dict, cache: dict, metric: str) -> list[dict]:
     return runs
 
 
-def _execute(runs: list[dict], metric: str, jobs: int, cache: dict, loggers, done) -> None:
-    """Every run (:func:`_evaluate`), ``done(k, result)`` called as run ``k`` finishes."""
+def _execute(runs: list[dict], metric: str, jobs: int, cache: dict, loggers, done,
+             tracked: list[tuple] | None = None) -> None:
+    """Every run (:func:`_evaluate`), ``done(k, result)`` called as run ``k`` finishes;
+    ``tracked[k]`` is run ``k``'s ``(tracker_runs, note_trackers)``
+    (:func:`tracked_runs`)."""
     if not runs:  # a continued sweep whose runs had all finished
         return
+    tracked = tracked or [(None, None)] * len(runs)
     if jobs == 1 or len(runs) == 1:
         for k, run in enumerate(runs):
-            done(k, _evaluate(run, metric, cache, loggers))
+            done(k, _evaluate(run, metric, cache, loggers, *tracked[k]))
         return
     jobs = min(jobs, len(runs))
     cache.clear()  # the workers build their own data; free the copies the checks built
     threads = max(1, (os.cpu_count() or 1) // jobs)
-    run_in_workers(_evaluate, [(run, metric, None, loggers) for run in runs], jobs, threads,
-                   done)
+    run_in_workers(_evaluate, [(run, metric, None, loggers, *t)
+                               for run, t in zip(runs, tracked, strict=True)],
+                   jobs, threads, done)
 
 
-def _evaluate(run: dict, metric: str, cache: dict | None = None, loggers=()) -> dict:
-    """Simulate one run (no files) and keep what the sweep compares."""
+def _evaluate(run: dict, metric: str, cache: dict | None = None, loggers=(),
+              tracker_runs: list | None = None, note_trackers=None) -> dict:
+    """Simulate one run (no files) and keep what the sweep compares; its trackers as
+    :func:`.runner.execute_run` takes them."""
     history, error = execute_run(run, None, data_cache=_WORKER_DATA if cache is None else cache,
-                                 progress=False, loggers=loggers)
+                                 progress=False, loggers=loggers, tracker_runs=tracker_runs,
+                                 note_trackers=note_trackers)
     diverged = divergence(history, error, metric)
     return {"value": None if diverged is not None else history.final(metric),
             "diverged_round": diverged, "error": error, "seed": run.get("seed"),
             "recorded": history.recorded()}
+
+
+def tracked_runs(record: SearchRecord, run_keys: list[dict], trackers) -> list[tuple]:
+    """Each run's ``(tracker_runs, note_trackers)``: the tracker runs an earlier attempt
+    of it opened, kept in ``record``, and the function that keeps those it opens now
+    (a search's runs keep no checkpoint: a run stopped mid-run runs again from round 0,
+    and so continues its tracker runs rather than open a second run of its name)."""
+    if not trackers:
+        return [(None, None)] * len(run_keys)
+    return [(record.trackers(key), record.tracker_note(key)) for key in run_keys]
 
 
 def _check_recorded(res: dict, metric: str, key: str) -> None:

@@ -79,7 +79,14 @@ from .seeds import (
     strict_json,
     with_seed,
 )
-from .sweep import _check_recorded, _run_keys, _runs_at, point_slug, tuned_config
+from .sweep import (
+    _check_recorded,
+    _run_keys,
+    _runs_at,
+    point_slug,
+    tracked_runs,
+    tuned_config,
+)
 from .tune_space import Space, check_space, start_points
 from .tune_space import parse_space as parse_space  # (importable from here, as before)
 
@@ -129,7 +136,8 @@ def run_tune(config: dict, space: dict[str, Space | str], *, trials: int,
     log : called with each trial's line and the final table.
     loggers : experiment trackers (:func:`fedsparse.loggers.resolve_loggers`) that get
         every trial as a run named ``<run>/trial-<k>`` (a continued tuning logs only
-        the runs it runs).
+        the runs it runs; a run stopped mid-run runs again from round 0, in the tracker
+        runs it opened: :mod:`.search_record`).
     resume : continue the tuning stopped in ``out``: the trials are asked again, and
         those whose runs finished are told their kept results, not run again. Without
         it, a folder holding that record (a stopped or finished tuning) is refused.
@@ -320,14 +328,16 @@ class DivergenceGuard:
 
 
 def _evaluate(run: dict, metric: str, cache: dict | None = None, loggers=(),
-              where: str = "") -> dict:
+              where: str = "", tracker_runs: list | None = None, note_trackers=None) -> dict:
     """Run one trial's replicate (no files), stopping it if it diverges. ``where`` names
-    the trial in a refusal found only once it runs (a value its data set cannot take)."""
+    the trial in a refusal found only once it runs (a value its data set cannot take);
+    the trackers are as :func:`.runner.execute_run` takes them."""
     guard = DivergenceGuard()
     try:
         history, error = execute_run(run, None, progress=False, loggers=loggers,
                                      data_cache=_WORKER_DATA if cache is None else cache,
-                                     callback=guard)
+                                     callback=guard, tracker_runs=tracker_runs,
+                                     note_trackers=note_trackers)
     except ConfigError as exc:
         raise ConfigError(f"{where}{exc}") from None
     diverged = divergence(history, error, metric)
@@ -348,24 +358,26 @@ def _run_batch(record: SearchRecord, run_keys: list[dict], runs: list[dict],
         record.add(run_keys[todo[m]], res)
 
     _execute([runs[k] for k in todo], metric, jobs, cache, loggers, [wheres[k] for k in todo],
-             finished)
+             finished, tracked_runs(record, [run_keys[k] for k in todo], loggers))
     return results
 
 
 def _execute(runs: list[dict], metric: str, jobs: int, cache: dict, loggers,
-             wheres: list[str], done) -> None:
-    """Every run (:func:`_evaluate`), ``done(k, result)`` called as run ``k`` finishes."""
+             wheres: list[str], done, tracked: list[tuple]) -> None:
+    """Every run (:func:`_evaluate`), ``done(k, result)`` called as run ``k`` finishes;
+    ``tracked[k]`` is run ``k``'s ``(tracker_runs, note_trackers)``
+    (:func:`.sweep.tracked_runs`)."""
     if not runs:  # a batch whose runs had all finished before a resume
         return
     if jobs == 1 or len(runs) == 1:
         for k, (run, where) in enumerate(zip(runs, wheres, strict=True)):
-            done(k, _evaluate(run, metric, cache, loggers, where))
+            done(k, _evaluate(run, metric, cache, loggers, where, *tracked[k]))
         return
     threads = max(1, (os.cpu_count() or 1) // jobs)
     from .sweep import run_in_workers  # as the sweep: stopped at once by Ctrl-C or SIGTERM
 
-    run_in_workers(_evaluate, [(run, metric, None, loggers, where) for run, where
-                               in zip(runs, wheres, strict=True)],
+    run_in_workers(_evaluate, [(run, metric, None, loggers, where, *t) for run, where, t
+                               in zip(runs, wheres, tracked, strict=True)],
                    min(jobs, len(runs)), threads, done)
 
 
