@@ -56,7 +56,7 @@ def test_a_stopped_tuning_keeps_its_trials_and_ends_as_one_never_stopped(tiny, t
 
 
 @pytest.mark.parametrize("change, named", [
-    ({"trials": 6}, "trials: 5 there, 6 now"),
+    ({"trials": 4}, "trials: 5 there, 4 now"),
     ({"sampler_seed": 1}, "sampler_seed: 0 there, 1 now"),
     ({"space": {"algorithm.step_size": "log(1e-3, 2)"}},
      r"space\['algorithm.step_size'\]: \"log\(0.001, 1.0\)\" there, \"log\(0.001, 2.0\)\" now"),
@@ -75,6 +75,50 @@ def test_a_tuning_of_other_settings_is_refused_naming_what_differs(change, named
         tune.run_tune(config, options.pop("space"), out=out, log=_quiet, resume=True,
                       **options)
     assert runs.count == 0
+
+
+def test_a_finished_tuning_continued_with_more_trials_runs_only_the_new_ones(tiny, tmp_path,
+                                                                           runs):
+    # one field, 4 then 8 trials: the same 2 start-up points, every later trial refines,
+    # so the first 4 trials of a tuning of 8 are those of the tuning of 4
+    config = load_config(tiny)
+    whole = tune.run_tune(config, SPACE, trials=8, out=tmp_path / "whole", log=_quiet)
+    out = tmp_path / "extended"
+    tune.run_tune(config, SPACE, trials=4, out=out, log=_quiet)
+    runs.count = 0
+    extended = tune.run_tune(config, SPACE, trials=8, out=out, log=_quiet, resume=True)
+    assert runs.count == 2 * (8 - 4)  # the 4 trials of each run are told, not run again
+    assert extended["rows"] == whole["rows"] and extended["best"] == whole["best"]
+    for name in FILES:
+        assert (out / name).read_bytes() == (tmp_path / "whole" / name).read_bytes(), name
+
+
+@pytest.mark.parametrize("space, trials", [
+    ({**SPACE, "algorithm.local_steps": "int(1, 4)"}, 8),  # 2 fields: refinement later
+    (SPACE, 12),  # 3 start-up points, not 2
+], ids=["two-fields", "start-up"])
+def test_more_trials_whose_first_ones_differ_are_refused_saying_why(space, trials, tiny,
+                                                                    tmp_path, runs):
+    config = load_config(tiny)
+    out = tmp_path / "four"
+    tune.run_tune(config, space, trials=4, out=out, log=_quiet)
+    runs.count = 0
+    with pytest.raises(ConfigError, match=f"trials: 4 there, {trials} now.*its 4 trials are "
+                       f"not the first 4 of a tuning of {trials}, which spreads another "
+                       "number of trials over the space first, refines the best so far "
+                       "from another trial on or batches its last trials otherwise"):
+        tune.run_tune(config, space, trials=trials, out=out, log=_quiet, resume=True)
+    assert runs.count == 0
+
+
+def test_more_trials_extend_a_tuning_whose_batches_they_keep():
+    space = tune.check_space(SPACE)
+    # with --jobs 2, a tuning of 4 ran two whole batches: 8 trials add two more
+    assert tune._extension(4, 8, 2, space, "tpe") is None
+    # with --jobs 3, its last trial ran alone; a tuning of 8 runs it with two others
+    assert "batches its last trials otherwise" in tune._extension(4, 8, 3, space, "tpe")
+    # the random sampler has no start-up or refinement: only the batches matter
+    assert tune._extension(4, 40, 1, space, "random") is None
 
 
 def test_the_command_line_continues_a_stopped_tuning(tiny, tmp_path, runs, capsys):

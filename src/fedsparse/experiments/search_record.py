@@ -64,6 +64,10 @@ class SearchRecord:
         search may change as long as its keys stay (a sweep's grid: other values of the
         same fields are other points, whose runs are run; the runs of the points it
         keeps are read back).
+    may_change : {name of a ``settings`` entry: ``check(there, now)``}: the entry may
+        differ where ``check`` returns None; otherwise it returns why not, which the
+        refusal adds (a tuning's trials: more trials, whose first ones are those of
+        the recorded tuning).
 
     Raises
     ------
@@ -75,7 +79,7 @@ class SearchRecord:
 
     def __init__(self, out: str | Path | None, kind: str, settings: dict, *,
                  resume: bool = False, results: tuple[str, ...] = (),
-                 open_values: str | None = None) -> None:
+                 open_values: str | None = None, may_change: dict | None = None) -> None:
         if not isinstance(resume, bool):
             raise fail("resume", resume, "must be True or False")
         if resume and out is None:
@@ -84,6 +88,7 @@ class SearchRecord:
         self.path = None if out is None else Path(out) / RECORD
         self.settings = json.loads(canonical(settings))
         self.open_values = open_values
+        self.may_change = may_change or {}
         self._results: dict[str, dict] = {}
         #: {run key: the tracker runs it opened}, as :meth:`note_trackers` kept them.
         self._trackers: dict[str, list] = {}
@@ -162,16 +167,25 @@ class SearchRecord:
                 and isinstance(now.get(open_entry), dict)
                 and set(saved[open_entry]) == set(now[open_entry])):
             saved = {**saved, open_entry: now[open_entry]}  # other values: other points
+        reasons = []
+        for name, check in self.may_change.items():
+            if name in saved and name in now and canonical(saved[name]) != canonical(now[name]):
+                why = check(saved[name], now[name])
+                if why is None:
+                    saved = {**saved, name: now[name]}
+                else:
+                    reasons.append(why)
         differ = differences(saved, now)
         if differ:
             more = len(differ) - _SHOWN
             text = "; ".join(f"{path}: {canonical(old)} there, {canonical(new)} now"
                              for path, old, new in differ[:_SHOWN])
             text += f"; and {more} more" if more > 0 else ""
+            why = "".join(f" ({reason})" for reason in reasons)
             raise fail("out", str(out), f"holds a {self.kind} of other settings ({text}), "
-                       f"whose results this {self.kind} would mix with its own; continue it "
-                       "with the settings that started it, or replace it (--force, or "
-                       "remove it), or choose another folder")
+                       f"whose results this {self.kind} would mix with its own{why}; "
+                       "continue it with the settings that started it, or replace it "
+                       "(--force, or remove it), or choose another folder")
 
     def __len__(self) -> int:
         return len(self._results)

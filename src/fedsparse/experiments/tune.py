@@ -49,6 +49,16 @@ files are those of a tuning never stopped (Optuna's storage would keep the trial
 not the sampler's random state, and so not the trials after them). It must be the same
 tuning: config, space, trials, metric, direction, seeds, jobs, sampler, its seed and
 Optuna's version; a trial the sampler still proposes otherwise than recorded runs anew.
+
+A stopped or finished tuning also continues with more trials (``--resume --trials 8``
+after ``--trials 4``) where its trials are the first ones of a tuning of that many, and
+then ends as that tuning, whose files it writes: with one field, every trial after the
+start-up refines, so a tuning extends to any number of trials with the same start-up
+count (a quarter of the trials, 2 to 10: 4 trials extend up to 11, and 40 or more to any
+number); with ``jobs``, only where its last batch was whole. Elsewhere the number of
+trials decides which of the first trials spread over the space or refine
+(:func:`_plan`), so a tuning of more trials is another tuning, and is refused, saying
+so: run it in another folder. Fewer trials are refused.
 """
 
 from __future__ import annotations
@@ -187,7 +197,8 @@ def run_tune(config: dict, space: dict[str, Space | str], *, trials: int,
         "config": config, "space": {n: str(s) for n, s in space.items()}, "trials": trials,
         "metric": metric, "maximize": up, "seeds": seeds, "jobs": jobs, "sampler": sampler,
         "sampler_seed": sampler_seed, "optuna_version": optuna.__version__},
-        resume=resume, results=TUNE_FILES[1:])
+        resume=resume, results=TUNE_FILES[1:],
+        may_change={"trials": lambda there, now: _extension(there, now, jobs, space, sampler)})
     from ..loggers import resolve_loggers
 
     trackers = resolve_loggers(loggers, out, experiment=Path(out or "tune").absolute().name)
@@ -294,6 +305,41 @@ def _refinement(space: dict[str, Space], rows: list[dict], key: str, metric: str
         if point is not None:
             return point
     return None
+
+
+def _plan(trials: int, jobs: int, space: dict[str, Space], sampler: str) -> list[tuple]:
+    """What decides each trial of a tuning of ``trials`` trials besides the results told
+    before it: the sampler's start-up count, the trial's batch (its first trial and
+    size), whether it is a start-up point (and how many there are: they spread over the
+    space together) and its refinement index (None: the sampler proposes it)."""
+    startup = _startup(trials) if sampler != "random" else 0
+    spread = min(startup, trials)
+    n_refine = refine_count(trials, startup, space) if sampler != "random" else 0
+    plan = []
+    for k in range(trials):
+        first = k - k % jobs
+        refine = k - (trials - n_refine) if k >= trials - n_refine else None
+        plan.append((startup, first, min(jobs, trials - first),
+                     spread if k < spread else None, refine))
+    return plan
+
+
+def _extension(there: object, now: int, jobs: int, space: dict[str, Space],
+               sampler: str) -> str | None:
+    """None where a tuning recorded with ``there`` trials may continue with ``now``:
+    more trials, the first ``there`` of which are asked as the recorded tuning asked
+    them (:func:`_plan`), so that its kept results are told and its files are those of
+    a tuning of ``now`` trials; else why not."""
+    if not isinstance(there, int) or isinstance(there, bool):
+        return None if there == now else "its number of trials is not one fedsparse writes"
+    if now < there:
+        return "a continued tuning may add trials, not remove them"
+    if _plan(now, jobs, space, sampler)[:there] == _plan(there, jobs, space, sampler):
+        return None
+    return (f"its {there} trials are not the first {there} of a tuning of {now}, which "
+            "spreads another number of trials over the space first, refines the best so "
+            f"far from another trial on or batches its last trials otherwise: a tuning of "
+            f"{now} trials is a new tuning")
 
 
 def _startup(trials: int) -> int:
