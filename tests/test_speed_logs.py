@@ -438,3 +438,42 @@ def test_scale_page_against_flower():
     s.exempt("it polls for replies every 0.2 s (`flower.poll_interval`)")
     s.exempt("sampled every 0.2 s")
     assert s.unchecked_timings() == []
+
+
+def test_speed_page_evaluation_every_round():
+    log = "bench_evaluation.txt"
+    s = Section("docs/speed.md", "## Evaluation every round")
+    s.quotes_runs_of(log)
+    s.says(f"{NUMBER_WORDS[len(runs(log))].capitalize()} runs back to back on a shared 2-core "
+           "machine, one torch thread")
+    s.says("a round's training took {} to {} ms, the evaluation of the global model {} to {} "
+           "ms and that of the 20 personal models {} to {} ms".format(
+               *span(values(log, r"training round +([\d.]+) ms")),
+               *span(values(log, r"global evaluation +([\d.]+) ms")),
+               *span(values(log, r"personal evaluation +([\d.]+) ms \(one pass\)"))))
+    s.says("{}x to {}x the training".format(
+        *span(values(log, r"evaluation / training +([\d.]+)x"))))
+    s.says("in two passes it takes {}x to {}x as long".format(
+        *span(values(log, r"\(two passes, ([\d.]+)x\)"))))
+    assert s.unchecked_timings() == []
+
+
+def test_decisions_page_bfloat16_on_the_cpu():
+    low, full = "bench_models_cpu_bf16.txt", "bench_models_cpu.txt"
+    assert header(low)["command"] == header(full)["command"] + " --bf16"
+    s = Section("docs/decisions.md", "## 7. Device: the CPU unless a run asks for a GPU")
+    mlp, cnn = (rf"^{name}.*\n +fedsparse +([\d.]+) ms" for name in ("MLP 784", "small CNN"))
+    s.says("the small CNN's 20-client round took {} to {} ms against {} to {} ms in float32, "
+           "the MLP's 100-client round {} to {} ms against {} to {} ms".format(
+               *span(values(low, cnn)), *span(values(full, cnn)),
+               *span(values(low, mlp)), *span(values(full, mlp))))
+    s.says(f"{NUMBER_WORDS[len(runs(low))]} runs each")
+    s.says(f"benchmarks/logs/cpu/{low}")
+    s.says(f"benchmarks/logs/cpu/{full}")
+    s.says(f"bash benchmarks/cpu_logs.sh benchmarks/logs/cpu/{low} {len(runs(low))} "
+           + header(low)["command"].removeprefix("PYTHONPATH=src python "))
+    # the H100's figure, from the GPU run's log
+    gpu = (ROOT / "docs/results/runs/gpu-check-h100-3/bench-models.log").read_text()
+    stacked, tf32 = re.search(r"stacked ([\d.]+) ms, stacked, TF32 ([\d.]+) ms", gpu).groups()
+    s.says(f"did not change SAFARI's round on an H100 ({tf32} against {stacked} ms;")
+    assert s.unchecked_timings() == []

@@ -8,8 +8,8 @@ one its counts, weights and ground truth and the examples of its first, middle a
 clients, which any change of seed or generator argument changes.
 
 The digest is computed afresh by every checkpointed run (once, before its first round;
-never in the round loop): about 0.2 s for Fashion-MNIST's 220 MB on one CPU core, against
-minutes of training. It is deliberately not cached with the data set object: a cache
+never in the round loop): one read of the data, where training reads them every round
+or epoch. It is deliberately not cached with the data set object: a cache
 can only be keyed on something cheaper than the bytes, such as torch's version counters,
 and a write through a NumPy view (``X.numpy()[i] = ...``, or into the array a tensor was
 made from with ``torch.from_numpy``) bumps none of them, so a resume on changed data
