@@ -109,15 +109,14 @@ def test_a_near_miss_of_a_node_config_key_is_an_error_naming_it(key, meant):
         client_app.check_node_config({"partition-id": 0, key: "/x"})
 
 
-def test_other_unknown_node_config_keys_are_named_and_flowers_own_pass(caplog):
-    with caplog.at_level(logging.WARNING):
-        client_app.check_node_config({"partition-id": 0, "num-partitions": 3,
-                                      "data-path": "/d.npz", "state-dir": "/s", "device": "cpu"})
-    assert caplog.text == ""  # the keys a node reads, Flower's simulation's two among them
-    with caplog.at_level(logging.WARNING):
-        client_app.check_node_config({"partition-id": 0, "gpu-memory": 4})
-    assert "node config gpu-memory=4 is an unknown key, ignored" in caplog.text
-    assert "known keys: partition-id, num-partitions, data-path, state-dir, device" in caplog.text
+def test_other_unknown_node_config_keys_are_named_and_flowers_own_pass():
+    # the keys a node reads, Flower's simulation's two among them
+    assert client_app.check_node_config({"partition-id": 0, "num-partitions": 3,
+                                         "data-path": "/d.npz", "state-dir": "/s",
+                                         "device": "cpu"}) == []
+    assert client_app.check_node_config({"partition-id": 0, "gpu-memory": 4}) == [
+        "node config gpu-memory=4 is an unknown key, ignored; known keys: partition-id, "
+        "num-partitions, data-path, state-dir, device"]
 
 
 def test_a_node_with_a_misspelt_node_config_key_is_refused_with_it(fake_grid, caplog):
@@ -162,8 +161,8 @@ def test_a_nodes_error_reply_is_shown_in_its_own_words():
 def test_a_state_dir_on_a_node_whose_algorithm_keeps_no_client_state_is_named(fake_grid,
                                                                                caplog, tmp_path):
     """A node given state-dir for an algorithm without client state is told it is not used,
-    once per node (when the node first builds its client), and nothing is written there;
-    an algorithm with client state keeps it there without a word."""
+    once per node and run, and nothing is written there; an algorithm with client state
+    keeps it there without a word."""
     client_app._RUNTIMES.clear()
     disk = tmp_path / "state"
     job = job_from_config({**JOB, "seed": 13})
@@ -187,3 +186,43 @@ def test_a_state_dir_on_a_node_whose_algorithm_keeps_no_client_state_is_named(fa
                     personal)
     assert "state-dir" not in caplog.text
     assert disk.is_dir()
+
+
+def test_a_node_config_warning_is_logged_once_per_node_and_run(fake_grid, caplog, tmp_path):
+    """A SuperNode starts a ClientApp process for every message: each message here finds
+    the runtimes gone, as a new process would, and the node's Context kept, as the
+    SuperNode keeps it. The warnings come on each node's first message of the run only;
+    another run (a fresh Context) in the same process is told again."""
+    job = job_from_config({**JOB, "seed": 17})
+    config = {"state-dir": str(tmp_path / "state"), "site": "lab-2"}
+    said = ["node config site='lab-2' is an unknown key, ignored",
+            f"node config state-dir={str(tmp_path / 'state')!r} is ignored"]
+
+    def new_process_per_message(app):
+        def run(message, context):
+            client_app._RUNTIMES.clear()
+            return app(message, context)
+        return run
+
+    client_app._RUNTIMES.clear()
+    grid = fake_grid(job, range(3), node_config=config)
+    grid.app = new_process_per_message(grid.app)
+    with caplog.at_level(logging.WARNING):
+        history = run_on_grid(grid, job)
+    assert len(grid.sent) > 3 * job.rounds  # a handshake, the rounds and evaluations
+    for text in said:
+        assert caplog.text.count(text) == 3, caplog.text  # one per node
+    assert history.column("delivered_clients") == [[0, 1, 2]] * 3
+    contexts = list(grid.nodes.values())
+    # a message more, in a new process, on a node's kept Context: not a word
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        client_app._RUNTIMES.clear()
+        client_app._runtime(job, job.to_dict(), contexts[0])
+    assert caplog.text == ""
+    # another run in this process (its runtimes kept) on fresh Contexts: told again
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        run_on_grid(fake_grid(job, range(3), node_config=config, run_id=2), job)
+    for text in said:
+        assert caplog.text.count(text) == 3, caplog.text

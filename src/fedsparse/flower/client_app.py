@@ -27,7 +27,8 @@ message, which the server gives as the reason it refuses the node, since the nod
 otherwise run without it (memory only, or without its file); any other key is named in
 a warning (a SuperNode may carry keys of other apps), and the keys Flower itself sets
 (:data:`FLOWER_NODE_KEYS`) pass. A ``state-dir`` given for an algorithm whose clients
-keep no state is named in a warning too: nothing is written there.
+keep no state is named in a warning too: nothing is written there. Each warning is
+logged once per run on a node, on its first message (:func:`_warn_once`).
 
 The node computes on the device its node config names (``device``: "cpu", the default,
 "cuda", "cuda:N" or "auto", a GPU where one exists): its data move there once, when
@@ -66,6 +67,8 @@ from .node_data import NodeData, load_node_data
 from .node_state import NodeStateStore
 
 STATE_KEY = "fedsparse.client_state"
+#: The ``context.state`` record of the warnings this node has logged in this run.
+WARNED_KEY = "fedsparse.warned"
 
 #: The node config keys a fedsparse node reads: its client (``partition-id``, and
 #: ``num-partitions`` to check it against the job), its data file (``data-path``), where
@@ -94,6 +97,9 @@ class _Runtime:
     #: The client's state on disk (node config ``state-dir``, for an algorithm whose
     #: clients keep state), or None.
     store: NodeStateStore | None = None
+    #: What is wrong in the node config that does not stop the node (an unknown key, a
+    #: ``state-dir`` nothing is written to), logged by :func:`_warn_once`.
+    warnings: tuple[str, ...] = ()
 
 
 _RUNTIMES: dict[str, _Runtime] = {}
@@ -101,7 +107,8 @@ _RUNTIMES: dict[str, _Runtime] = {}
 
 def _runtime(default_job: Job | None, default_key: dict | None, context: Context) -> _Runtime:
     """Job, problem, algorithm and local data of this node, built once per process
-    (``default_key`` is ``default_job.to_dict()``, computed once per app)."""
+    (``default_key`` is ``default_job.to_dict()``, computed once per app); the node
+    config's warnings are logged on the run's first message (:func:`_warn_once`)."""
     run_config = dict(context.run_config)
     node_config = dict(context.node_config)
     key = json.dumps([run_config, node_config, default_key], sort_keys=True, default=str)
@@ -110,7 +117,7 @@ def _runtime(default_job: Job | None, default_key: dict | None, context: Context
         if job is None:
             raise RuntimeError("this ClientApp has no fedsparse job: the run config is empty "
                                "and make_client_app() was given none")
-        check_node_config(node_config)
+        warnings = check_node_config(node_config)
         problem = job.build_problem()
         device = _node_device(node_config)
         node = load_node_data(job, node_config)
@@ -136,18 +143,43 @@ def _runtime(default_job: Job | None, default_key: dict | None, context: Context
             rt.store = NodeStateStore(state_dir, job, node.partition_id)
         elif state_dir:
             # said where the unknown keys are: whoever set it expects the state kept there
-            log(WARNING, "fedsparse: node config state-dir=%s is ignored: algorithm %r keeps "
-                "no client state between rounds, so nothing is written there",
-                shown(state_dir, 200), job.algorithm["kind"])
+            warnings.append(f"node config state-dir={shown(state_dir, 200)} is ignored: "
+                            f"algorithm {job.algorithm['kind']!r} keeps no client state "
+                            "between rounds, so nothing is written there")
+        rt.warnings = tuple(warnings)
         if len(_RUNTIMES) > 64:  # a long-lived process serving many runs: do not grow forever
             _RUNTIMES.clear()
         _RUNTIMES[key] = rt
-    return _RUNTIMES[key]
+    rt = _RUNTIMES[key]
+    _warn_once(rt, context)
+    return rt
 
 
-def check_node_config(node_config: dict) -> None:
+def _warn_once(rt: _Runtime, context: Context) -> None:
+    """Log the node config's warnings that this run has not logged on this node yet.
+
+    A SuperNode starts a ClientApp process for every message, and the simulation runtime
+    hands a node's messages to whichever of its worker processes is free, so a warning
+    logged when a process builds its runtime would be repeated on every message of every
+    round; and a process may serve several runs (an in-process grid), each of which
+    should be told. What persists for one node and run, in a SuperNode as in the
+    simulation runtime, is ``context.state``: the warnings logged are kept there
+    (:data:`WARNED_KEY`), so a SuperNode restarted within a run, whose state is lost,
+    says them again.
+    """
+    if not rt.warnings:
+        return
+    said = list(context.state[WARNED_KEY]["said"]) if WARNED_KEY in context.state else []
+    new = [text for text in rt.warnings if text not in said]
+    for text in new:
+        log(WARNING, "fedsparse: %s", text)
+    if new:
+        context.state[WARNED_KEY] = ConfigRecord({"said": said + new})
+
+
+def check_node_config(node_config: dict) -> list[str]:
     """Refuse a node config key that is a near miss of one this node reads; name any
-    other unknown key in a warning.
+    other unknown key in a warning, which the caller logs.
 
     A near miss (``state_dir``, ``data_path``, ``Device``) is almost surely meant for the
     key it resembles, and ignoring it would change the run without a word: no
@@ -155,12 +187,19 @@ def check_node_config(node_config: dict) -> None:
     no ``data-path`` is refused as missing rather than as misspelt. A key unlike every one may
     be another app's on a shared SuperNode, so it is only named.
 
+    Returns
+    -------
+    list of str
+        One warning for each other unknown key, naming it, its value and the known keys
+        (without the ``fedsparse:`` that :func:`_warn_once` logs them with).
+
     Raises
     ------
     ConfigError
         naming the key, its value, the key it resembles and the known keys.
     """
     known = ", ".join(NODE_CONFIG_KEYS)
+    warnings = []
     for key, value in node_config.items():
         if key in NODE_CONFIG_KEYS or key in FLOWER_NODE_KEYS:
             continue
@@ -168,8 +207,9 @@ def check_node_config(node_config: dict) -> None:
         if hint:
             raise ConfigError(f"node config {key}={shown(value)} is an unknown key{hint}; "
                               f"known keys: {known}")
-        log(WARNING, "fedsparse: node config %s=%s is an unknown key, ignored; known keys: "
-            "%s", key, shown(value), known)
+        warnings.append(f"node config {key}={shown(value)} is an unknown key, ignored; "
+                        f"known keys: {known}")
+    return warnings
 
 
 def _node_device(node_config: dict) -> torch.device:
