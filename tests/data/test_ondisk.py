@@ -279,3 +279,16 @@ def test_a_file_linked_from_outside_the_folder_is_refused_naming_both(written, t
     for path in (written, tmp_path / "via-link"):
         disk = open_federated(path)
         assert disk.num_clients == 30 and read_client(disk, 3)[0].shape[1] == 6
+
+
+@pytest.mark.parametrize("name", ["train.X.npy", "index.json"])
+def test_a_file_that_is_a_link_loop_is_refused_naming_it(written, name):
+    """A link to itself (or a loop of links) is a DataFormatError naming it, not
+    pathlib's RuntimeError from resolving where it points."""
+    import os
+
+    (written / name).unlink()
+    os.symlink(name, written / name)
+    with pytest.raises(DataFormatError, match=re.escape(
+            f"fed/{name}: a symbolic link that leads to no file (it loops back to itself)")):
+        open_federated(written)

@@ -249,8 +249,13 @@ def _inside(root: Path, f: Path) -> None:
     sizes and checksums would still pass a file kept elsewhere, which moving or copying the
     folder then loses, and which another user may change.
     """
-    where = f.resolve()
-    folder = root.resolve()
+    try:
+        where = f.resolve()
+        folder = root.resolve()
+    except (OSError, RuntimeError):  # a link to itself, or a loop (RuntimeError to 3.12)
+        raise DataFormatError(f"{f}: a symbolic link that leads to no file (it loops back "
+                              "to itself); a data set's files are files in its folder") \
+            from None
     if not where.is_relative_to(folder):
         raise DataFormatError(f"{f}: a symbolic link to {where}, outside the data set's "
                               f"folder {folder}; a data set reads only the files in its "
