@@ -83,6 +83,58 @@ def test_a_line_cut_short_by_the_stop_is_dropped_and_its_run_runs_again(tiny, tm
         sweep.run_sweep(config, GRID, out=out, log=_quiet, resume=True)
 
 
+def _started(out, runs_trackers) -> None:
+    """Append to the record of the sweep in ``out`` a "started" line per
+    ``(key, trackers)``, as a hand edit would."""
+    with open(out / RECORD, "a") as fh:
+        for key, trackers in runs_trackers:
+            fh.write(json.dumps({"started": key, "trackers": trackers}) + "\n")
+
+
+@pytest.mark.parametrize("trackers", [
+    {"kind": "mlflow", "run_id": "0123"},
+    [{"kind": "mlflow", "run_id": 123}],
+    [{"run_id": "0123"}],
+    ["mlflow"],
+], ids=["not-a-list", "a-number", "no-kind", "a-name"])
+def test_a_started_line_of_other_trackers_than_fedsparse_writes_is_refused_naming_it(
+        trackers, tiny, tmp_path, runs):
+    # the record has no checksum: what the trackers would be handed is checked first
+    config = load_config(tiny)
+    out = tmp_path / "stopped"
+    _stopped(config, out, runs, 1)
+    key = json.loads((out / RECORD).read_text().splitlines()[1])["key"]
+    _started(out, [({**key, "run": "FedIter-HT"}, trackers)])
+    with pytest.raises(ConfigError, match=f"line 3 of its {RECORD} is not a record fedsparse "
+                       r"writes \(changed since\?\): a \"started\" line names a run"):
+        sweep.run_sweep(config, GRID, out=out, log=_quiet, resume=True)
+    assert runs.count == 0
+
+
+def test_one_tracker_run_given_to_two_runs_is_refused_naming_both_lines(tiny, tmp_path,
+                                                                          runs):
+    config = load_config(tiny)
+    out = tmp_path / "stopped"
+    _stopped(config, out, runs, 1)
+    finished = json.loads((out / RECORD).read_text().splitlines()[1])["key"]
+    key, other = {**finished, "run": "FedIter-HT"}, {**finished, "point": {
+        "algorithm.step_size": GRID["algorithm.step_size"][1]}}  # two runs not finished
+    mlflow, folder = {"kind": "mlflow", "run_id": "0123"}, {"kind": "tensorboard",
+                                                            "folder": "a", "step": "0"}
+    # a run stopped twice: its second attempt names the runs its first opened
+    _started(out, [(key, [mlflow]), (other, [folder]), (key, [mlflow])])
+    with pytest.raises(KeyboardInterrupt):  # accepted (stopped again, as it runs)
+        runs.stop_after = 0
+        sweep.run_sweep(config, GRID, out=out, log=_quiet, resume=True)
+    runs.stop_after = None
+    _started(out, [(other, [{**folder, "step": "2"}, mlflow])])  # key's MLflow run
+    with pytest.raises(ConfigError, match=f"lines 3 and 6 of its {RECORD} give two runs of "
+                       "the sweep one mlflow run \\(run_id '0123'\\), which fedsparse never "
+                       "does .*would log one run into the other's"):
+        sweep.run_sweep(config, GRID, out=out, log=_quiet, resume=True)
+    assert runs.count == 0
+
+
 @pytest.mark.parametrize("change, named", [
     ({"grid": {"algorithm.step_size": [1e-3, 0.05], "seed": [0, 1]}},
      r"grid.seed: null there, \[0, 1\] now"),

@@ -19,7 +19,9 @@ header is written before the first run starts). A search's runs keep no checkpoi
 run stopped mid-run is run again from round 0 when the search continues; it then
 continues those tracker runs (:meth:`SearchRecord.trackers`) as ``fedsparse run
 --resume`` continues a run's, rather than opening a second run of the same name in each
-tracker.
+tracker. The record has no checksum, as a checkpoint has: a "started" line whose
+trackers are not what fedsparse writes, or a tracker run named for two runs of the
+search (one would be logged into the other's), is refused, naming the lines.
 
 Continuing reads the record back and refuses one whose settings differ from the
 search's, naming what differs (its results would be mixed with another search's). A run
@@ -34,7 +36,7 @@ import json
 import os
 from pathlib import Path
 
-from .._validation import ConfigError, fail
+from .._validation import ConfigError, fail, shown
 
 #: The record's file name in a search's output folder.
 RECORD = "finished.jsonl"
@@ -120,14 +122,51 @@ class SearchRecord:
                            "them) or choose another folder")
             return
         self._check_header(out, lines[0])
+        owners: dict[tuple[str, str], tuple[int, str]] = {}  # a tracker run: its line, run
         for number, line in enumerate(lines[1:], start=2):
-            if isinstance(line.get("started"), dict) and isinstance(line.get("trackers"), list):
-                self._trackers[canonical(line["started"])] = line["trackers"]
+            if "started" in line:
+                self._trackers[canonical(line.get("started"))] = \
+                    self._checked_trackers(out, number, line, owners)
                 continue
             if not isinstance(line.get("key"), dict) or not isinstance(line.get("result"), dict):
                 raise self._damaged(out, number)
             self._results[canonical(line["key"])] = line["result"]
         self._started = True
+
+    def _checked_trackers(self, out, number: int, line: dict,
+                          owners: dict[tuple[str, str], tuple[int, str]]) -> list:
+        """The tracker runs of the ``"started"`` line ``number``, checked: the runs a
+        continued search reopens must be what :meth:`fedsparse.loggers.Tracking.identities`
+        wrote, and each tracker run (in ``owners``: its first line and run key) one
+        run's. The record, unlike a checkpoint, carries no checksum: a hand-edited or
+        damaged line would otherwise have a run log into another run's tracker run (the
+        trackers check only that the run is in the same experiment or project)."""
+        from ..loggers.tracking import RUN_NAMED_BY, is_identity
+
+        key, trackers = line["started"], line.get("trackers")
+        if not isinstance(key, dict) or not isinstance(trackers, list) or \
+                not all(is_identity(t) for t in trackers):
+            raise fail("out", str(out), f"line {number} of its {RECORD} is not a record "
+                       "fedsparse writes (changed since?): a \"started\" line names a run "
+                       "(a dict) and its \"trackers\", a list of {\"kind\": ..., ...} of "
+                       f"strings, so the {self.kind} cannot be continued; remove the line "
+                       "(the run then opens new tracker runs), or replace the "
+                       f"{self.kind} (--force, or remove it), or choose another folder")
+        for entry in trackers:
+            field = RUN_NAMED_BY.get(entry["kind"])
+            if field is None or field not in entry:
+                continue
+            run = (entry["kind"], entry[field])
+            first, owner = owners.setdefault(run, (number, canonical(key)))
+            if owner != canonical(key):
+                raise fail("out", str(out), f"lines {first} and {number} of its {RECORD} "
+                           f"give two runs of the {self.kind} one {entry['kind']} run "
+                           f"({field} {shown(entry[field])}), which fedsparse never does "
+                           "(changed since?): continuing would log one run into the "
+                           "other's; remove the line of the run that did not open it, or "
+                           f"replace the {self.kind} (--force, or remove it), or choose "
+                           "another folder")
+        return trackers
 
     def _read(self) -> tuple[list[dict], int]:
         """The record's complete lines and their length in bytes (a last line without

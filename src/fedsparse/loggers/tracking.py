@@ -204,15 +204,25 @@ class Tracking:
             _quietly(logger.finish, True)
 
 
+#: The entry of each tracker's identity (:meth:`Logger.identity`) that names its run:
+#: no two runs share it (an MLflow run id, a W&B run id, a TensorBoard folder).
+RUN_NAMED_BY = {"mlflow": "run_id", "wandb": "run_id", "tensorboard": "folder"}
+
+
 def remembered_runs(value) -> list[dict[str, str]]:
     """The tracker runs a checkpoint remembers (its ``"trackers"`` entry): the dicts of
     strings with a ``kind`` among ``value``; anything else (a damaged or hand-made
     entry) is left out, and its tracker starts a new run."""
     if not isinstance(value, list | tuple):
         return []
-    return [dict(v) for v in value[:_MAX_REMEMBERED]
-            if isinstance(v, dict) and isinstance(v.get("kind"), str)
-            and all(isinstance(k, str) and isinstance(x, str) for k, x in v.items())]
+    return [dict(v) for v in value[:_MAX_REMEMBERED] if is_identity(v)]
+
+
+def is_identity(value) -> bool:
+    """Whether ``value`` is a tracker run as :meth:`Tracking.identities` keeps one: a
+    dict of strings with a ``kind``."""
+    return isinstance(value, dict) and isinstance(value.get("kind"), str) \
+        and all(isinstance(k, str) and isinstance(x, str) for k, x in value.items())
 
 
 def _is_divergence(error) -> bool:
