@@ -144,7 +144,7 @@ def test_mlflow_run_deleted_from_the_store_gets_a_new_run_with_every_round(tmp_p
     client, (stopped,) = _mlflow(store, "e")
     client.delete_run(stopped.info.run_id)
     with pytest.warns(RuntimeWarning, match=f"MLflow run '{stopped.info.run_id}', which "
-                      f"'{NAME}' logged to up to its checkpoint, is not in experiment 'e'"):
+                      f"'{NAME}' logged to before it stopped, is not in experiment 'e'"):
         _simulate(fs.loggers.MLflowLogger(store_dir=store, experiment="e"),
                   checkpoint=ckpt, checkpoint_every=EVERY, resume=True)
     client, (run,) = _mlflow(store, "e")
@@ -227,7 +227,7 @@ def test_tensorboard_folder_gone_gets_a_new_folder_with_every_round(tmp_path):
     _interrupted(fs.loggers.TensorBoardLogger(log_dir), ckpt)
     shutil.rmtree(log_dir / NAME)
     with pytest.warns(RuntimeWarning, match=f"the TensorBoard folder '{NAME}' that "
-                      f"'{NAME}' logged to up to its checkpoint is not in"):
+                      f"'{NAME}' logged to before it stopped is not in"):
         _simulate(fs.loggers.TensorBoardLogger(log_dir), checkpoint=ckpt,
                   checkpoint_every=EVERY, resume=True)
     assert [p.name for p in log_dir.iterdir()] == [NAME]
@@ -352,7 +352,7 @@ def test_wandb_run_folder_gone_gets_a_new_run_with_every_round(tmp_path, wandb_o
     (gone,) = _wandb_folders(root, wandb_offline)
     shutil.rmtree(gone["folder"])  # e.g. synced, then `wandb clean`
     with pytest.warns(RuntimeWarning, match=f"W&B run '{gone['run_id']}', which '{NAME}' "
-                      "logged to up to its checkpoint, has no folder in"):
+                      "logged to before it stopped, has no folder in"):
         _simulate(fs.loggers.WandbLogger(root, experiment="e"), checkpoint=ckpt,
                   checkpoint_every=EVERY, resume=True)
     (run,) = _wandb_folders(root, wandb_offline)

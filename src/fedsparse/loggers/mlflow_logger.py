@@ -133,8 +133,8 @@ class MLflowLogger(Logger):
         if run is None:
             if previous is not None:
                 warnings.warn(
-                    f"MLflow run {previous.get('run_id')!r}, which {name!r} logged to up to "
-                    f"its checkpoint, is not in experiment {self.experiment!r} of "
+                    f"MLflow run {previous.get('run_id')!r}, which {name!r} logged to before "
+                    f"it stopped, is not in experiment {self.experiment!r} of "
                     f"{self.tracking_uri} (deleted, or another store): the resumed run is "
                     "logged to a new MLflow run, with every round from 0", RuntimeWarning,
                     stacklevel=2)

@@ -77,7 +77,7 @@ class TensorBoardLogger(Logger):
             if previous is not None:
                 warnings.warn(
                     f"the TensorBoard folder {previous.get('folder')!r} that {name!r} logged "
-                    f"to up to its checkpoint is not in {str(self.log_dir)!r}: the resumed "
+                    f"to before it stopped is not in {str(self.log_dir)!r}: the resumed "
                     "run is logged to a new folder, with every round from 0", RuntimeWarning,
                     stacklevel=2)
             self.start(name, params)

@@ -121,7 +121,7 @@ class WandbLogger(Logger):
         folders = self._folders(run_id)
         if self.mode in _OFFLINE and not folders:
             warnings.warn(
-                f"W&B run {run_id!r}, which {name!r} logged to up to its checkpoint, has no "
+                f"W&B run {run_id!r}, which {name!r} logged to before it stopped, has no "
                 f"folder in {str(self.dir / 'wandb')!r} (removed after a sync, or another "
                 "dir): the resumed run is logged to a new W&B run, with every round from 0",
                 RuntimeWarning, stacklevel=2)
@@ -133,7 +133,7 @@ class WandbLogger(Logger):
             self._init(name, params, run_id)
         except Exception as exc:  # e.g. a server that refuses the id (a deleted run)
             warnings.warn(
-                f"W&B run {run_id!r}, which {name!r} logged to up to its checkpoint, cannot "
+                f"W&B run {run_id!r}, which {name!r} logged to before it stopped, cannot "
                 f"be continued ({type(exc).__name__}: {exc}): the resumed run is logged to "
                 "a new W&B run, with every round from 0", RuntimeWarning, stacklevel=2)
             self.start(name, params)
