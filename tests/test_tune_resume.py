@@ -93,6 +93,22 @@ def test_a_finished_tuning_continued_with_more_trials_runs_only_the_new_ones(tin
         assert (out / name).read_bytes() == (tmp_path / "whole" / name).read_bytes(), name
 
 
+def test_a_tuning_extended_then_continued_with_fewer_trials_is_refused(tiny, tmp_path, runs):
+    # the header keeps the 4 trials it started with; the record holds the 8 it ran
+    config = load_config(tiny)
+    out = tmp_path / "extended"
+    tune.run_tune(config, SPACE, trials=4, out=out, log=_quiet)
+    tune.run_tune(config, SPACE, trials=8, out=out, log=_quiet, resume=True)
+    files = {name: (out / name).read_bytes() for name in FILES}
+    runs.count = 0
+    with pytest.raises(ConfigError, match=r"trials=6 is invalid: is fewer than the tuning in "
+                       r".* ran \(its finished.jsonl holds trial 7's results\): a continued "
+                       r"tuning may add trials, not remove them; continue it with --trials 8"):
+        tune.run_tune(config, SPACE, trials=6, out=out, log=_quiet, resume=True)
+    assert runs.count == 0
+    assert {name: (out / name).read_bytes() for name in FILES} == files
+
+
 @pytest.mark.parametrize("space, trials", [
     ({**SPACE, "algorithm.local_steps": "int(1, 4)"}, 8),  # 2 fields: refinement later
     (SPACE, 12),  # 3 start-up points, not 2

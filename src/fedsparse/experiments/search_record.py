@@ -229,6 +229,10 @@ class SearchRecord:
     def __len__(self) -> int:
         return len(self._results)
 
+    def keys(self) -> list[dict]:
+        """The keys of the runs whose results are recorded."""
+        return [json.loads(key) for key in self._results]
+
     def result(self, key: dict) -> dict | None:
         """The result recorded for ``key``, or None if that run has not finished."""
         return self._results.get(canonical(key))

@@ -58,7 +58,7 @@ count (a quarter of the trials, 2 to 10: 4 trials extend up to 11, and 40 or mor
 number); with ``jobs``, only where its last batch was whole. Elsewhere the number of
 trials decides which of the first trials spread over the space or refine
 (:func:`_plan`), so a tuning of more trials is another tuning, and is refused, saying
-so: run it in another folder. Fewer trials are refused.
+so: run it in another folder. Fewer trials than it ran are refused.
 """
 
 from __future__ import annotations
@@ -199,6 +199,15 @@ def run_tune(config: dict, space: dict[str, Space | str], *, trials: int,
         "sampler_seed": sampler_seed, "optuna_version": optuna.__version__},
         resume=resume, results=TUNE_FILES[1:],
         may_change={"trials": lambda there, now: _extension(there, now, jobs, space, sampler)})
+    # The header keeps the trials the tuning started with: one extended since (4, then 8)
+    # and continued with fewer (6) would pass it, and rewrite the longer tuning's files.
+    ran = max((k["trial"] for k in record.keys() if isinstance(k.get("trial"), int)),
+              default=-1)
+    if ran >= trials:
+        raise fail("trials", trials, f"is fewer than the tuning in {out} ran (its "
+                   f"{RECORD} holds trial {ran}'s results): a continued tuning may add "
+                   f"trials, not remove them; continue it with --trials {ran + 1} or more, "
+                   "or choose another folder")
     from ..loggers import resolve_loggers
 
     trackers = resolve_loggers(loggers, out, experiment=Path(out or "tune").absolute().name)
