@@ -332,20 +332,23 @@ def _check_flower(name: str, table: dict) -> None:
     check_flower_values({**FLOWER_DEFAULTS, **table})
 
 
+def _seconds(flower: dict, key: str, bounds: tuple[float, float], meaning: str) -> float:
+    """``flower[key]``, a number of seconds within ``bounds`` (``meaning`` says them)."""
+    value = check_float(f"flower.{key}", flower[key], nonnegative=True)
+    low, high = bounds
+    if not low <= value <= high:
+        raise fail(f"flower.{key}", flower[key], f"must be from {low:g} to {high:g} seconds "
+                   f"({meaning})")
+    return value
+
+
 def check_flower_values(flower: dict) -> None:
     """The values of a complete ``[flower]`` table (the defaults filled in)."""
-    timeout = check_float("flower.round_timeout", flower["round_timeout"], positive=True)
-    low, high = ROUND_TIMEOUT_RANGE
-    if not low <= timeout <= high:
-        raise fail("flower.round_timeout", flower["round_timeout"], f"must be from {low:g} to "
-                   f"{high:g} seconds (a tenth of a second to a week; a real deployment "
-                   "needs several, a SuperNode polling for work every 3 s)")
-    wait = check_float("flower.wait_timeout", flower["wait_timeout"], nonnegative=True)
-    low, high = WAIT_TIMEOUT_RANGE
-    if not low <= wait <= high:
-        raise fail("flower.wait_timeout", flower["wait_timeout"], f"must be from {low:g} to "
-                   f"{high:g} seconds (no wait to a week; the server starts with the nodes "
-                   "connected by then)")
+    timeout = _seconds(flower, "round_timeout", ROUND_TIMEOUT_RANGE,
+                       "a tenth of a second to a week; a real deployment needs several, a "
+                       "SuperNode polling for work every 3 s")
+    _seconds(flower, "wait_timeout", WAIT_TIMEOUT_RANGE,
+             "no wait to a week; the server starts with the nodes connected by then")
     check_int("flower.min_nodes", flower["min_nodes"], minimum=0)
     check_float("flower.poll_interval", flower["poll_interval"], positive=True,
                 maximum=timeout)
