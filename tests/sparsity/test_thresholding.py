@@ -105,6 +105,24 @@ def test_numpy_and_torch_paths_agree(v, k):
     assert torch.equal(fast.nan_to_num(), reference.nan_to_num())
 
 
+@given(arrays(st.sampled_from(["float32", "float64"]),
+              st.tuples(st.integers(1, 4), st.integers(1, 12)),
+              elements=st.sampled_from([-2.0, -1.0, -0.0, 0.0, 1.0, 2.0, float("nan"),
+                                        float("-nan"), float("-inf")])),
+       st.integers(1, 11))
+@settings(max_examples=200, deadline=None)
+def test_numpy_path_keeps_every_bit_of_what_it_keeps(v, k):
+    """On the CPU fast path a kept entry keeps all its bits (a NaN's sign, a -0.0 tied at
+    a zero threshold) and a dropped one becomes +0.0."""
+    x = torch.from_numpy(v)
+    out = hard_threshold(x, k)
+    ints = torch.int32 if x.dtype == torch.float32 else torch.int64
+    bits, kept = out.view(ints), out.view(ints) == x.view(ints)
+    assert out.dtype == x.dtype and out.shape == x.shape
+    assert torch.equal(bits[~kept], torch.zeros_like(bits[~kept]))  # +0.0
+    assert torch.equal(kept | (out == 0), torch.ones_like(kept))
+
+
 _W, _D = torch.randn(10, dtype=torch.float64), torch.randn(10, 12, dtype=torch.float64)
 _MUST_BE_TENSOR = r"='(ndarray|list)' is invalid: must be a torch tensor of shape "
 #: A wrong type or shape for each public operator of fs.sparsity that takes tensors: the
