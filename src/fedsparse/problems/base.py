@@ -69,8 +69,9 @@ def weighted_transpose(X: torch.Tensor, coef: torch.Tensor) -> torch.Tensor:
     return torch.bmm(coef.unsqueeze(1), X).squeeze(1)
 
 
-# Clients per fused block are chosen so that one block's rows stay in a core's cache
-# between the forward and the transposed product (benchmarks/bench_fedht.py).
+# Clients per fused block are chosen so that one block's rows can stay in a core's cache
+# between the forward and the transposed product (benchmarks/bench_fedht.py): a core's
+# L2 where it holds 2 MiB, else the shared L3.
 _FUSED_BLOCK_BYTES = 2 << 20
 
 
