@@ -234,6 +234,31 @@ def test_a_forged_manifest_cannot_remove_files_outside_the_folder(tiny, tmp_path
     assert victim.read_text() == "keep me"
 
 
+@pytest.mark.parametrize("damage", ["first", "last"])
+def test_a_manifest_that_is_not_utf8_is_damaged_not_a_traceback(tiny, tmp_path, damage, cli):
+    """Bytes that are no UTF-8 (a disk error, a bad copy) in the manifest: its header
+    damaged, the folder is refused as one whose manifest is damaged; in another line, that
+    line is skipped as a truncated one is (what it named is kept). Never a traceback."""
+    out = tmp_path / "out"
+    assert cli.run(["run", str(tiny), "--out", str(out), "--quiet"])[0] == 0
+    lines = (out / MANIFEST).read_bytes().splitlines(keepends=True)
+    at = 0 if damage == "first" else len(lines) - 1
+    lines[at] = b"\xff\xfe" + lines[at]
+    (out / MANIFEST).write_bytes(b"".join(lines))
+    before = _tree(out)
+    if damage == "first":
+        cli.refused(["run", str(tiny), "--out", str(out), "--force", "--quiet"],
+                    "damaged (no header)")
+        assert _tree(out) == before
+    else:
+        damaged = read_manifest(out)
+        (out / MANIFEST).write_bytes(b"".join(lines[:-1]))
+        assert damaged == read_manifest(out)
+        (out / MANIFEST).write_bytes(b"".join(lines))
+    code, _, err = cli.run(["report", str(out)])
+    assert "Traceback" not in err and code == 0, err
+
+
 def test_a_run_never_overwrites_a_user_file_it_did_not_expect(tmp_path, python_experiment, cli):
     """A Python experiment writes whatever it writes: the user's file of the same name
     next to an earlier output is protected while it runs."""

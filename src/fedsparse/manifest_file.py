@@ -49,15 +49,15 @@ def read_manifest(folder: str | Path) -> Manifest | None:
     """
     path = Path(folder) / MANIFEST
     try:
-        text = path.read_text()
+        data = path.read_bytes()
     except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
         return None
     manifest = Manifest()
     header = False
-    for line in text.splitlines():
-        try:
+    for line in data.splitlines():
+        try:  # bytes: a line that is not UTF-8 (damaged on disk) is skipped as the others
             entry = json.loads(line)
-        except json.JSONDecodeError:
+        except ValueError:  # not JSON, or not UTF-8 (UnicodeDecodeError)
             continue
         if not isinstance(entry, dict):
             continue
