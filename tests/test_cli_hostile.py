@@ -259,6 +259,21 @@ def test_a_manifest_that_is_not_utf8_is_damaged_not_a_traceback(tiny, tmp_path, 
     assert "Traceback" not in err and code == 0, err
 
 
+@pytest.mark.parametrize("key, value", [("attempts", "Infinity"), ("attempts", "1e400"),
+                                        ("seconds", "1" + "0" * 400)])
+def test_a_marker_with_a_number_beyond_float_or_int_is_not_a_traceback(tiny, tmp_path,
+                                                                        key, value, cli):
+    """An edited status marker whose ``attempts`` no int or ``seconds`` no float can hold
+    counts as one that records none, as any other value it cannot read."""
+    out = tmp_path / "out"
+    assert cli.run(["run", str(tiny), "--out", str(out), "--quiet"])[0] == 0
+    marker = (out / ".fedsparse-run").read_text()
+    (out / ".fedsparse-run").write_text(marker.rstrip()[:-1] + f', "{key}": {value}}}')
+    code, _, err = cli.run(["run", str(tiny), "--out", str(out), "--resume", "--quiet"])
+    assert code == 0 and "Traceback" not in err, err
+    assert json.loads((out / ".fedsparse-run").read_text())["attempts"] == 1
+
+
 def test_a_run_never_overwrites_a_user_file_it_did_not_expect(tmp_path, python_experiment, cli):
     """A Python experiment writes whatever it writes: the user's file of the same name
     next to an earlier output is protected while it runs."""

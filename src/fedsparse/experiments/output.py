@@ -267,7 +267,8 @@ def _recorded_attempts(marker: str | None) -> tuple[int, float]:
     try:
         info = json.loads(marker)
         return int(info.get("attempts", 0)), float(info.get("seconds", 0.0))
-    except (ValueError, TypeError, AttributeError):
+    except (ValueError, TypeError, AttributeError, OverflowError):  # OverflowError: an
+        # edited marker's Infinity (no int) or a number of 400 digits (no float)
         return 0, 0.0
 
 
