@@ -234,6 +234,22 @@ def test_a_forged_manifest_cannot_remove_files_outside_the_folder(tiny, tmp_path
     assert victim.read_text() == "keep me"
 
 
+@pytest.mark.parametrize("option", ["--force", "--resume"])
+def test_a_folder_where_the_status_marker_goes_is_refused_before_removing(tiny, tmp_path,
+                                                                          option, cli):
+    """A folder named as the status marker: the run could not mark its status, so it is
+    refused before --force removes the earlier results (which it did, then failed)."""
+    out = tmp_path / "out"
+    assert cli.run(["run", str(tiny), "--out", str(out), "--quiet"])[0] == 0
+    (out / ".fedsparse-run").unlink()
+    (out / ".fedsparse-run").mkdir()
+    (out / ".fedsparse-run" / "notes.txt").write_text("mine\n")
+    before = _tree(out)
+    cli.refused(["run", str(tiny), "--out", str(out), option, "--quiet"],
+                ".fedsparse-run/", "nothing was removed")
+    assert _tree(out) == before
+
+
 @pytest.mark.parametrize("damage", ["first", "last"])
 def test_a_manifest_that_is_not_utf8_is_damaged_not_a_traceback(tiny, tmp_path, damage, cli):
     """Bytes that are no UTF-8 (a disk error, a bad copy) in the manifest: its header

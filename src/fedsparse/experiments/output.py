@@ -215,6 +215,12 @@ def prepare_output(out: str | Path, *, resume: bool = False, force: bool = False
                    if resumable else "replace them with --force")
             raise fail("--out", str(out), f"already holds results ({_describe(out)}); "
                        f"{how}, or choose another --out")
+        if (out / MARKER).is_dir() and not (out / MARKER).is_symlink():
+            # the run rewrites its status marker there: --force would otherwise remove
+            # the earlier results first, then fail on the folder, leaving neither run
+            raise fail("--out", str(out), f"holds a folder {MARKER}/, where fedsparse "
+                       "keeps the status of its runs (fedsparse did not write it); nothing "
+                       "was removed: move it out of the folder or choose another --out")
         inv = inventory(out, manifest, bookkeeping={MARKER})
         blocked = colliding(inv.kept, writes or [])
         if blocked:
