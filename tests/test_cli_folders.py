@@ -54,6 +54,24 @@ def test_run_resume_refuses_a_search_folder(search, named, tiny, tmp_path, capsy
     assert (out / "summary.json").is_file() and not (out / "best.json").exists()
 
 
+@pytest.mark.parametrize("damage", [b"", b'{"status": "done", "exper', b"[1, 2]", b"\xff"],
+                         ids=["empty", "cut short", "a list", "no UTF-8"])
+def test_run_resume_refuses_a_folder_whose_marker_is_damaged(damage, tiny, tmp_path, capsys):
+    # a damaged marker read as none, which --resume took for an earlier fedsparse's that
+    # kept no identity: the runs were written among a sweep's results
+    out = tmp_path / "search"
+    assert cli.main(["sweep", str(tiny), "--grid", "seed=[0, 1]", "--out", str(out),
+                     "--quiet"]) == 0
+    (out / ".fedsparse-run").write_bytes(damage)
+    before = _tree(out)
+    capsys.readouterr()
+    assert cli.main(["run", str(tiny), "--out", str(out), "--resume", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "has a damaged status marker .fedsparse-run (not the JSON object fedsparse " \
+           "writes), so what ran there cannot be told" in err and "--force" in err
+    assert _tree(out) == before
+
+
 def _running(out: Path, tiny_toml, tmp_path) -> subprocess.Popen:
     """A real ``fedsparse run`` of many rounds writing into ``out``, once its manifest is
     there (it holds the folder from then on)."""

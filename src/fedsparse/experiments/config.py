@@ -334,8 +334,8 @@ def _check_flower(name: str, table: dict) -> None:
 
 def _seconds(flower: dict, key: str, bounds: tuple[float, float], meaning: str) -> float:
     """``flower[key]``, a number of seconds within ``bounds`` (``meaning`` says them)."""
-    value = check_float(f"flower.{key}", flower[key], nonnegative=True)
     low, high = bounds
+    value = check_float(f"flower.{key}", flower[key], positive=low > 0, nonnegative=True)
     if not low <= value <= high:
         raise fail(f"flower.{key}", flower[key], f"must be from {low:g} to {high:g} seconds "
                    f"({meaning})")

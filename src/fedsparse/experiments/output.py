@@ -334,6 +334,13 @@ def _check_same_identity(out: Path, identity: dict) -> None:
     """Refuse to continue the runs in ``out`` as another experiment, seed count or form;
     more seeds than before is allowed (the marker then records the new count)."""
     recorded = marker_info(out)
+    if not recorded and os.path.lexists(out / MARKER):
+        # what ran there cannot be told: continuing would mix this command's runs with
+        # whatever they are (a sweep's, another experiment's), as an intact marker refuses
+        raise fail("--resume", str(out), f"has a damaged status marker {MARKER} (not the "
+                   "JSON object fedsparse writes), so what ran there cannot be told and "
+                   "this command's runs could be mixed with another's; use --force to "
+                   "replace them, or choose another --out")
     search = recorded.get("experiment")
     if search in SEARCHES and identity.get("experiment") != search:
         raise fail("--resume", str(out), f"holds the results of {search} "
