@@ -160,8 +160,6 @@ def tracked_params(run: dict) -> dict:
             **{k: run[k] for k in (*PARAM_KEYS, "device") if k in run}}
 
 
-
-
 def recordable_metrics(data, problem, algorithm=None) -> set[str]:
     """The record fields a run on ``data`` with ``problem`` (and ``algorithm``) can fill.
 
