@@ -9,6 +9,7 @@ import torch
 flwr = pytest.importorskip("flwr")
 
 import fedsparse as fs  # noqa: E402
+from fedsparse import _resources  # noqa: E402
 from fedsparse._validation import ConfigError  # noqa: E402
 from fedsparse.data.federated import ClientSplit  # noqa: E402
 from fedsparse.flower import client_app, job_from_config  # noqa: E402
@@ -226,3 +227,30 @@ def test_a_node_config_warning_is_logged_once_per_node_and_run(fake_grid, caplog
         run_on_grid(fake_grid(job, range(3), node_config=config, run_id=2), job)
     for text in said:
         assert caplog.text.count(text) == 3, caplog.text
+
+
+def test_a_warning_while_building_the_job_is_logged_once_per_node_and_run(
+        fake_grid, caplog, monkeypatch):
+    """A warning raised while a node builds its job (check_steps: a job of days, made one
+    of 2 steps here by lowering the bound) came with every message's new process; it is
+    logged as the node config's warnings are, once per node and run."""
+    monkeypatch.setattr(_resources, "WARN_SECONDS", 1e-9)
+    with pytest.warns(RuntimeWarning, match="2 sequential steps"):  # as the server says
+        job = job_from_config({**JOB, "seed": 18})
+    said = "local_steps=2 is 2 sequential steps in every round"
+
+    def new_process_per_message(app):
+        def run(message, context):
+            client_app._RUNTIMES.clear()
+            return app(message, context)
+        return run
+
+    client_app._RUNTIMES.clear()
+    grid = fake_grid(job, range(3))
+    grid.app = new_process_per_message(grid.app)
+    # pytest.warns shows every warning, as each new process would (none seen before)
+    with caplog.at_level(logging.WARNING), pytest.warns(RuntimeWarning, match=said) as raised:
+        run_on_grid(grid, job)
+    assert len(grid.sent) > 3 * job.rounds
+    assert caplog.text.count(said) == 3, caplog.text  # one per node
+    assert len(raised) == 1  # the server's own; the nodes' are in their log

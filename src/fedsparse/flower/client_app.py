@@ -27,8 +27,9 @@ message, which the server gives as the reason it refuses the node, since the nod
 otherwise run without it (memory only, or without its file); any other key is named in
 a warning (a SuperNode may carry keys of other apps), and the keys Flower itself sets
 (:data:`FLOWER_NODE_KEYS`) pass. A ``state-dir`` given for an algorithm whose clients
-keep no state is named in a warning too: nothing is written there. Each warning is
-logged once per run on a node, on its first message (:func:`_warn_once`).
+keep no state is named in a warning too: nothing is written there. Each warning, and
+each one raised while the node builds the job (a job of days), is logged once per run on
+a node, on its first message (:func:`_warn_once`).
 
 The node computes on the device its node config names (``device``: "cpu", the default,
 "cuda", "cuda:N" or "auto", a GPU where one exists): its data move there once, when
@@ -42,6 +43,7 @@ from __future__ import annotations
 
 import json
 import math
+import warnings
 from dataclasses import dataclass, replace
 from logging import WARNING
 from numbers import Integral, Real
@@ -98,7 +100,9 @@ class _Runtime:
     #: clients keep state), or None.
     store: NodeStateStore | None = None
     #: What is wrong in the node config that does not stop the node (an unknown key, a
-    #: ``state-dir`` nothing is written to), logged by :func:`_warn_once`.
+    #: ``state-dir`` nothing is written to), and the warnings raised while building the
+    #: runtime (a job of days, :func:`~fedsparse._resources.check_steps`), logged by
+    #: :func:`_warn_once`.
     warnings: tuple[str, ...] = ()
 
 
@@ -113,46 +117,58 @@ def _runtime(default_job: Job | None, default_key: dict | None, context: Context
     node_config = dict(context.node_config)
     key = json.dumps([run_config, node_config, default_key], sort_keys=True, default=str)
     if key not in _RUNTIMES:
-        job = job_from_config(run_config) if run_config else default_job
-        if job is None:
-            raise RuntimeError("this ClientApp has no fedsparse job: the run config is empty "
-                               "and make_client_app() was given none")
-        warnings = check_node_config(node_config)
-        problem = job.build_problem()
-        device = _node_device(node_config)
-        node = load_node_data(job, node_config)
-        # linear models read the padded (1, n, d) layout
-        node = replace(node, train=problem.prepare(node.train),
-                       test=None if node.test is None else problem.prepare(node.test))
-        if device.type != "cpu":  # once: every message of this process reuses them
-            node = replace(node, train=node.train.to_device(device),
-                           test=None if node.test is None else node.test.to_device(device))
-        local = _local_dataset(node)
-        problem.check_data(local)
-        # Bound like the server's copy (same N, feature shape, dtype); what needs every
-        # client's statistics (an "auto" step) comes from the server in client_config.
-        spec = DataSpec(job.num_clients, DataSpec.of(local).feature_shape, job.torch_dtype,
-                        torch.ones(job.num_clients, dtype=torch.float64), device)
-        rt = _Runtime(job, problem, job.build_algorithm().bind(problem, spec, {}), node,
-                      device)
-        state_dir = node_config.get("state-dir")
-        if state_dir is not None and (not isinstance(state_dir, str) or not state_dir):
-            raise fail("node config state-dir", state_dir, "must be a folder path, e.g. "
-                       "--node-config 'state-dir=\"/var/lib/fedsparse\"'")
-        if state_dir and rt.algorithm.stateful_clients:
-            rt.store = NodeStateStore(state_dir, job, node.partition_id)
-        elif state_dir:
-            # said where the unknown keys are: whoever set it expects the state kept there
-            warnings.append(f"node config state-dir={shown(state_dir, 200)} is ignored: "
-                            f"algorithm {job.algorithm['kind']!r} keeps no client state "
-                            "between rounds, so nothing is written there")
-        rt.warnings = tuple(warnings)
+        # a warning while building (check_steps: a job of days) would come again with each
+        # message's new process: kept with the node config's, to be logged once per run
+        with warnings.catch_warnings(record=True) as raised:
+            rt, notes = _build_runtime(default_job, run_config, node_config)
+        notes += [text for text in dict.fromkeys(str(w.message) for w in raised)
+                  if text not in notes]
+        rt.warnings = tuple(notes)
         if len(_RUNTIMES) > 64:  # a long-lived process serving many runs: do not grow forever
             _RUNTIMES.clear()
         _RUNTIMES[key] = rt
     rt = _RUNTIMES[key]
     _warn_once(rt, context)
     return rt
+
+
+def _build_runtime(default_job: Job | None, run_config: dict,
+                   node_config: dict) -> tuple[_Runtime, list[str]]:
+    """The runtime of :func:`_runtime`, and the node config's warnings."""
+    job = job_from_config(run_config) if run_config else default_job
+    if job is None:
+        raise RuntimeError("this ClientApp has no fedsparse job: the run config is empty "
+                           "and make_client_app() was given none")
+    notes = check_node_config(node_config)
+    problem = job.build_problem()
+    device = _node_device(node_config)
+    node = load_node_data(job, node_config)
+    # linear models read the padded (1, n, d) layout
+    node = replace(node, train=problem.prepare(node.train),
+                   test=None if node.test is None else problem.prepare(node.test))
+    if device.type != "cpu":  # once: every message of this process reuses them
+        node = replace(node, train=node.train.to_device(device),
+                       test=None if node.test is None else node.test.to_device(device))
+    local = _local_dataset(node)
+    problem.check_data(local)
+    # Bound like the server's copy (same N, feature shape, dtype); what needs every
+    # client's statistics (an "auto" step) comes from the server in client_config.
+    spec = DataSpec(job.num_clients, DataSpec.of(local).feature_shape, job.torch_dtype,
+                    torch.ones(job.num_clients, dtype=torch.float64), device)
+    rt = _Runtime(job, problem, job.build_algorithm().bind(problem, spec, {}), node,
+                  device)
+    state_dir = node_config.get("state-dir")
+    if state_dir is not None and (not isinstance(state_dir, str) or not state_dir):
+        raise fail("node config state-dir", state_dir, "must be a folder path, e.g. "
+                   "--node-config 'state-dir=\"/var/lib/fedsparse\"'")
+    if state_dir and rt.algorithm.stateful_clients:
+        rt.store = NodeStateStore(state_dir, job, node.partition_id)
+    elif state_dir:
+        # said where the unknown keys are: whoever set it expects the state kept there
+        notes.append(f"node config state-dir={shown(state_dir, 200)} is ignored: "
+                     f"algorithm {job.algorithm['kind']!r} keeps no client state "
+                     "between rounds, so nothing is written there")
+    return rt, notes
 
 
 def _warn_once(rt: _Runtime, context: Context) -> None:
