@@ -112,3 +112,63 @@ def test_a_folder_another_command_is_writing_is_refused(option, tiny, tiny_toml,
     other = subprocess.run([sys.executable, "-m", "fedsparse", "run", str(tiny), "--out",
                             str(out), "--force", "--quiet"], capture_output=True, text=True)
     assert other.returncode == 0, other.stderr
+
+
+@pytest.mark.parametrize("command", [["report"], ["run", "--resume"], ["run", "--force"]])
+def test_a_manifest_that_is_a_symbolic_link_loop_is_named(command, tiny, tmp_path, capsys):
+    # reading it failed with "[Errno 40] Too many levels of symbolic links" (exit 1); the
+    # report wrote its page first
+    out = tmp_path / "out"
+    assert cli.main(["run", str(tiny), "--out", str(out), "--quiet"]) == 0
+    (out / MANIFEST).unlink()
+    (out / MANIFEST).symlink_to(MANIFEST)
+    before = _tree(out)
+    capsys.readouterr()
+    name, *options = command
+    argv = [name, str(out)] if name == "report" else [name, str(tiny), "--out", str(out),
+                                                      *options, "--quiet"]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert f"{out / MANIFEST} is a symbolic link that loops back to itself" in err, err
+    assert "nothing was changed" in err and "Errno" not in err
+    assert _tree(out) == before and (out / MANIFEST).is_symlink()
+
+
+@pytest.mark.parametrize("target", [".fedsparse-run", "nowhere", "../precious.txt"],
+                         ids=["a loop", "to nothing", "to a file"])
+@pytest.mark.parametrize("option", ["--resume", "--force", None])
+def test_a_status_marker_that_is_a_symbolic_link_is_refused(target, option, tiny, tmp_path,
+                                                            capsys):
+    # a loop was "a damaged status marker" on --resume, "cannot be written: Too many
+    # levels of symbolic links" without a name in an otherwise empty folder; a run there
+    # wrote its marker through a link to a file, out of the folder
+    (tmp_path / "precious.txt").write_text("mine\n")
+    out = tmp_path / "out"
+    if option is None:  # a folder with nothing else, where a new run starts
+        out.mkdir()
+    else:
+        assert cli.main(["run", str(tiny), "--out", str(out), "--quiet"]) == 0
+        (out / ".fedsparse-run").unlink()
+    (out / ".fedsparse-run").symlink_to(target)
+    before = _tree(out)
+    capsys.readouterr()
+    assert cli.main(["run", str(tiny), "--out", str(out), *([option] if option else []),
+                     "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert f"{out / '.fedsparse-run'} is a symbolic link" in err, err
+    assert ("loops back to itself" if target == ".fedsparse-run" else repr(target)) in err
+    assert "nothing was changed" in err and "Errno" not in err
+    assert _tree(out) == before and (out / ".fedsparse-run").is_symlink()
+    assert (tmp_path / "precious.txt").read_text() == "mine\n"
+
+
+@pytest.mark.parametrize("target,said", [("loop.toml", "that loops back to itself"),
+                                         ("nowhere.toml", "to 'nowhere.toml', where there "
+                                          "is no file")])
+def test_a_config_that_is_a_symbolic_link_to_no_file_says_so(target, said, tmp_path, capsys):
+    # it said "config file ... does not exist", of a link the user can see with ls
+    config = tmp_path / "loop.toml"
+    config.symlink_to(target)
+    assert cli.main(["run", str(config), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert f"config file {str(config)!r} is a symbolic link {said}" in err, err

@@ -80,6 +80,33 @@ def expand_home(name: str, path):
                    "this machine (no such user); give the path without it") from None
 
 
+def broken_link(path) -> str | None:
+    """What is wrong with ``path`` if it is a symbolic link that leads to no file, in
+    words that follow "is" ("a symbolic link that loops back to itself ..."); None for
+    anything else (a file, a folder, a link to one, nothing at all).
+
+    Reading or writing such a path fails with "Too many levels of symbolic links" or "No
+    such file or directory", and :meth:`pathlib.Path.exists` is False for both, so a
+    message built on either says the file is missing: this names the link.
+    """
+    import errno
+    import os
+    from pathlib import Path
+
+    path = Path(path)
+    if not path.is_symlink():
+        return None
+    try:
+        path.resolve(strict=True)
+    except RuntimeError:  # a loop, to Python 3.12
+        return "a symbolic link that loops back to itself (it leads to no file)"
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:  # a loop, from Python 3.13
+            return "a symbolic link that loops back to itself (it leads to no file)"
+        return f"a symbolic link to {os.readlink(path)!r}, where there is no file"
+    return None
+
+
 def check_int(name: str, value, *, minimum: int | None = None, maximum: int | None = None,
               allow_none: bool = False) -> int | None:
     if value is None and allow_none:

@@ -14,6 +14,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ._validation import ConfigError, broken_link
+
 #: The manifest's file name (no extension: Flower leaves it out of an app's FAB).
 MANIFEST = ".fedsparse-manifest"
 _VERSION = 1
@@ -46,12 +48,26 @@ def read_manifest(folder: str | Path) -> Manifest | None:
 
     Lines that are not valid entries (a truncated last line, a path leaving the folder)
     are ignored: what they would have named is then kept, never removed.
+
+    Raises
+    ------
+    ConfigError
+        naming the manifest when it is a symbolic link that loops back to itself (a link
+        to no file reads as no manifest, as a missing one).
     """
     path = Path(folder) / MANIFEST
     try:
         data = path.read_bytes()
     except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
         return None
+    except OSError:
+        link = broken_link(path)
+        if link is None:
+            raise
+        raise ConfigError(f"{path} is {link}, where fedsparse keeps the list of the files "
+                          f"it wrote in {path.parent}, so they cannot be told apart from "
+                          "others there; nothing was changed: put the folder's manifest "
+                          "back in place of the link, or use another folder") from None
     manifest = Manifest()
     header = False
     for line in data.splitlines():

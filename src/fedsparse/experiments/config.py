@@ -63,7 +63,15 @@ from pathlib import Path
 
 import torch
 
-from .._validation import ConfigError, check_choice, check_float, check_int, expand_home, fail
+from .._validation import (
+    ConfigError,
+    broken_link,
+    check_choice,
+    check_float,
+    check_int,
+    expand_home,
+    fail,
+)
 from ..devices import DEFAULT_DEVICE, check_device_spec
 from ..metric_names import METRICS as METRICS  # every field a record can hold
 
@@ -112,6 +120,9 @@ WAIT_TIMEOUT_RANGE = (0.0, 7 * 24 * 3600.0)
 def load_config(path: str | Path) -> dict:
     """Read a TOML experiment file, with a clear error naming the file and the problem."""
     path = Path(path)
+    link = broken_link(path)
+    if link:  # not "does not exist": the link is there to be seen
+        raise ConfigError(f"config file {str(path)!r} is {link}")
     if not path.exists():
         raise ConfigError(f"config file {str(path)!r} does not exist")
     if not path.is_file():

@@ -18,7 +18,7 @@ import time
 import traceback
 from pathlib import Path
 
-from .._validation import ConfigError, expand_home, fail
+from .._validation import ConfigError, broken_link, expand_home, fail
 from ..manifest import (
     BOOKKEEPING,
     MANIFEST,
@@ -192,6 +192,7 @@ def prepare_output(out: str | Path, *, resume: bool = False, force: bool = False
     created = not out.exists()
     if not created:  # before anything is read or removed: one command at a time
         lock_folder(out)
+        _check_bookkeeping(out)
     entries = _entries(out)
     if resume and not entries:
         raise fail("--resume", str(out), ("does not exist" if created else "is empty")
@@ -256,6 +257,28 @@ def prepare_output(out: str | Path, *, resume: bool = False, force: bool = False
     except OSError as exc:
         raise fail("--out", str(out), f"cannot be written: {exc.strerror}") from None
     return created
+
+
+def _check_bookkeeping(out: Path) -> None:
+    """Refuse a folder whose manifest or status marker is a symbolic link that leads to
+    no file (reading it failed with "Too many levels of symbolic links", or it read as
+    missing), and one whose marker is a link to a file: every run rewrites its marker,
+    and would write through the link into that file, wherever it is."""
+    manifest, marker = out / MANIFEST, out / MARKER
+    link = broken_link(manifest)
+    if link:
+        raise fail("--out", str(out), f"{manifest} is {link}, where fedsparse keeps the "
+                   "list of the files it wrote there, so they cannot be told apart from "
+                   "others; nothing was changed: put the folder's manifest back in place "
+                   "of the link, or choose another --out")
+    link = broken_link(marker)
+    if link is None and marker.is_symlink() and not marker.is_dir():  # a folder: refused
+        # by prepare_output, as one that is no link
+        link = f"a symbolic link to {os.readlink(marker)!r}, which a run would write over"
+    if link:
+        raise fail("--out", str(out), f"{marker} is {link}; fedsparse keeps the status of "
+                   "its runs there, in a file of its own: nothing was changed; remove the "
+                   "link, or choose another --out")
 
 
 def attempts_so_far(out: str | Path) -> tuple[int, float]:

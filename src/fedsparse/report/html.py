@@ -90,27 +90,33 @@ def write_reports(path: str | Path, on_error=None) -> list[Path]:
                 raise ConfigError(f"{page} is a folder, where the report writes its page; "
                                   "rename or move that folder")
             text = render(folder)
+            root = _manifest_root(page)  # before writing: a manifest it cannot read is
+            # refused with the folder left as it was
         except ConfigError as exc:
             if on_error is None:
                 raise
             on_error(folder, exc)
             continue
         page.write_text(text, encoding="utf-8")
-        _record(page)
+        if root is not None:
+            # in the manifest of the output folder it lies in, so that --force removes it
+            # with the results it describes (a stale page would be kept beside new results)
+            from ..manifest import record_files
+
+            record_files(root, [page.relative_to(root).as_posix()])
         pages.append(page)
     return pages
 
 
-def _record(page: Path) -> None:
-    """Add ``page`` to the manifest of the output folder it lies in, so that ``--force``
-    removes it with the results it describes (a stale page would be kept beside new
-    results)."""
-    from ..manifest import read_manifest, record_files
+def _manifest_root(page: Path) -> Path | None:
+    """The output folder ``page`` lies in: the nearest folder above it with a manifest
+    (:mod:`fedsparse.manifest`), or None."""
+    from ..manifest import read_manifest
 
     for root in page.parents:
         if read_manifest(root) is not None:
-            record_files(root, [page.relative_to(root).as_posix()])
-            return
+            return root
+    return None
 
 
 def render(folder: str | Path) -> str:
