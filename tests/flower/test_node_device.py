@@ -189,6 +189,15 @@ def test_a_state_dir_on_a_node_whose_algorithm_keeps_no_client_state_is_named(fa
     assert disk.is_dir()
 
 
+def _new_process_per_message(app):
+    """``app`` as a SuperNode runs it: a new process per message, which finds no
+    runtime built (the node's Context is what the SuperNode keeps)."""
+    def run(message, context):
+        client_app._RUNTIMES.clear()
+        return app(message, context)
+    return run
+
+
 def test_a_node_config_warning_is_logged_once_per_node_and_run(fake_grid, caplog, tmp_path):
     """A SuperNode starts a ClientApp process for every message: each message here finds
     the runtimes gone, as a new process would, and the node's Context kept, as the
@@ -199,15 +208,9 @@ def test_a_node_config_warning_is_logged_once_per_node_and_run(fake_grid, caplog
     said = ["node config site='lab-2' is an unknown key, ignored",
             f"node config state-dir={str(tmp_path / 'state')!r} is ignored"]
 
-    def new_process_per_message(app):
-        def run(message, context):
-            client_app._RUNTIMES.clear()
-            return app(message, context)
-        return run
-
     client_app._RUNTIMES.clear()
     grid = fake_grid(job, range(3), node_config=config)
-    grid.app = new_process_per_message(grid.app)
+    grid.app = _new_process_per_message(grid.app)
     with caplog.at_level(logging.WARNING):
         history = run_on_grid(grid, job)
     assert len(grid.sent) > 3 * job.rounds  # a handshake, the rounds and evaluations
@@ -239,15 +242,9 @@ def test_a_warning_while_building_the_job_is_logged_once_per_node_and_run(
         job = job_from_config({**JOB, "seed": 18})
     said = "local_steps=2 is 2 sequential steps in every round"
 
-    def new_process_per_message(app):
-        def run(message, context):
-            client_app._RUNTIMES.clear()
-            return app(message, context)
-        return run
-
     client_app._RUNTIMES.clear()
     grid = fake_grid(job, range(3))
-    grid.app = new_process_per_message(grid.app)
+    grid.app = _new_process_per_message(grid.app)
     # pytest.warns shows every warning, as each new process would (none seen before)
     with caplog.at_level(logging.WARNING), pytest.warns(RuntimeWarning, match=said) as raised:
         run_on_grid(grid, job)
