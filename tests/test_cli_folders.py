@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from fedsparse import cli
+from fedsparse.experiments import output
 from fedsparse.manifest import MANIFEST
 
 
@@ -70,6 +71,27 @@ def test_run_resume_refuses_a_folder_whose_marker_is_damaged(damage, tiny, tmp_p
     assert "has a damaged status marker .fedsparse-run (not the JSON object fedsparse " \
            "writes), so what ran there cannot be told" in err and "--force" in err
     assert _tree(out) == before
+
+
+def test_a_run_killed_while_writing_its_marker_leaves_it_whole(tiny, tmp_path, monkeypatch):
+    # written in place, the marker of a run killed mid-write was cut short, and --resume
+    # refuses a damaged marker (what ran there cannot be told)
+    out = tmp_path / "run"
+    assert cli.main(["run", str(tiny), "--out", str(out), "--quiet"]) == 0
+    marker = (out / ".fedsparse-run").read_bytes()
+    write_text = Path.write_text
+
+    def killed_midway(self, text, *args, **kwargs):
+        write_text(self, text[:len(text) // 2], *args, **kwargs)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Path, "write_text", killed_midway)
+    with pytest.raises(KeyboardInterrupt):
+        output._write_marker(out, "running")
+    monkeypatch.undo()
+    assert (out / ".fedsparse-run").read_bytes() == marker
+    assert cli.main(["run", str(tiny), "--out", str(out), "--resume", "--quiet"]) == 0
+    assert not (out / ".fedsparse-run.tmp").exists()
 
 
 def _running(out: Path, tiny_toml, tmp_path) -> subprocess.Popen:

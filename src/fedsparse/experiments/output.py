@@ -39,6 +39,9 @@ from .folder_lock import lock_folder
 #: ``--force`` may remove is the manifest's to say (:mod:`fedsparse.manifest`), not this
 #: marker's.
 MARKER = ".fedsparse-run"
+#: The marker and the file it is written to first, then renamed into place (a run killed
+#: mid-write leaves the marker whole, which ``--resume`` needs to tell what ran there).
+MARKERS = (MARKER, MARKER + ".tmp")
 #: Written into the output folder when a run fails: the error and how to continue.
 FAILED = "FAILED"
 #: Files of a run folder (:meth:`History.save`, checkpoints).
@@ -98,7 +101,7 @@ def written_files(out: str | Path) -> list[str]:
     if manifest is None:
         return []
     return sorted(rel for rel in manifest.files
-                  if rel not in (MARKER, *BOOKKEEPING) and (out / rel).is_file()
+                  if rel not in (*MARKERS, *BOOKKEEPING) and (out / rel).is_file()
                   and not (out / rel).is_symlink())
 
 
@@ -129,7 +132,7 @@ def _entries(out: Path) -> list[Path]:
     """What ``out`` holds besides fedsparse's bookkeeping (marker and manifest)."""
     if not out.is_dir():
         return []
-    return [p for p in out.iterdir() if p.name not in (MARKER, *BOOKKEEPING)]
+    return [p for p in out.iterdir() if p.name not in (*MARKERS, *BOOKKEEPING)]
 
 
 def _describe(out: Path, limit: int = 6) -> str:
@@ -222,7 +225,7 @@ def prepare_output(out: str | Path, *, resume: bool = False, force: bool = False
             raise fail("--out", str(out), f"holds a folder {MARKER}/, where fedsparse "
                        "keeps the status of its runs (fedsparse did not write it); nothing "
                        "was removed: move it out of the folder or choose another --out")
-        inv = inventory(out, manifest, bookkeeping={MARKER})
+        inv = inventory(out, manifest, bookkeeping=set(MARKERS))
         blocked = colliding(inv.kept, writes or [])
         if blocked:
             raise fail("--out", str(out), "this run would write over what fedsparse did not "
@@ -230,7 +233,8 @@ def prepare_output(out: str | Path, *, resume: bool = False, force: bool = False
                        "of the folder or choose another --out")
         if force:
             remove_ours(out, inv)
-            (out / MARKER).unlink(missing_ok=True)
+            for name in MARKERS:
+                (out / name).unlink(missing_ok=True)
             # the folders fedsparse created and that remain (they hold a user's file) stay
             # fedsparse's: the new run writes into them, around the kept file
             write_manifest(out, Manifest(folder_created=manifest.folder_created,
@@ -405,7 +409,14 @@ def _write_marker(out: Path, status: str, **extra) -> None:
     kept = {k: v for k, v in marker_info(out).items() if k in IDENTITY or k in SOURCE}
     info = {"status": status, "time": datetime.datetime.now().isoformat(timespec="seconds"),
             **kept, **extra}
-    (out / MARKER).write_text(json.dumps(info, indent=2) + "\n")
+    _put_marker(out, json.dumps(info, indent=2) + "\n")
+
+
+def _put_marker(out: Path, text: str) -> None:
+    """Write the marker's ``text`` whole: into its temporary file, renamed into place."""
+    tmp = out / MARKERS[1]
+    tmp.write_text(text)
+    os.replace(tmp, out / MARKER)
 
 
 @contextlib.contextmanager
@@ -438,8 +449,8 @@ def output_guard(out: str | Path, *, created: bool, resume_command: str | None =
         yield out
         return
     start_manifest(out, folder_created=created)
-    protect = inventory(out, read_manifest(out), bookkeeping={MARKER}).kept
-    with recording(out, protect=protect, ignore={MARKER}) as written:
+    protect = inventory(out, read_manifest(out), bookkeeping=set(MARKERS)).kept
+    with recording(out, protect=protect, ignore=set(MARKERS)) as written:
         _write_marker(out, "running", attempts=attempts, seconds=seconds)
         try:
             yield out
@@ -451,7 +462,7 @@ def output_guard(out: str | Path, *, created: bool, resume_command: str | None =
                     # refused before writing anything (e.g. a checkpoint of another run on
                     # --resume): the earlier results stay exactly as they were
                     if marker is not None:
-                        (out / MARKER).write_text(marker)
+                        _put_marker(out, marker)
                 else:
                     _mark_failed(out, exc, created=created, written=written,
                                  resume_command=resume_command, rerun_command=rerun_command,
@@ -470,7 +481,7 @@ def _snapshot(out: Path) -> dict:
     (marker, manifest)."""
     if not out.is_dir():
         return {}
-    skip = {out / MARKER, *(out / b for b in BOOKKEEPING)}
+    skip = {*(out / m for m in MARKERS), *(out / b for b in BOOKKEEPING)}
     return {p: (st.st_size, st.st_mtime_ns) for p in out.rglob("*")
             if p.is_file() and p not in skip for st in [p.stat()]}
 
@@ -527,7 +538,7 @@ def _mark_failed(out: Path, exc: BaseException, *, created: bool, written=None,
         if _entries(out):  # the user's files (or an earlier run's): the folder stays
             _write_marker(out, "failed", error=_what(exc), **(timing or {}))
             return
-        for name in (MARKER, *BOOKKEEPING):  # the folder is empty again
+        for name in (*MARKERS, *BOOKKEEPING):  # the folder is empty again
             (out / name).unlink(missing_ok=True)
         if created:
             with contextlib.suppress(OSError):
