@@ -290,5 +290,6 @@ def test_a_file_that_is_a_link_loop_is_refused_naming_it(written, name):
     (written / name).unlink()
     os.symlink(name, written / name)
     with pytest.raises(DataFormatError, match=re.escape(
-            f"fed/{name}: a symbolic link that leads to no file (it loops back to itself)")):
+            f"fed/{name}: a symbolic link that loops back to itself (it leads to no file); a "
+            "data set's files are files in its folder")):
         open_federated(written)

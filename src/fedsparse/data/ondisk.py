@@ -39,7 +39,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .._validation import ConfigError, check_bool, check_dtype, fail
+from .._validation import ConfigError, broken_link, check_bool, check_dtype, fail
 from ..manifest_file import sha256 as _sha256
 from .federated import FederatedDataset
 from .lazy import CHUNK_BYTES, ClientSource, LazyFederatedDataset, auto_pooled
@@ -249,13 +249,10 @@ def _inside(root: Path, f: Path) -> None:
     sizes and checksums would still pass a file kept elsewhere, which moving or copying the
     folder then loses, and which another user may change.
     """
-    try:
-        where = f.resolve()
-        folder = root.resolve()
-    except (OSError, RuntimeError):  # a link to itself, or a loop (RuntimeError to 3.12)
-        raise DataFormatError(f"{f}: a symbolic link that leads to no file (it loops back "
-                              "to itself); a data set's files are files in its folder") \
-            from None
+    link = broken_link(f)  # a loop, which resolve() raises on (to 3.12) or passes (3.13)
+    if link:
+        raise DataFormatError(f"{f}: {link}; a data set's files are files in its folder")
+    where, folder = f.resolve(), root.resolve()
     if not where.is_relative_to(folder):
         raise DataFormatError(f"{f}: a symbolic link to {where}, outside the data set's "
                               f"folder {folder}; a data set reads only the files in its "
