@@ -64,10 +64,7 @@ def read_manifest(folder: str | Path) -> Manifest | None:
         link = broken_link(path)
         if link is None:
             raise
-        raise ConfigError(f"{path} is {link}, where fedsparse keeps the list of the files "
-                          f"it wrote in {path.parent}, so they cannot be told apart from "
-                          "others there; nothing was changed: put the folder's manifest "
-                          "back in place of the link, or use another folder") from None
+        raise ConfigError(f"{broken_manifest(path, link)}, or use another folder") from None
     manifest = Manifest()
     header = False
     for line in data.splitlines():
@@ -86,6 +83,14 @@ def read_manifest(folder: str | Path) -> Manifest | None:
             sha = entry.get("sha256")
             manifest.files[entry["file"]] = sha if isinstance(sha, str) else None
     return manifest if header else None
+
+
+def broken_manifest(path: Path, link: str) -> str:
+    """What is wrong with the manifest ``path``, a symbolic link ``link`` describes
+    (:func:`fedsparse._validation.broken_link`), and what to do about it."""
+    return (f"{path} is {link}, where fedsparse keeps the list of the files it wrote in "
+            f"{path.parent}, so they cannot be told apart from others there; nothing was "
+            "changed: put the folder's manifest back in place of the link")
 
 
 def _safe_relative(rel) -> bool:

@@ -32,6 +32,7 @@ from ..manifest import (
     start_manifest,
     write_manifest,
 )
+from ..manifest_file import broken_manifest
 from .folder_lock import lock_folder
 
 #: Written into every output folder a ``fedsparse run`` creates: the run's status (new,
@@ -271,10 +272,8 @@ def _check_bookkeeping(out: Path) -> None:
     manifest, marker = out / MANIFEST, out / MARKER
     link = broken_link(manifest)
     if link:
-        raise fail("--out", str(out), f"{manifest} is {link}, where fedsparse keeps the "
-                   "list of the files it wrote there, so they cannot be told apart from "
-                   "others; nothing was changed: put the folder's manifest back in place "
-                   "of the link, or choose another --out")
+        raise fail("--out", str(out), f"{broken_manifest(manifest, link)}, or choose another "
+                   "--out")
     link = broken_link(marker)
     if link is None and marker.is_symlink() and not marker.is_dir():  # a folder: refused
         # by prepare_output, as one that is no link
