@@ -228,13 +228,12 @@ def _runs_at(config: dict, point: dict, cache: dict, metric: str) -> list[dict]:
 
 
 def _execute(runs: list[dict], metric: str, jobs: int, cache: dict, loggers, done,
-             tracked: list[tuple] | None = None) -> None:
+             tracked: list[tuple]) -> None:
     """Every run (:func:`_evaluate`), ``done(k, result)`` called as run ``k`` finishes;
     ``tracked[k]`` is run ``k``'s ``(tracker_runs, note_trackers)``
     (:func:`tracked_runs`)."""
     if not runs:  # a continued sweep whose runs had all finished
         return
-    tracked = tracked or [(None, None)] * len(runs)
     if jobs == 1 or len(runs) == 1:
         for k, run in enumerate(runs):
             done(k, _evaluate(run, metric, cache, loggers, *tracked[k]))
